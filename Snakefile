@@ -1,0 +1,29 @@
+# commsweep: sweep LLM-training communication through workload generation, SimAI's
+# analytical model and an audit against Megatron's real schedule.
+#
+#   snakemake --cores 2                       # the default sweep (config/config.yaml)
+#   snakemake --cores 2 --configfile my.yaml  # another sweep
+#
+# Rules are thin: each calls the `commsweep` command line, whose logic lives in
+# src/commsweep/ and is tested there.
+
+from snakemake.utils import min_version, validate
+
+min_version("9.27")
+
+
+configfile: "config/config.yaml"
+
+
+validate(config, "workflow/schemas/config.schema.yaml")
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/workload.smk"
+include: "workflow/rules/summary.smk"
+
+
+rule all:
+    input:
+        final_outputs(),
+    default_target: True

@@ -1,0 +1,120 @@
+"""Communication volumes of one workload: every collective SimAI executes in one iteration.
+
+Tallied per phase (fwd, ig, wg, and pp for pipeline sends), collective and group:
+
+* ``count``: collectives executed (a row's three phases are three distinct collectives);
+* ``payload_bytes``: the sum of their size fields as SimAI reads them (NONE ignored,
+  forward sizes of 1..4095 bytes raised to 4096);
+* ``wire_bytes_per_rank``: what one rank sends with ring algorithms: all-reduce
+  2(n-1)/n * S, all-gather, reduce-scatter and all-to-all (n-1)/n * S, a pipeline send S,
+  nothing on a group of one.
+
+Pipeline traffic follows SimAI's PP formula, which counts 2 * vpp * ga messages of the
+header's ``pp_comm`` bytes (vpp being what the file's header says).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from fractions import Fraction
+
+from ..workload.format import Workload, collectives, group_sizes
+
+COLUMNS = ("phase", "collective", "group", "group_size", "count", "payload_bytes", "wire_bytes_per_rank")
+PHASE_ORDER = ("fwd", "ig", "wg", "pp")
+GROUP_ORDER = ("TP", "EP", "DP", "DP_EP", "PP")
+COLLECTIVE_ORDER = ("allreduce", "allgather", "reducescatter", "alltoall", "sendrecv")
+
+
+@dataclass(frozen=True)
+class Volume:
+    phase: str
+    collective: str
+    group: str
+    group_size: int
+    count: int
+    payload_bytes: int
+    wire_bytes_per_rank: int
+
+
+def wire_fraction(collective: str, group_size: int) -> Fraction:
+    """Share of a message's bytes one rank sends with a ring algorithm."""
+    n = group_size
+    if n <= 1:
+        return Fraction(0)
+    if collective == "allreduce":
+        return Fraction(2 * (n - 1), n)
+    if collective == "sendrecv":
+        return Fraction(1)
+    return Fraction(n - 1, n)
+
+
+def tally(workload: Workload, gpus: int | None = None) -> list[Volume]:
+    """The volumes table of a workload, in a stable order."""
+    counts: dict[tuple[str, str, str, int], list] = {}
+    for c in collectives(workload, gpus):
+        entry = counts.setdefault((c.phase, c.collective, c.group, c.group_size), [0, 0, Fraction(0)])
+        entry[0] += 1
+        entry[1] += c.size
+        entry[2] += c.size * wire_fraction(c.collective, c.group_size)
+    header = workload.header
+    if header.pp > 1:
+        messages = 2 * header.vpp * header.ga
+        payload = messages * header.pp_comm
+        size = group_sizes(header, gpus)["PP"]
+        counts[("pp", "sendrecv", "PP", size)] = [messages, payload, Fraction(payload)]
+    return sorted(
+        (
+            Volume(phase, coll, group, size, n, payload, round(wire))
+            for (phase, coll, group, size), (n, payload, wire) in counts.items()
+        ),
+        key=lambda v: (
+            PHASE_ORDER.index(v.phase), GROUP_ORDER.index(v.group), COLLECTIVE_ORDER.index(v.collective), v.group_size,
+        ),
+    )
+
+
+def to_csv(volumes: Iterable[Volume]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    for v in volumes:
+        writer.writerow([getattr(v, c) for c in COLUMNS])
+    return buf.getvalue()
+
+
+def to_json(volumes: Iterable[Volume]) -> str:
+    return json.dumps([asdict(v) for v in volumes], indent=2) + "\n"
+
+
+def to_table(volumes: Iterable[Volume]) -> str:
+    """A human-readable table with byte counts in MiB."""
+    rows = [
+        (v.phase, v.collective, v.group, str(v.group_size), str(v.count),
+         f"{v.payload_bytes / 2**20:,.2f}", f"{v.wire_bytes_per_rank / 2**20:,.2f}")
+        for v in volumes
+    ]
+    head = ("phase", "collective", "group", "size", "count", "payload MiB", "wire MiB/rank")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+
+    def line(cells):
+        return "  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+    return "\n".join([line(head), line(["-" * w for w in widths]), *(line(r) for r in rows)]) + "\n"
+
+
+def read_csv(text: str) -> list[Volume]:
+    """Parse a volumes CSV this module wrote."""
+    reader = csv.DictReader(io.StringIO(text))
+    return [
+        Volume(
+            phase=r["phase"], collective=r["collective"], group=r["group"], group_size=int(r["group_size"]),
+            count=int(r["count"]), payload_bytes=int(r["payload_bytes"]),
+            wire_bytes_per_rank=int(r["wire_bytes_per_rank"]),
+        )
+        for r in reader
+    ]

@@ -1,0 +1,213 @@
+"""AICB-compatible command-line arguments for one training setup.
+
+``commsweep generate``, ``audit``, ``profile`` and ``trace`` take AICB's own argument names
+(``--world_size=16 --tensor_model_parallel_size=2 ...``) with AICB's defaults, so an AICB
+command line works unchanged. A few extensions describe what AICB cannot (GQA, RoPE,
+norms, tied embeddings) for the Megatron schedule; ``--model NAME`` fills every model
+field from a preset. ``to_aicb_argv`` and ``to_commsweep_argv`` go the other way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from .errors import ConfigError
+from .models import PRESETS, ModelSpec
+from .training import TrainingSetup
+
+# AICB arguments that do not change a Megatron training workload; accepted for compatibility.
+_IGNORED_VALUED = (
+    "--gpu_type", "--pp_rank", "--epoch_num", "--dtype", "--gated_linear_unit", "--activation_func",
+)
+_IGNORED_FLAGS = (
+    "--computation_enable", "--enable_visual", "--workload_only", "--use_flash_attn",
+    "--use-distributed-optimizer", "--overlap_grad_reduce", "--bias_gelu_fusion", "--openai_gelu",
+    "--onnx_safe", "--squared_relu", "--moe_grouped_gemm", "--overlap_version",
+)
+
+
+def add_training_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add AICB's training arguments (its names and defaults) and commsweep's extensions."""
+    a = parser.add_argument_group("training setup (AICB's argument names)")
+    a.add_argument("--frame", default="Megatron", help="only Megatron is supported")
+    a.add_argument("--model", choices=sorted(PRESETS), help="fill every model field from a preset")
+    a.add_argument("--model_name", help="label of the model (AICB puts it in its file name)")
+    a.add_argument("--world_size", type=int, default=1)
+    a.add_argument("--tensor_model_parallel_size", type=int, default=1)
+    a.add_argument("--pipeline_model_parallel", type=int, default=1)
+    a.add_argument("--context-parallel-size", type=int, default=1, dest="context_parallel_size")
+    a.add_argument("--expert_model_parallel_size", type=int, default=1)
+    a.add_argument("--global_batch", type=int, default=4)
+    a.add_argument("--micro_batch", type=int, default=1)
+    a.add_argument("--seq_length", type=int, default=None, help="default 2048")
+    a.add_argument("--num_layers", type=int, default=None, help="default 24")
+    a.add_argument("--hidden_size", type=int, default=None, help="default 1024")
+    a.add_argument("--num_attention_heads", type=int, default=None, help="default: num_layers (as AICB)")
+    a.add_argument("--ffn_hidden_size", type=int, default=None, help="default 4*h, or AICB's swiglu size")
+    a.add_argument("--vocab_size", type=int, default=None, help="default 32000")
+    a.add_argument("--max_position_embeddings", type=int, default=None, help="default 4096")
+    a.add_argument("--make_vocab_size_divisible_by", type=int, default=128)
+    a.add_argument("--swiglu", action="store_true", default=None)
+    a.add_argument("--add_bias_linear", action="store_true", default=None)
+    a.add_argument("--enable_sequence_parallel", action="store_true")
+    a.add_argument("--recompute_activations", action="store_true")
+    a.add_argument("--moe_enable", action="store_true", default=None)
+    a.add_argument("--num_experts", type=int, default=None)
+    a.add_argument("--moe_router_topk", type=int, default=None)
+    for name in _IGNORED_VALUED:
+        a.add_argument(name, default=None, help=argparse.SUPPRESS)
+    for name in _IGNORED_FLAGS:
+        a.add_argument(name, action="store_true", help=argparse.SUPPRESS)
+    x = parser.add_argument_group("architecture beyond AICB's arguments (Megatron schedule)")
+    x.add_argument("--num_query_groups", type=int, default=None, help="GQA key/value heads")
+    x.add_argument("--position_embedding", choices=("learned", "rope"), default=None)
+    x.add_argument("--normalization", choices=("layernorm", "rmsnorm"), default=None)
+    x.add_argument("--untie_embeddings", action="store_true", default=None)
+
+
+def add_aiob_arguments(parser: argparse.ArgumentParser) -> None:
+    """AICB's AIOB switches: use a compute-time profile for the workload's compute fields."""
+    parser.add_argument("--aiob_enable", action="store_true")
+    parser.add_argument("--comp_filepath", default=None, help="AIOB compute-time file (AICB format)")
+
+
+def _pick(value, default):
+    return default if value is None else value
+
+
+def model_from_args(ns: argparse.Namespace) -> ModelSpec:
+    """The model the arguments describe: a preset, overridden by any explicit field."""
+    if ns.model is not None:
+        base = PRESETS[ns.model]
+        name = base.name
+    else:
+        base = None
+        name = ns.model_name or "custom"
+    swiglu = bool(_pick(ns.swiglu, base.swiglu if base else False))
+    hidden = _pick(ns.hidden_size, base.hidden_size if base else 1024)
+    layers = _pick(ns.num_layers, base.num_layers if base else 24)
+    if ns.ffn_hidden_size is not None:
+        ffn = ns.ffn_hidden_size
+    elif base is not None and ns.hidden_size is None and ns.swiglu is None:
+        ffn = base.ffn_hidden_size
+    else:
+        # AICB's default (utils.get_params): 4h, or 2/3 of that rounded down to 64 for swiglu.
+        ffn = int((4 * hidden * 2 / 3) / 64) * 64 if swiglu else 4 * hidden
+    moe = bool(_pick(ns.moe_enable, base.is_moe if base else False))
+    if moe:
+        experts = _pick(ns.num_experts, base.num_experts if base and base.is_moe else 1)
+        topk = _pick(ns.moe_router_topk, base.moe_topk if base and base.is_moe else 1)
+    else:
+        experts, topk = None, 2
+    llama_like = swiglu
+    return ModelSpec(
+        name=name,
+        aicb_name=ns.model_name or (base.aicb_name if base else None),
+        num_layers=layers,
+        hidden_size=hidden,
+        # AICB quirk kept for compatibility: without --num_attention_heads it uses num_layers.
+        num_attention_heads=_pick(ns.num_attention_heads, base.num_attention_heads if base else layers),
+        ffn_hidden_size=ffn,
+        vocab_size=_pick(ns.vocab_size, base.vocab_size if base else 32000),
+        max_position_embeddings=_pick(ns.max_position_embeddings, base.max_position_embeddings if base else 4096),
+        num_query_groups=_pick(ns.num_query_groups, base.num_query_groups if base else None),
+        swiglu=swiglu,
+        position_embedding=_pick(ns.position_embedding, base.position_embedding if base else ("rope" if llama_like else "learned")),
+        normalization=_pick(ns.normalization, base.normalization if base else ("rmsnorm" if llama_like else "layernorm")),
+        add_bias_linear=bool(_pick(ns.add_bias_linear, base.add_bias_linear if base else False)),
+        tie_embeddings=not _pick(ns.untie_embeddings, (not base.tie_embeddings) if base else llama_like),
+        num_experts=experts,
+        moe_topk=topk,
+    )
+
+
+def setup_from_args(ns: argparse.Namespace) -> TrainingSetup:
+    """Validate the parsed arguments and build the setup; raise ConfigError naming the argument."""
+    if ns.frame != "Megatron":
+        raise ConfigError(f"only --frame=Megatron is supported, got {ns.frame!r}", key="--frame")
+    if ns.context_parallel_size != 1:
+        raise ConfigError("context parallelism is not modelled; use 1", key="--context-parallel-size")
+    model = model_from_args(ns)
+    setup = TrainingSetup(
+        model=model,
+        world_size=ns.world_size,
+        tp=ns.tensor_model_parallel_size,
+        pp=ns.pipeline_model_parallel,
+        ep=ns.expert_model_parallel_size,
+        sp=ns.enable_sequence_parallel,
+        micro_batch=ns.micro_batch,
+        global_batch=ns.global_batch,
+        seq_length=_pick(ns.seq_length, 2048),
+        recompute=ns.recompute_activations,
+        make_vocab_size_divisible_by=ns.make_vocab_size_divisible_by,
+    )
+    return setup
+
+
+def to_aicb_argv(setup: TrainingSetup) -> list[str]:
+    """The setup as AICB's own command line (what ``scripts/megatron_gpt.sh`` would pass).
+
+    Only fields AICB knows are written: GQA, RoPE, norms and biases are invisible to it.
+    """
+    m = setup.model
+    argv = [
+        "--frame=Megatron",
+        f"--world_size={setup.world_size}",
+        f"--tensor_model_parallel_size={setup.tp}",
+        f"--pipeline_model_parallel={setup.pp}",
+        f"--global_batch={setup.global_batch}",
+        f"--micro_batch={setup.micro_batch}",
+        f"--num_layers={m.num_layers}",
+        f"--seq_length={setup.seq_length}",
+        f"--hidden_size={m.hidden_size}",
+        "--epoch_num=1",
+        f"--num_attention_heads={m.num_attention_heads}",
+        f"--model_name={m.aicb_name or m.name}",
+        f"--max_position_embeddings={m.max_position_embeddings}",
+        f"--vocab_size={m.vocab_size}",
+        f"--ffn_hidden_size={m.ffn_hidden_size}",
+        "--use-distributed-optimizer",
+    ]
+    if setup.make_vocab_size_divisible_by != 128:
+        argv.append(f"--make_vocab_size_divisible_by={setup.make_vocab_size_divisible_by}")
+    if m.swiglu:
+        argv.append("--swiglu")
+    if setup.sp:
+        argv.append("--enable_sequence_parallel")
+    if setup.recompute:
+        argv.append("--recompute_activations")
+    if m.is_moe:
+        argv += [
+            "--moe_enable",
+            f"--num_experts={m.num_experts}",
+            f"--moe_router_topk={m.moe_topk}",
+            f"--expert_model_parallel_size={setup.ep}",
+        ]
+    return argv
+
+
+def to_commsweep_argv(setup: TrainingSetup) -> list[str]:
+    """The setup as commsweep arguments: AICB's plus every architecture extension.
+
+    Parsing the result with ``add_training_arguments`` gives back an equal setup.
+    """
+    m = setup.model
+    argv = to_aicb_argv(setup)
+    if m.add_bias_linear:
+        argv.append("--add_bias_linear")
+    if m.num_query_groups is not None:
+        argv.append(f"--num_query_groups={m.num_query_groups}")
+    argv.append(f"--position_embedding={m.position_embedding}")
+    argv.append(f"--normalization={m.normalization}")
+    if not m.tie_embeddings:
+        argv.append("--untie_embeddings")
+    return argv
+
+
+def same_setup(a: TrainingSetup, b: TrainingSetup) -> bool:
+    """Equal apart from labels (the model's name and AICB name)."""
+    strip = {"name": "", "aicb_name": None}
+    return dataclasses.replace(a, model=dataclasses.replace(a.model, **strip)) == dataclasses.replace(
+        b, model=dataclasses.replace(b.model, **strip)
+    )

@@ -1,0 +1,51 @@
+"""Atomic output files.
+
+Every output of the pipeline is written to a temporary file in the same directory and
+renamed into place, so a killed job never leaves a half-written file that a later run
+(or Snakemake) could mistake for a complete one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | Path, mode: str = "w", *, newline: str | None = "") -> Iterator[IO]:
+    """Open a temporary sibling of ``path`` for writing; rename it onto ``path`` on success.
+
+    On any exception the temporary file is removed and ``path`` is left untouched. The
+    default ``newline=""`` writes text exactly as given (no newline translation), which the
+    byte-exact formats of this project rely on.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    binary = "b" in mode
+    try:
+        with os.fdopen(fd, mode, **({} if binary else {"encoding": "utf-8", "newline": newline})) as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically, byte for byte."""
+    with atomic_open(path) as fh:
+        fh.write(text)
+
+
+def write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically."""
+    with atomic_open(path, "wb") as fh:
+        fh.write(data)

@@ -1,0 +1,31 @@
+"""Where each stage's outputs live under the results directory.
+
+One home for the layout, shared by the Snakemake rules and the summary code::
+
+    results/sweep.csv                                   the points (and skipped combinations)
+    results/aiob/<backend>/<profile>.txt|.csv           AIOB profiles, shared by points
+    results/workloads/<workload>/workload.txt           SimAI workload, shared across networks
+    results/workloads/<workload>/volumes.csv            its communication volumes
+    results/points/<point>/...                          per-point stages (simulation, audit)
+    results/summary.csv, results/plots/*.png            the sweep's tables and figures
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def workload_dir(results: Path, workload: str) -> Path:
+    return results / "workloads" / workload
+
+
+def workload_file(results: Path, workload: str) -> Path:
+    return workload_dir(results, workload) / "workload.txt"
+
+
+def volumes_file(results: Path, workload: str) -> Path:
+    return workload_dir(results, workload) / "volumes.csv"
+
+
+def point_dir(results: Path, point: str) -> Path:
+    return results / "points" / point

@@ -1,0 +1,259 @@
+"""From a sweep config to sweep points: expansion, naming and validation.
+
+Every combination of the ``sweep:`` axes is one point. Invalid combinations are found
+here, before any job runs, each named with the rule it breaks; with ``skip_invalid``
+they are dropped and listed instead of failing the sweep.
+
+Outputs are shared where the work is: points that differ only in the network share a
+workload (``workload_key``), and points with the same model shard and batch share an
+AIOB profile (``profile_key``).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+from .models import ModelSpec, model_from_dict, resolve_model
+from .training import TrainingSetup
+
+AXES = (
+    "model", "world_size", "tp", "pp", "ep", "sp", "aiob", "schedule",
+    "micro_batch", "global_batch", "seq_length", "recompute", "network",
+)
+SCHEDULES = ("aicb", "megatron")
+NETWORK_FIELDS = ("gpus_per_server", "nics_per_server", "nvlink_gbps", "nic_gbps")
+TABLE_COLUMNS = (
+    "point", "workload", "profile", *AXES, "dp", "ga", *NETWORK_FIELDS,
+)
+
+
+@dataclass(frozen=True)
+class Network:
+    name: str
+    gpus_per_server: int
+    nics_per_server: int
+    nvlink_gbps: float
+    nic_gbps: float
+
+
+@dataclass(frozen=True)
+class Point:
+    """One sweep point: a training setup, how its workload is made, and a network."""
+
+    model: str
+    world_size: int
+    tp: int
+    pp: int
+    ep: int
+    sp: bool
+    aiob: bool
+    schedule: str
+    micro_batch: int
+    global_batch: int
+    seq_length: int
+    recompute: bool
+    network: str
+    setup: TrainingSetup = field(compare=False, repr=False)
+    net: Network = field(compare=False, repr=False)
+    gpu: str = field(default="H100-SXM", compare=False, repr=False)
+
+    @property
+    def setup_key(self) -> str:
+        key = (
+            f"{self.model}_ws{self.world_size}_tp{self.tp}_pp{self.pp}_ep{self.ep}_sp{int(self.sp)}"
+            f"_mb{self.micro_batch}_gb{self.global_batch}_seq{self.seq_length}"
+        )
+        return key + ("_rc" if self.recompute else "")
+
+    @property
+    def workload_key(self) -> str:
+        return f"{self.setup_key}_{self.schedule}" + ("_aiob" if self.aiob else "")
+
+    @property
+    def point_key(self) -> str:
+        return f"{self.workload_key}__{self.network}"
+
+    @property
+    def profile_key(self) -> str:
+        """The AIOB profile depends on the rank's model shard and batch, not on DP or PP."""
+        key = f"{self.model}_{self.gpu}_tp{self.tp}_ep{self.ep}_sp{int(self.sp)}_mb{self.micro_batch}_seq{self.seq_length}"
+        return key + ("_rc" if self.recompute else "")
+
+    def describe(self) -> str:
+        return ", ".join(f"{axis}={getattr(self, axis)}" for axis in AXES)
+
+    def row(self) -> dict[str, Any]:
+        """The point as a flat record for tables (the columns of ``TABLE_COLUMNS``)."""
+        record: dict[str, Any] = {
+            "point": self.point_key, "workload": self.workload_key,
+            "profile": self.profile_key if self.aiob else "",
+        }
+        record.update({axis: getattr(self, axis) for axis in AXES})
+        record.update(dp=self.setup.dp, ga=self.setup.num_microbatches)
+        record.update({f: getattr(self.net, f) for f in NETWORK_FIELDS})
+        return record
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """A combination of axis values that cannot run, and why."""
+
+    values: dict[str, Any]
+    reasons: tuple[str, ...]
+
+    def describe(self) -> str:
+        point = ", ".join(f"{k}={v}" for k, v in self.values.items())
+        return f"[{point}]: " + "; ".join(self.reasons)
+
+
+def _axis(config: dict, name: str) -> list:
+    values = config.get("sweep", {}).get(name)
+    if not isinstance(values, list) or not values:
+        raise ConfigError("must be a non-empty list", key=f"sweep.{name}")
+    seen: list = []
+    for v in values:
+        if v not in seen:
+            seen.append(v)
+    return seen
+
+
+def networks_from_config(config: dict) -> dict[str, Network]:
+    out = {}
+    for name, values in (config.get("networks") or {}).items():
+        if not isinstance(values, dict):
+            raise ConfigError("must be a mapping of " + ", ".join(NETWORK_FIELDS), key=f"networks.{name}")
+        for f in NETWORK_FIELDS:
+            if f not in values:
+                raise ConfigError("missing", key=f"networks.{name}.{f}")
+            v = values[f]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+                raise ConfigError(f"must be a positive number, got {v!r}", key=f"networks.{name}.{f}")
+        for f in ("gpus_per_server", "nics_per_server"):
+            if not isinstance(values[f], int):
+                raise ConfigError(f"must be an integer, got {values[f]!r}", key=f"networks.{name}.{f}")
+        out[name] = Network(name=name, **{f: values[f] for f in NETWORK_FIELDS})
+    return out
+
+
+def custom_models(config: dict) -> dict[str, ModelSpec]:
+    models = config.get("models") or {}
+    if not isinstance(models, dict):
+        raise ConfigError("must be a mapping from model name to fields", key="models")
+    out = {}
+    for name, values in models.items():
+        if not isinstance(values, dict):
+            raise ConfigError("must be a mapping of model fields", key=f"models.{name}")
+        out[name] = model_from_dict(name, values)
+    return out
+
+
+def schedule_problems(setup: TrainingSetup, schedule: str) -> list[str]:
+    """Why a schedule cannot generate this setup's workload (empty when it can)."""
+    if schedule == "megatron":
+        from .workload import megatron
+
+        return megatron.unsupported(setup)
+    if schedule == "aicb":
+        from .workload import aicb
+
+        return aicb.unsupported(setup)
+    return [f"unknown schedule {schedule!r}; expected one of {', '.join(SCHEDULES)}"]
+
+
+def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
+    """All points of the sweep, valid first, then the invalid combinations with reasons."""
+    axes = {name: _axis(config, name) for name in AXES}
+    nets = networks_from_config(config)
+    models = custom_models(config)
+    gpu = str((config.get("aiob") or {}).get("gpu", "H100-SXM"))
+    for name in axes["network"]:
+        if name not in nets:
+            raise ConfigError(f"unknown network {name!r}; defined: {', '.join(nets) or 'none'}", key="sweep.network")
+    resolved = {name: resolve_model(name, models) for name in axes["model"]}
+    for name in ("world_size", "tp", "pp", "ep", "micro_batch", "global_batch", "seq_length"):
+        for v in axes[name]:
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"values must be positive integers, got {v!r}", key=f"sweep.{name}")
+    for name in ("sp", "aiob", "recompute"):
+        for v in axes[name]:
+            if not isinstance(v, bool):
+                raise ConfigError(f"values must be true or false, got {v!r}", key=f"sweep.{name}")
+
+    points: list[Point] = []
+    invalid: list[Invalid] = []
+    for combo in itertools.product(*(axes[a] for a in AXES)):
+        values = dict(zip(AXES, combo))
+        setup = TrainingSetup(
+            model=resolved[values["model"]],
+            world_size=values["world_size"], tp=values["tp"], pp=values["pp"], ep=values["ep"],
+            sp=values["sp"], micro_batch=values["micro_batch"], global_batch=values["global_batch"],
+            seq_length=values["seq_length"], recompute=values["recompute"],
+        )
+        reasons = setup.problems()
+        if not reasons:
+            reasons += schedule_problems(setup, values["schedule"])
+        if reasons:
+            invalid.append(Invalid(values=values, reasons=tuple(reasons)))
+        else:
+            points.append(Point(**values, setup=setup, net=nets[values["network"]], gpu=gpu))
+    return points, invalid
+
+
+def points_from_config(config: dict) -> tuple[list[Point], list[Invalid]]:
+    """Expand and enforce validity: invalid points fail the sweep unless ``skip_invalid``."""
+    points, invalid = expand(config)
+    if invalid and not config.get("skip_invalid", False):
+        listed = "\n".join(f"  - {bad.describe()}" for bad in invalid)
+        raise ConfigError(
+            f"{len(invalid)} invalid sweep point(s); fix the axes or set skip_invalid: true\n{listed}",
+            key="sweep",
+        )
+    if not points:
+        raise ConfigError("no valid sweep point", key="sweep")
+    return points, invalid
+
+
+def table_csv(points: list[Point], invalid: list[Invalid] = ()) -> str:
+    """The sweep as CSV: one row per point, plus skipped combinations with ``status``."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=[*TABLE_COLUMNS, "status"], lineterminator="\n")
+    writer.writeheader()
+    for p in points:
+        writer.writerow({**p.row(), "status": "ok"})
+    for bad in invalid:
+        writer.writerow({**bad.values, "status": "skipped: " + "; ".join(bad.reasons)})
+    return buf.getvalue()
+
+
+def load_config(path: str | Path) -> dict:
+    """Read a sweep config YAML, validate it against the schema and fill its defaults."""
+    from .config_schema import validate_config
+
+    import yaml
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"cannot read the file: {err.strerror}", source=path) from None
+    except UnicodeDecodeError:
+        raise ConfigError("not UTF-8 text", source=path) from None
+    try:
+        config = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else path
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"invalid YAML: {problem}", source=where) from None
+    if config is None:
+        config = {}
+    if not isinstance(config, dict):
+        raise ConfigError("the config must be a mapping at the top level", source=path)
+    validate_config(config, source=path)
+    return config

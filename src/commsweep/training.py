@@ -1,0 +1,108 @@
+"""One training configuration: a model and how it is split over the GPUs.
+
+This is the single description every stage shares (AIOB profiling, both workload
+generators, the audit, the trace). Derived quantities use Megatron's definitions and
+the notation of the reference documents: b micro batch, s sequence, h hidden, t TP,
+p PP, d DP, g micro-batches per iteration, u = 2*b*s*h bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .models import ModelSpec
+
+
+@dataclass(frozen=True)
+class TrainingSetup:
+    model: ModelSpec
+    world_size: int
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    sp: bool = False
+    micro_batch: int = 1
+    global_batch: int = 1
+    seq_length: int = 2048
+    recompute: bool = False
+    make_vocab_size_divisible_by: int = 128
+
+    # -- derived sizes -------------------------------------------------------------
+    @property
+    def dp(self) -> int:
+        """Data-parallel size d = world / (t * p)."""
+        return self.world_size // (self.tp * self.pp)
+
+    @property
+    def num_microbatches(self) -> int:
+        """g = global batch / (micro batch * d), Megatron's gradient-accumulation steps."""
+        return self.global_batch // (self.micro_batch * self.dp)
+
+    @property
+    def layers_per_stage(self) -> int:
+        return self.model.num_layers // self.pp
+
+    @property
+    def padded_vocab(self) -> int:
+        """V': the vocabulary padded to a multiple of 128 * t, as Megatron pads it."""
+        multiple = self.make_vocab_size_divisible_by * self.tp
+        return -(-self.model.vocab_size // multiple) * multiple
+
+    @property
+    def activation_bytes(self) -> int:
+        """u = 2*b*s*h: one bf16 [s, b, h] activation, the size unit of workload files."""
+        return 2 * self.micro_batch * self.seq_length * self.model.hidden_size
+
+    @property
+    def expert_dp(self) -> int:
+        """The expert-data-parallel size d / ep."""
+        return self.dp // self.ep
+
+    # -- validity ------------------------------------------------------------------
+    def problems(self) -> list[str]:
+        """Every rule of Megatron's this setup breaks, as sentences (empty when valid)."""
+        m, t, p = self.model, self.tp, self.pp
+        out: list[str] = []
+        for name, value in (
+            ("world_size", self.world_size), ("tp", t), ("pp", p), ("ep", self.ep),
+            ("micro_batch", self.micro_batch), ("global_batch", self.global_batch),
+            ("seq_length", self.seq_length),
+        ):
+            if value < 1:
+                out.append(f"{name} must be at least 1 (got {value})")
+        if out:
+            return out
+        if m.num_attention_heads % t:
+            out.append(f"tp={t} does not divide the {m.num_attention_heads} attention heads")
+        if m.num_query_groups is not None and m.num_query_groups % t:
+            out.append(f"tp={t} does not divide the {m.num_query_groups} query groups (GQA)")
+        if m.hidden_size % t:
+            out.append(f"tp={t} does not divide hidden_size={m.hidden_size}")
+        if m.ffn_hidden_size % t:
+            out.append(f"tp={t} does not divide ffn_hidden_size={m.ffn_hidden_size}")
+        if self.world_size % (t * p):
+            out.append(f"world_size={self.world_size} is not divisible by tp*pp={t * p}")
+            return out
+        if m.num_layers % p:
+            out.append(f"pp={p} does not divide num_layers={m.num_layers}")
+        per_iteration = self.micro_batch * self.dp
+        if self.global_batch < per_iteration:
+            out.append(
+                f"global_batch={self.global_batch} gives fewer than one micro-batch per iteration "
+                f"(needs at least micro_batch*dp = {self.micro_batch}*{self.dp} = {per_iteration})"
+            )
+        elif self.global_batch % per_iteration:
+            out.append(
+                f"global_batch={self.global_batch} is not a multiple of micro_batch*dp = {per_iteration}"
+            )
+        if self.sp and t > 1 and self.seq_length % t:
+            out.append(f"sequence parallelism needs tp={t} to divide seq_length={self.seq_length}")
+        if m.is_moe:
+            assert m.num_experts is not None
+            if m.num_experts % self.ep:
+                out.append(f"ep={self.ep} does not divide the {m.num_experts} experts")
+            if self.dp % self.ep:
+                out.append(f"ep={self.ep} does not divide dp={self.dp}")
+        elif self.ep != 1:
+            out.append(f"ep={self.ep} needs an MoE model ({m.name} is dense)")
+        return out

@@ -1,0 +1,336 @@
+"""The Megatron schedule: the collectives Megatron-LM (megatron-core) really issues.
+
+One source of truth for the pipeline: ``schedule()`` lists, for one pipeline stage's
+view of one training iteration, every collective with its module, layer, phase, group
+and bytes (``../shared/reference/megatron/GROUND_TRUTH.md``; checked against traces of
+real megatron-core by ``commsweep trace``). ``Schedule.workload()`` writes it as a SimAI
+workload; what that format cannot carry is kept in ``Schedule.unexpressed``.
+
+Conventions (those of SimAI workload files): a collective's size is the whole tensor,
+not a rank's shard; activations are bf16, u = 2*b*s*h bytes; gradients are reduced in
+fp32 (4 bytes per parameter) and parameters gathered in bf16 (2 bytes).
+
+Per micro-batch, TP group (t > 1 only: Megatron has no TP communication at t = 1):
+
+* Embedding (first stage): forward all-reduce u; with SP it is followed by a split to
+  sequence shards whose backward all-gathers u, and without a learned position embedding
+  (RoPE) the forward all-reduce becomes a reduce-scatter.
+* Each layer without SP: forward all-reduce u after linear_proj and linear_fc2; backward
+  all-reduce u of the input gradients of linear_qkv and linear_fc1.
+* Each layer with SP: forward all-gather u before linear_qkv and linear_fc1 and
+  reduce-scatter u after linear_proj and linear_fc2; backward all-gather u reversing each
+  reduce-scatter, all-gather u re-gathering the qkv/fc1 input for the weight gradient,
+  and reduce-scatter u of the qkv/fc1 input gradient.
+* Output layer (last stage): without SP a backward all-reduce u; with SP a forward
+  all-gather u and backward all-gather u (weight gradient) + reduce-scatter u.
+* Cross entropy (last stage): three forward all-reduces of b*s fp32 values.
+
+Per iteration: with SP, one TP all-reduce of the sequence-parallel parameters' gradients
+(norms, and the biases of linear_proj and linear_fc2); with DP > 1 and the distributed
+optimizer, a reduce-scatter of 4*P gradient bytes and an all-gather of 2*P parameter bytes
+over DP (P = this rank's parameters); with p > 1 and tied embeddings, an all-reduce of
+the word-embedding gradient between the first and last stage (not expressible in SimAI).
+Pipeline sends (u, or u/t with SP, per micro-batch and direction) go into the header's
+``pp_comm``; ``vpp`` holds the virtual pipeline size, 1, so that SimAI's bubble
+(pp-1)/(ga*vpp) and PP formulas follow the 1F1B schedule.
+
+Compute times: the AIOB profile when given (see ``_compute_times``), else 0 everywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..aiob.profile_file import AiobProfile
+from ..training import TrainingSetup
+from .format import Header, Row, Workload
+
+GROUP_OF_PHASE_SUFFIX = {"TP": "", "DP": "", "EP": "_EP", "DP_EP": "_DP_EP"}
+# Groups that may stand in each column of a SimAI row.
+_COLUMN_GROUPS = {"fwd": ("TP", "EP", "DP_EP"), "ig": ("TP", "EP", "DP_EP"), "wg": ("DP", "EP", "DP_EP")}
+FP32 = 4
+BF16 = 2
+
+
+@dataclass(frozen=True)
+class Comm:
+    """One collective: operation, group and size of the whole tensor in bytes."""
+
+    collective: str  # allreduce | allgather | reducescatter | alltoall | sendrecv
+    group: str  # TP | DP | EP | DP_EP | PP | EMB (first and last pipeline stage)
+    bytes: int
+
+    def comm_type(self) -> str:
+        return self.collective.upper() + GROUP_OF_PHASE_SUFFIX[self.group]
+
+
+@dataclass(frozen=True)
+class Block:
+    """One workload row of the schedule, with the Megatron module it stands for."""
+
+    name: str
+    module: str
+    layer: int | None = None  # global transformer layer index
+    micro_batch: int | None = None  # None for once-per-iteration rows
+    fwd: Comm | None = None
+    ig: Comm | None = None
+    wg: Comm | None = None
+    fwd_compute: int = 0
+    ig_compute: int = 0
+    wg_compute: int = 0
+
+    def comm(self, phase: str) -> Comm | None:
+        return getattr(self, phase)
+
+
+@dataclass(frozen=True)
+class Expected:
+    """One collective Megatron issues in the iteration, for the audit and the trace check."""
+
+    phase: str  # fwd | ig | wg | pp | after (after backward, outside any row)
+    comm: Comm
+    module: str
+    layer: int | None
+    micro_batch: int | None
+    row: int | None  # index of the workload row that carries it; None if unexpressed
+
+
+@dataclass(frozen=True)
+class Schedule:
+    setup: TrainingSetup
+    stage: int
+    blocks: tuple[Block, ...]
+    # Collectives the SimAI format cannot carry: (module, phase, comm, why).
+    unexpressed: tuple[tuple[str, str, Comm, str], ...] = field(default=())
+
+    @property
+    def header(self) -> Header:
+        s = self.setup
+        pp_comm = 0
+        if s.pp > 1:
+            pp_comm = s.activation_bytes // s.tp if (s.sp and s.tp > 1) else s.activation_bytes
+        return Header(
+            tp=s.tp, ep=s.ep, pp=s.pp, vpp=1, ga=s.num_microbatches, all_gpus=s.world_size, pp_comm=pp_comm
+        )
+
+    def workload(self) -> Workload:
+        rows = []
+        for block in self.blocks:
+            cols: dict[str, tuple[str, int]] = {}
+            for phase in ("fwd", "ig", "wg"):
+                comm = block.comm(phase)
+                if comm is None:
+                    cols[phase] = ("NONE", 0)
+                    continue
+                if comm.group not in _COLUMN_GROUPS[phase]:
+                    raise AssertionError(f"{block.name}: group {comm.group} cannot stand in the {phase} column")
+                cols[phase] = (comm.comm_type(), comm.bytes)
+            rows.append(
+                Row(
+                    name=block.name, dependency=-1,
+                    fwd_compute=block.fwd_compute, fwd_comm=cols["fwd"][0], fwd_size=cols["fwd"][1],
+                    ig_compute=block.ig_compute, ig_comm=cols["ig"][0], ig_size=cols["ig"][1],
+                    wg_compute=block.wg_compute, wg_comm=cols["wg"][0], wg_size=cols["wg"][1],
+                    update_time=100,
+                )
+            )
+        return Workload(header=self.header, rows=tuple(rows))
+
+    def expected(self) -> list[Expected]:
+        """Every collective of the iteration, expressed or not, in row order."""
+        out = [
+            Expected(phase=phase, comm=comm, module=b.module, layer=b.layer, micro_batch=b.micro_batch, row=i)
+            for i, b in enumerate(self.blocks)
+            for phase in ("fwd", "ig", "wg")
+            if (comm := b.comm(phase)) is not None
+        ]
+        out += [
+            Expected(phase=phase, comm=comm, module=module, layer=None, micro_batch=None, row=None)
+            for module, phase, comm, _ in self.unexpressed
+        ]
+        return out
+
+
+def unsupported(setup: TrainingSetup) -> list[str]:
+    """Why the Megatron schedule cannot describe this setup (empty when it can)."""
+    if setup.model.is_moe:
+        return ["the megatron schedule covers dense models only (MoE is not modelled)"]
+    return []
+
+
+# -- parameter counts ------------------------------------------------------------------
+
+
+def local_parameters(setup: TrainingSetup, stage: int = 0) -> int:
+    """Parameters one TP rank of pipeline stage ``stage`` holds (what DP reduces)."""
+    m, t = setup.model, setup.tp
+    h, f = m.hidden_size, m.ffn_hidden_size
+    first, last = stage == 0, stage == setup.pp - 1
+    kv = m.kv_groups * m.head_dim
+    fc1_out = f * (2 if m.swiglu else 1)
+    norm = 2 * h if m.normalization == "layernorm" else h
+    bias = 1 if m.add_bias_linear else 0
+    per_layer = (
+        h * (h + 2 * kv) // t + bias * (h + 2 * kv) // t  # linear_qkv
+        + h * h // t + bias * h  # linear_proj (a row-parallel bias is whole on every rank)
+        + h * fc1_out // t + bias * fc1_out // t  # linear_fc1
+        + f * h // t + bias * h  # linear_fc2
+        + 2 * norm  # input and pre-MLP norms
+    )
+    total = setup.layers_per_stage * per_layer
+    word = setup.padded_vocab * h // t
+    if first:
+        total += word
+        if m.position_embedding == "learned":
+            total += m.max_position_embeddings * h
+    if last:
+        total += norm  # final norm
+        if not m.tie_embeddings or setup.pp > 1:
+            total += word  # output layer (or the last stage's copy of the tied embedding)
+    return total
+
+
+def sequence_parallel_parameters(setup: TrainingSetup, stage: int = 0) -> int:
+    """Parameters whose gradients SP all-reduces over TP: norms, and the biases of
+    linear_proj and linear_fc2 (replicated across TP ranks but fed sequence shards)."""
+    m, h = setup.model, setup.model.hidden_size
+    norm = 2 * h if m.normalization == "layernorm" else h
+    per_layer = 2 * norm + (2 * h if m.add_bias_linear else 0)
+    total = setup.layers_per_stage * per_layer
+    if stage == setup.pp - 1:
+        total += norm
+    return total
+
+
+# -- compute times ---------------------------------------------------------------------
+
+
+def _us_to_ns(*values: float) -> int:
+    return round(sum(values) * 1000)
+
+
+def _compute_times(profile: AiobProfile | None, recompute: bool) -> dict[str, tuple[int, int, int]]:
+    """(fwd, ig, wg) ns per row kind from an AIOB profile's average times.
+
+    The profile times forward operators only. Backward is estimated per operator: the
+    input-gradient GEMM costs what the forward GEMM costs, the weight-gradient GEMM
+    likewise; flash attention's backward costs twice its forward; norms and activations
+    cost their forward time again. Selective recompute re-runs flash attention's forward
+    in the backward pass.
+    """
+    if profile is None:
+        return {}
+
+    def avg(name: str) -> float:
+        times = profile.get(name)
+        return float(times.avg) if times else 0.0
+
+    ln, qkv, flash, proj = avg("layernorm"), avg("atten_qkv"), avg("atten_flash"), avg("atten_linear")
+    ln2, fc1, act, fc2 = avg("layernorm2"), avg("mlp_linear_1"), avg("mlp_gelu"), avg("mlp_linear_2")
+    return {
+        "embedding": (_us_to_ns(avg("Emb")), 0, _us_to_ns(avg("Emb"))),
+        "attention_qkv": (_us_to_ns(ln, qkv), _us_to_ns(qkv, ln), _us_to_ns(qkv)),
+        "attention_proj": (
+            _us_to_ns(flash, proj),
+            _us_to_ns(proj, 2 * flash, flash if recompute else 0),
+            _us_to_ns(proj),
+        ),
+        "mlp_fc1": (_us_to_ns(ln2, fc1, act), _us_to_ns(fc1, act, ln2), _us_to_ns(fc1)),
+        "mlp_fc2": (_us_to_ns(fc2), _us_to_ns(fc2), _us_to_ns(fc2)),
+        "output_layer": (_us_to_ns(avg("layernorm_post"), avg("logit_time")), _us_to_ns(avg("logit_time")), _us_to_ns(avg("logit_time"))),
+        "optimizer": (0, 0, _us_to_ns(avg("param_time"))),
+    }
+
+
+# -- the schedule ----------------------------------------------------------------------
+
+
+def schedule(setup: TrainingSetup, profile: AiobProfile | None = None, *, stage: int = 0) -> Schedule:
+    """The collectives of one iteration as pipeline stage ``stage`` (0-based) sees them."""
+    if not 0 <= stage < setup.pp:
+        raise ValueError(f"stage {stage} is outside 0..{setup.pp - 1}")
+    m, t = setup.model, setup.tp
+    sp = setup.sp and t > 1  # Megatron switches SP off at t = 1
+    tp = t > 1
+    u = setup.activation_bytes
+    first, last = stage == 0, stage == setup.pp - 1
+    times = _compute_times(profile, setup.recompute)
+
+    def tp_comm(collective: str, size: int = u) -> Comm | None:
+        return Comm(collective, "TP", size) if tp else None
+
+    def timed(kind: str, **kw) -> dict:
+        fwd, ig, wg = times.get(kind, (0, 0, 0))
+        return {"fwd_compute": fwd, "ig_compute": ig, "wg_compute": wg, **kw}
+
+    blocks: list[Block] = []
+    unexpressed: list[tuple[str, str, Comm, str]] = []
+
+    # Once per iteration; SimAI runs rows backwards in backward, so these come last.
+    psi = local_parameters(setup, stage)
+    dp = setup.dp > 1
+    blocks.append(
+        Block("dp_param_allgather", "optimizer.param_allgather",
+              wg=Comm("allgather", "DP", BF16 * psi) if dp else None, **timed("optimizer"))
+    )
+    if sp:
+        blocks.append(
+            Block("sp_grads_allreduce", "finalize_model_grads.sequence_parallel",
+                  ig=Comm("allreduce", "TP", FP32 * sequence_parallel_parameters(setup, stage)))
+        )
+    if dp:
+        blocks.append(Block("dp_grad_reducescatter", "ddp.grad_reducescatter", wg=Comm("reducescatter", "DP", FP32 * psi)))
+    if setup.pp > 1 and m.tie_embeddings and (first or last):
+        unexpressed.append((
+            "finalize_model_grads.embedding", "after",
+            Comm("allreduce", "EMB", FP32 * setup.padded_vocab * m.hidden_size // t),
+            "the word-embedding gradient all-reduce between the first and last stage has no SimAI group",
+        ))
+
+    layer_ids = range(stage * setup.layers_per_stage, (stage + 1) * setup.layers_per_stage)
+    for mb in range(setup.num_microbatches):
+        if first:
+            if not sp:
+                fwd, ig = tp_comm("allreduce"), None
+            elif m.position_embedding == "learned":
+                fwd, ig = tp_comm("allreduce"), tp_comm("allgather")
+            else:
+                fwd, ig = tp_comm("reducescatter"), tp_comm("allgather")
+            blocks.append(Block("embedding_layer", "embedding", micro_batch=mb, fwd=fwd, ig=ig, **timed("embedding")))
+        for layer in layer_ids:
+            for part, column, row in (("attention", "qkv", "proj"), ("mlp", "fc1", "fc2")):
+                col_kind, row_kind = f"{part}_{column}", f"{part}_{row}"
+                col_module = f"decoder.layers.{layer}.{'self_attention' if part == 'attention' else 'mlp'}.linear_{column}"
+                row_module = f"decoder.layers.{layer}.{'self_attention' if part == 'attention' else 'mlp'}.linear_{row}"
+                if sp:
+                    blocks.append(Block(f"layer{layer}_{col_kind}", col_module, layer, mb,
+                                        fwd=tp_comm("allgather"), ig=tp_comm("reducescatter"), **timed(col_kind)))
+                    blocks.append(Block(f"layer{layer}_{col_kind}_wgrad_gather", col_module, layer, mb,
+                                        ig=tp_comm("allgather")))
+                    blocks.append(Block(f"layer{layer}_{row_kind}", row_module, layer, mb,
+                                        fwd=tp_comm("reducescatter"), ig=tp_comm("allgather"), **timed(row_kind)))
+                else:
+                    blocks.append(Block(f"layer{layer}_{col_kind}", col_module, layer, mb,
+                                        ig=tp_comm("allreduce"), **timed(col_kind)))
+                    blocks.append(Block(f"layer{layer}_{row_kind}", row_module, layer, mb,
+                                        fwd=tp_comm("allreduce"), **timed(row_kind)))
+        if last:
+            if sp:
+                blocks.append(Block("output_layer", "output_layer", micro_batch=mb,
+                                    fwd=tp_comm("allgather"), ig=tp_comm("reducescatter"), **timed("output_layer")))
+                blocks.append(Block("output_layer_wgrad_gather", "output_layer", micro_batch=mb, ig=tp_comm("allgather")))
+            else:
+                blocks.append(Block("output_layer", "output_layer", micro_batch=mb,
+                                    ig=tp_comm("allreduce"), **timed("output_layer")))
+            ce_bytes = FP32 * setup.micro_batch * setup.seq_length
+            for what in ("max", "target", "sum_exp"):
+                blocks.append(Block(f"cross_entropy_{what}", "loss.vocab_parallel_cross_entropy", micro_batch=mb,
+                                    fwd=tp_comm("allreduce", ce_bytes)))
+        if setup.pp > 1:
+            pp_bytes = u // t if sp else u
+            why = "pipeline sends are carried by the header's pp_comm, not by rows"
+            if not last:
+                unexpressed.append(("pipeline.send_forward", "pp", Comm("sendrecv", "PP", pp_bytes), why))
+            if not first:
+                unexpressed.append(("pipeline.send_backward", "pp", Comm("sendrecv", "PP", pp_bytes), why))
+    return Schedule(setup=setup, stage=stage, blocks=tuple(blocks), unexpressed=tuple(unexpressed))

@@ -1,0 +1,54 @@
+# Sweep points and input functions shared by the rules.
+
+import shlex
+
+from snakemake.exceptions import WorkflowError
+
+from commsweep import sweep
+from commsweep.arguments import to_commsweep_argv
+from commsweep.errors import CommsweepError
+
+RESULTS = "results"
+
+try:
+    POINTS, INVALID = sweep.points_from_config(config)
+except CommsweepError as err:
+    raise WorkflowError(f"invalid sweep configuration: {err}") from None
+
+POINT_BY_KEY = {p.point_key: p for p in POINTS}
+POINT_BY_WORKLOAD = {p.workload_key: p for p in POINTS}
+WORKLOADS = sorted(POINT_BY_WORKLOAD)
+
+
+wildcard_constraints:
+    workload=r"[^/]+",
+    point=r"[^/]+",
+    profile=r"[^/]+",
+
+
+def final_outputs():
+    """Everything `rule all` asks for."""
+    return [
+        f"{RESULTS}/summary.csv",
+        f"{RESULTS}/plots/volume_by_tp.png",
+    ]
+
+
+def workload_point(wildcards):
+    try:
+        return POINT_BY_WORKLOAD[wildcards.workload]
+    except KeyError:
+        raise WorkflowError(f"{wildcards.workload} is not a workload of this sweep") from None
+
+
+def workload_args(wildcards):
+    """The `commsweep generate` arguments of a workload: its setup and schedule."""
+    point = workload_point(wildcards)
+    argv = to_commsweep_argv(point.setup) + ["--schedule", point.schedule]
+    if point.schedule == "megatron":
+        argv += ["--pp_stage", config["generator"]["megatron_pp_stage"]]
+    return shlex.join(argv)
+
+
+def all_volumes(wildcards):
+    return [f"{RESULTS}/workloads/{w}/volumes.csv" for w in WORKLOADS]
