@@ -1,6 +1,8 @@
 # Sweep points and input functions shared by the rules.
 
+import os
 import shlex
+import sys
 
 from snakemake.exceptions import WorkflowError
 
@@ -9,6 +11,10 @@ from commsweep.arguments import to_commsweep_argv
 from commsweep.errors import CommsweepError
 
 RESULTS = "results"
+
+# Shell rules call `commsweep`: use the one installed beside the Python running Snakemake,
+# also when its environment is not activated (e.g. `.venv/bin/snakemake`).
+os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
 
 try:
     POINTS, INVALID = sweep.points_from_config(config)
