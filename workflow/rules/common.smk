@@ -47,12 +47,24 @@ def workload_point(wildcards):
         raise WorkflowError(f"{wildcards.workload} is not a workload of this sweep") from None
 
 
+def profile_path(point):
+    """The AIOB profile of a point with aiob on (made by the aiob rule)."""
+    return f"{RESULTS}/aiob/{config['aiob']['backend']}/{point.profile_key}.txt"
+
+
+def workload_inputs(wildcards):
+    point = workload_point(wildcards)
+    return {"profile": profile_path(point)} if point.aiob else {}
+
+
 def workload_args(wildcards):
-    """The `commsweep generate` arguments of a workload: its setup and schedule."""
+    """The `commsweep generate` arguments of a workload: its setup, schedule and profile."""
     point = workload_point(wildcards)
     argv = to_commsweep_argv(point.setup) + ["--schedule", point.schedule]
     if point.schedule == "megatron":
         argv += ["--pp_stage", config["generator"]["megatron_pp_stage"]]
+    if point.aiob:
+        argv += ["--aiob_enable", f"--comp_filepath={profile_path(point)}"]
     return shlex.join(argv)
 
 

@@ -3,6 +3,8 @@
 
 
 rule workload:
+    input:
+        unpack(workload_inputs),
     output:
         f"{RESULTS}/workloads/{{workload}}/workload.txt",
     params:
