@@ -11,6 +11,7 @@ named GPU beside them (left empty for a GPU the table does not know).
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -22,6 +23,8 @@ from . import gpus, roofline
 from . import profile_file as pf
 
 BACKENDS = ("roofline", "torch", "file")
+
+_TIME = re.compile(r"\s+(time_gpu_(?:max|min|avg)):\s*(\S+)")
 
 # AICB's profiler without --use_flash_attn times the core attention in three parts instead.
 _UNFUSED_ATTENTION = ("atten_core_qk", "atten_core_softmax", "atten_core_contex")
@@ -48,6 +51,15 @@ def read_user_file(path: str | Path) -> pf.AiobProfile:
     if not path.is_file():
         raise InputError("no such file (aiob.file / --file)", file=path)
     profile = pf.read(path)
+    # AICB's reader (utils.extract_averages) takes r"\d+(\.\d+)?" after the key: 1e3 would be 1 to it.
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        value = _TIME.match(line)
+        if value and not re.fullmatch(r"\d+(\.\d+)?", value.group(2)):
+            raise InputError(
+                f"AICB reads {value.group(2)!r} as {re.match(r'[0-9.]*', value.group(2)).group(0) or 'nothing'}; "
+                "write times as plain decimals",
+                file=path, line=number, field=value.group(1),
+            )
     present = set(profile.names())
     required = [s for s in pf.STANDARD_SECTIONS if s != "atten_flash"]
     if "atten_flash" not in present and not set(_UNFUSED_ATTENTION) <= present:
