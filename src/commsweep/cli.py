@@ -45,6 +45,29 @@ def cmd_generate(ns: argparse.Namespace) -> None:
     _emit(workload.render(), ns.output)
 
 
+def cmd_profile(ns: argparse.Namespace) -> None:
+    from .aiob import backends, gpus
+
+    if ns.list_gpus:
+        _emit(gpus.table(), None)
+        return
+    from .arguments import setup_from_args
+
+    setup = setup_from_args(ns)
+    iters = ns.iters if ns.iters is not None else int(ns.epoch_num or 10)
+    efficiency = {
+        "gemm_efficiency": ns.gemm_efficiency, "attention_efficiency": ns.attention_efficiency,
+        "memory_efficiency": ns.memory_efficiency, "launch_us": ns.launch_us,
+    }
+    result = backends.make(
+        setup, ns.backend, ns.gpu, file=ns.file, train_iter=iters, efficiency=efficiency,
+        device=ns.device, warmup=ns.warmup, threads=ns.threads,
+    )
+    backends.write(result, ns.output, ns.csv)
+    if result.note:
+        print(f"commsweep profile: {result.note}", file=sys.stderr)
+
+
 def cmd_volumes(ns: argparse.Namespace) -> None:
     from .analysis import volumes
     from .workload import format as wformat
@@ -111,6 +134,31 @@ def build_parser() -> argparse.ArgumentParser:
                    help="megatron schedule with pp > 1: the stage whose view the file holds (first, last or an index)")
     p.add_argument("-o", "--output", help="output file (default: stdout)")
     p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser(
+        "profile", allow_abbrev=False,
+        help="write the AIOB compute-time profile of one setup (AICB's format)",
+        description="Write the AIOB compute-time file (AICB's --comp_filepath format) of one rank's shard: "
+                    "modelled (roofline), measured with PyTorch (torch) or a user's file, validated (file). "
+                    "Takes AICB's model arguments.",
+    )
+    add_training_arguments(p)
+    p.add_argument("--backend", choices=("roofline", "torch", "file"), default="roofline")
+    p.add_argument("--gpu", default="H100-SXM",
+                   help="GPU type: the roofline's peaks (see --list_gpus); a label for torch and file")
+    p.add_argument("--file", help="file backend: the AIOB file (e.g. from AICB) to validate and copy")
+    p.add_argument("--iters", type=int, default=None,
+                   help="timed iterations (torch) and the file's train_iter (default: --epoch_num, else 10)")
+    p.add_argument("--warmup", type=int, default=3, help="torch: untimed runs of each operator first")
+    p.add_argument("--device", default="auto", help="torch: auto (CUDA when present), cpu, cuda or cuda:N")
+    p.add_argument("--threads", type=int, default=None, help="torch: CPU threads")
+    for name in ("gemm_efficiency", "attention_efficiency", "memory_efficiency"):
+        p.add_argument(f"--{name}", type=float, default=None, help=f"roofline: override the GPU's {name.replace('_', ' ')}")
+    p.add_argument("--launch_us", type=float, default=None, help="roofline: override the per-kernel launch overhead")
+    p.add_argument("--list_gpus", action="store_true", help="print the GPU table with its sources and exit")
+    p.add_argument("-o", "--output", help="the AIOB file (default: stdout)")
+    p.add_argument("--csv", help="also write the tidy CSV of the same numbers here")
+    p.set_defaults(func=cmd_profile)
 
     p = sub.add_parser("volumes", help="communication volumes of a workload per phase, collective and group")
     p.add_argument("workload", help="a SimAI workload file")

@@ -81,8 +81,12 @@ class Point:
 
     @property
     def profile_key(self) -> str:
-        """The AIOB profile depends on the rank's model shard and batch, not on DP or PP."""
+        """The AIOB profile depends on the rank's model shard and batch, not on DP. PP enters
+        only through ``param_time`` (AICB sizes it by the stage's layers), so it is in the key
+        only when pp > 1."""
         key = f"{self.model}_{self.gpu}_tp{self.tp}_ep{self.ep}_sp{int(self.sp)}_mb{self.micro_batch}_seq{self.seq_length}"
+        if self.pp > 1:
+            key += f"_pp{self.pp}"
         return key + ("_rc" if self.recompute else "")
 
     def describe(self) -> str:
@@ -171,11 +175,16 @@ def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
     axes = {name: _axis(config, name) for name in AXES}
     nets = networks_from_config(config)
     models = custom_models(config)
-    gpu = str((config.get("aiob") or {}).get("gpu", "H100-SXM"))
+    aiob = config.get("aiob") or {}
+    gpu = str(aiob.get("gpu", "H100-SXM"))
     for name in axes["network"]:
         if name not in nets:
             raise ConfigError(f"unknown network {name!r}; defined: {', '.join(nets) or 'none'}", key="sweep.network")
     resolved = {name: resolve_model(name, models) for name in axes["model"]}
+    if True in axes["aiob"]:
+        from .aiob.backends import check_aiob_config
+
+        check_aiob_config(aiob)
     for name in ("world_size", "tp", "pp", "ep", "micro_batch", "global_batch", "seq_length"):
         for v in axes[name]:
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:

@@ -24,6 +24,8 @@ except CommsweepError as err:
 POINT_BY_KEY = {p.point_key: p for p in POINTS}
 POINT_BY_WORKLOAD = {p.workload_key: p for p in POINTS}
 WORKLOADS = sorted(POINT_BY_WORKLOAD)
+# Points with aiob on, by AIOB profile: points sharing a key share one profile.
+POINT_BY_PROFILE = {p.profile_key: p for p in POINTS if p.aiob}
 
 
 wildcard_constraints:
@@ -70,3 +72,25 @@ def workload_args(wildcards):
 
 def all_volumes(wildcards):
     return [f"{RESULTS}/workloads/{w}/volumes.csv" for w in WORKLOADS]
+
+
+def profile_point(wildcards):
+    try:
+        return POINT_BY_PROFILE[wildcards.profile]
+    except KeyError:
+        raise WorkflowError(f"{wildcards.profile} is not an AIOB profile of this sweep") from None
+
+
+def profile_args(wildcards):
+    """The `commsweep profile` arguments of a profile: the shard of its points and the GPU."""
+    from commsweep.aiob.backends import profile_setup
+
+    point = profile_point(wildcards)
+    return shlex.join(to_commsweep_argv(profile_setup(point.setup)) + ["--gpu", point.gpu])
+
+
+def profile_user_file(wildcards):
+    """The file backend's input: `aiob.file`, with `{profile}` replaced by the profile key."""
+    from commsweep.aiob.backends import user_file
+
+    return user_file(config["aiob"]["file"], profile_point(wildcards).profile_key)

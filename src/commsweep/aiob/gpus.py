@@ -1,0 +1,129 @@
+"""The GPUs the roofline backend knows: peak bf16 tensor throughput, HBM bandwidth and
+the fractions of them real kernels reach.
+
+Peaks are the vendors' published numbers, dense (NVIDIA's datasheets print bf16 "with
+sparsity", twice the dense rate; the dense half is what a training GEMM can use). Each
+entry names its source next to it.
+
+Efficiencies are this project's documented assumptions, not measurements of ours; they say
+what fraction of the peak a well-shaped kernel of each kind reaches, and can be overridden
+per run (``commsweep profile --gemm_efficiency ...``):
+
+* ``gemm``: large bf16 cuBLAS GEMMs of transformer shapes. About 250 of 312 TFLOP/s on
+  A100 (0.80) and 650-750 of 989 on Hopper (0.70) are the figures NVIDIA's and
+  MLPerf-style GEMM sweeps commonly show; the H20's tensor cores are capped so far below
+  its memory system that GEMMs run close to the cap (0.85).
+* ``attention``: FlashAttention-2's forward, which AICB times. The FlashAttention-2 paper
+  (Dao, 2023) reports up to 70-73 % of A100 peak forward, less with a causal mask at 2-4k
+  tokens (0.60); the FlashAttention-3 paper (Shah et al., 2024) shows FlashAttention-2 at
+  about 35 % of H100 peak (0.35); Blackwell kernels are younger (0.45).
+* ``memory``: streaming element-wise kernels (copies, norms, activations): 80-85 % of the
+  HBM bandwidth is what STREAM-like kernels reach on these parts.
+* ``launch_us``: per kernel, the host-side launch and event gap that AICB's timing (CUDA
+  events around one eager PyTorch call on an idle GPU) includes; a few microseconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..errors import ConfigError
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One GPU model: peaks from its datasheet and the default efficiencies."""
+
+    name: str
+    bf16_tflops: float  # dense bf16 tensor-core peak, TFLOP/s
+    hbm_tbps: float  # HBM bandwidth, TB/s (10^12 bytes per second)
+    gemm_efficiency: float
+    attention_efficiency: float
+    memory_efficiency: float
+    launch_us: float
+    source: str
+
+    @property
+    def peak_flops(self) -> float:
+        """Peak FLOP/s."""
+        return self.bf16_tflops * 1e12
+
+    @property
+    def peak_bytes(self) -> float:
+        """Peak bytes/s."""
+        return self.hbm_tbps * 1e12
+
+    def with_overrides(self, **values: float | None) -> "GpuSpec":
+        """This GPU with some efficiencies replaced (None keeps the default); each in (0, 1]."""
+        changes = {k: v for k, v in values.items() if v is not None}
+        for key, value in changes.items():
+            if key == "launch_us":
+                if value < 0:
+                    raise ConfigError(f"must be >= 0, got {value}", key="--launch_us")
+            elif not 0 < value <= 1:
+                raise ConfigError(f"must be in (0, 1], got {value}", key=f"--{key}")
+        return replace(self, **changes)
+
+
+_AMPERE = dict(gemm_efficiency=0.80, attention_efficiency=0.60, memory_efficiency=0.85, launch_us=5.0)
+_HOPPER = dict(gemm_efficiency=0.70, attention_efficiency=0.35, memory_efficiency=0.80, launch_us=5.0)
+
+GPUS: dict[str, GpuSpec] = {
+    g.name: g
+    for g in (
+        # NVIDIA A100 Tensor Core GPU datasheet (nvidia.com, "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf"):
+        # BFLOAT16 Tensor Core 312 TFLOPS (624 with sparsity); A100 40GB SXM 1,555 GB/s.
+        GpuSpec("A100-40GB", 312.0, 1.555, **_AMPERE,
+                source="NVIDIA A100 datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf): 312 TFLOPS bf16, 1,555 GB/s"),
+        # Same datasheet: A100 80GB SXM 2,039 GB/s.
+        GpuSpec("A100-80GB", 312.0, 2.039, **_AMPERE,
+                source="NVIDIA A100 datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf): 312 TFLOPS bf16, 2,039 GB/s (SXM)"),
+        # NVIDIA H100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h100/, "h100-datasheet"):
+        # H100 SXM BF16 Tensor Core 1,979 TFLOPS with sparsity (989.5 dense); 3.35 TB/s.
+        GpuSpec("H100-SXM", 989.5, 3.35, **_HOPPER,
+                source="NVIDIA H100 datasheet, SXM column (nvidia.com/en-us/data-center/h100/): 1,979 TFLOPS bf16 sparse, 3.35 TB/s"),
+        # NVIDIA H800 SXM5 product brief: the H100 SXM's compute and HBM3 (1,979 TFLOPS bf16 sparse,
+        # 3.35 TB/s), NVLink reduced to 400 GB/s (which the roofline does not use).
+        GpuSpec("H800", 989.5, 3.35, **_HOPPER,
+                source="NVIDIA H800 SXM5 product brief: 1,979 TFLOPS bf16 sparse, 3.35 TB/s (NVLink 400 GB/s)"),
+        # NVIDIA HGX H20 specifications (2024; no public NVIDIA datasheet URL, published by server
+        # vendors and e.g. huggingface.co/hardware/h20): FP16/BF16 148 TFLOPS dense, 96 GB HBM3 4.0 TB/s.
+        GpuSpec("H20", 148.0, 4.0, gemm_efficiency=0.85, attention_efficiency=0.60, memory_efficiency=0.80, launch_us=5.0,
+                source="NVIDIA HGX H20 specifications (2024, as published by server vendors): 148 TFLOPS bf16 dense, 4.0 TB/s"),
+        # NVIDIA H200 datasheet (nvidia.com/en-us/data-center/h200/): H200 SXM BF16 1,979 TFLOPS with
+        # sparsity (989.5 dense), 141 GB HBM3e 4.8 TB/s.
+        GpuSpec("H200", 989.5, 4.8, **_HOPPER,
+                source="NVIDIA H200 datasheet, SXM column (nvidia.com/en-us/data-center/h200/): 1,979 TFLOPS bf16 sparse, 4.8 TB/s"),
+        # NVIDIA HGX B200 specifications (nvidia.com/en-us/data-center/hgx/): FP16/BF16 Tensor Core
+        # 4.5 PFLOPS per GPU with sparsity (2.25 dense); NVIDIA DGX B200 datasheet: 64 TB/s HBM3e for
+        # 8 GPUs, 8 TB/s each (the HGX table's later revision prints 7.7 TB/s; the higher value keeps
+        # the roofline a lower bound).
+        GpuSpec("B200", 2250.0, 8.0, gemm_efficiency=0.70, attention_efficiency=0.45, memory_efficiency=0.80, launch_us=5.0,
+                source="NVIDIA HGX B200 specifications (nvidia.com/en-us/data-center/hgx/): 4.5 PFLOPS bf16 sparse; DGX B200 datasheet: 8 TB/s per GPU"),
+    )
+}
+
+
+def known_gpus() -> list[str]:
+    return list(GPUS)
+
+
+def gpu(name: str, *, key: str = "--gpu") -> GpuSpec:
+    """The GPU called ``name`` (case-insensitive); a ConfigError listing the known ones otherwise."""
+    if name in GPUS:
+        return GPUS[name]
+    for known, spec in GPUS.items():
+        if known.lower() == name.lower():
+            return spec
+    raise ConfigError(f"unknown GPU type {name!r}; known: {', '.join(GPUS)}", key=key)
+
+
+def table() -> str:
+    """The GPU table as text (name, peaks, efficiencies, source), for ``commsweep profile --list_gpus``."""
+    lines = [f"{'gpu':<10} {'bf16 TFLOP/s':>12} {'HBM TB/s':>9} {'gemm':>5} {'attn':>5} {'mem':>5} {'launch us':>9}  source"]
+    for g in GPUS.values():
+        lines.append(
+            f"{g.name:<10} {g.bf16_tflops:>12g} {g.hbm_tbps:>9g} {g.gemm_efficiency:>5g} {g.attention_efficiency:>5g} "
+            f"{g.memory_efficiency:>5g} {g.launch_us:>9g}  {g.source}"
+        )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,420 @@
+"""The roofline backend: AIOB compute times from FLOPs and bytes, without a GPU.
+
+For every section AICB's profiler (``AiobMegatron``) times, this module lists the kernels
+that section launches on one rank, with their FLOPs and the bytes they move, for the
+rank's TP shard. A kernel takes ``max(FLOPs / (peak x efficiency), bytes / (bandwidth x
+memory efficiency)) + launch overhead``; a section takes the sum of its kernels. The
+profile is written in AICB's format, so it drops in where AICB's own file would.
+
+What each section covers follows what AICB times (``AiobMegatron.py`` and
+``utils.cuda_timing_decorator``), with the model's own architecture (GQA, swiglu, biases):
+
+* ``Emb``: AICB's mocked embedding: with t > 1 six small mask kernels on the token ids; a
+  gather from an **int64** table (AICB's mock stores the table as int64: 8 bytes per value),
+  the fp32 position embedding, their fp32 sum and a transposing copy.
+* ``layernorm``, ``layernorm2``, ``layernorm_post``: one fused norm over ``[s, b, h]`` bf16;
+  with sequence parallelism over the rank's ``s/t`` rows only (AICB chunks before timing).
+* ``atten_qkv``: the qkv GEMM ``[b*s, h] x [h, (heads + 2 kv groups) * head_dim / t]``. The
+  GEMMs take the whole sequence also with SP (Megatron all-gathers first; AICB repeats the
+  chunk before the GEMM, untimed).
+* ``atten_flash``: FlashAttention's causal forward over the rank's heads (GQA-aware bytes).
+* ``atten_linear``: AICB rearranges the context to ``[s, b, h/t]`` (a copy) inside the
+  timed call, then the projection GEMM ``[b*s, h/t] x [h/t, h]``.
+* ``mlp_linear_1``/``mlp_linear_2``: the MLP GEMMs; fc1 is twice as wide with swiglu. MoE:
+  one GEMM per local expert on ``b*s*topk*ep/E`` tokens (AICB's SequentialMLP).
+* ``mlp_gelu``: the bias add (with biases), then gelu, or swiglu's silu and product.
+* ``logit_time``: the output GEMM ``[b*s, h] x [h, V'/t]`` (V' the padded vocabulary).
+* ``param_time``: AICB's ``Grad_param``: an in-place division of an fp32 buffer of
+  ``model_param // t`` elements, where ``model_param`` is AICB's own count of the rank's
+  parameters (``aicb_model_param``): it is a pass over the gradient buffer, not Adam.
+
+Recompute does not change any section (AICB's consumers count the flash time twice
+instead), and neither do DP or the global batch. Backward kernels (input- and
+weight-gradient GEMMs with twice the forward FLOPs, FlashAttention's backward with 2.5x)
+are estimated the same way and written to the CSV, next to the AIOB numbers; the AIOB
+file itself holds forward times only, as AICB's does.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+from ..training import TrainingSetup
+from .gpus import GpuSpec
+from .profile_file import STANDARD_SECTIONS, AiobProfile, OpTime
+
+BF16 = 2  # bytes per bf16 value
+FP32 = 4
+INT64 = 8
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel launch: its kind decides which efficiency its FLOPs run at."""
+
+    name: str
+    kind: str  # "gemm", "attention" or "memory"
+    flops: float
+    bytes: float
+
+
+@dataclass(frozen=True)
+class Operator:
+    """One AIOB section: the kernels AICB's timed call launches, and their backward."""
+
+    section: str
+    forward: tuple[Kernel, ...]
+    backward: tuple[Kernel, ...] = ()
+
+
+@dataclass(frozen=True)
+class Shard:
+    """The shapes one rank works on (b micro batch, s sequence, t TP), from a setup."""
+
+    b: int
+    s: int
+    h: int
+    t: int
+    heads: int
+    kv_groups: int
+    head_dim: int
+    ffn: int
+    swiglu: bool
+    bias: bool
+    vocab: int  # padded to a multiple of 128 * t, as Megatron (and AICB) pad it
+    sp: bool
+    layers: int  # on this pipeline stage
+    experts: int | None
+    topk: int
+    ep: int
+
+    @classmethod
+    def of(cls, setup: TrainingSetup) -> "Shard":
+        m = setup.model
+        return cls(
+            b=setup.micro_batch, s=setup.seq_length, h=m.hidden_size, t=setup.tp,
+            heads=m.num_attention_heads, kv_groups=m.kv_groups, head_dim=m.head_dim,
+            ffn=m.ffn_hidden_size, swiglu=m.swiglu, bias=m.add_bias_linear,
+            vocab=setup.padded_vocab, sp=setup.sp and setup.tp > 1,
+            layers=m.num_layers // setup.pp, experts=m.num_experts, topk=m.moe_topk, ep=setup.ep,
+        )
+
+    @property
+    def tokens(self) -> int:
+        return self.b * self.s
+
+    @property
+    def norm_rows(self) -> int:
+        """Rows a norm sees: the first of t sequence chunks with SP (torch.chunk rounds up)."""
+        return -(-self.s // self.t) * self.b if self.sp else self.tokens
+
+    @property
+    def qkv_width(self) -> int:
+        return (self.heads + 2 * self.kv_groups) * self.head_dim // self.t
+
+    @property
+    def fc1_width(self) -> int:
+        """fc1's output columns on this rank: twice the FFN width with swiglu (gate and up)."""
+        return self.ffn * (2 if self.swiglu else 1) // self.t
+
+    @property
+    def local_experts(self) -> int:
+        return (self.experts or 1) // self.ep
+
+    @property
+    def expert_tokens(self) -> int:
+        """Tokens per local expert in AICB's MoE layer: int(s*b*topk*ep/E)."""
+        if self.experts is None:
+            return self.tokens
+        return int(self.s * self.b * self.topk * self.ep / self.experts)
+
+
+def shard_problems(setup: TrainingSetup) -> list[str]:
+    """Why a rank's shard cannot be formed (the subset of ``setup.problems`` a profile needs)."""
+    m, t = setup.model, setup.tp
+    out = []
+    for name, value in (("tp", t), ("pp", setup.pp), ("ep", setup.ep), ("micro_batch", setup.micro_batch),
+                        ("seq_length", setup.seq_length)):
+        if value < 1:
+            out.append(f"{name} must be at least 1 (got {value})")
+    if out:
+        return out
+    if m.num_attention_heads % t:
+        out.append(f"tp={t} does not divide the {m.num_attention_heads} attention heads")
+    if m.num_query_groups is not None and m.num_query_groups % t:
+        out.append(f"tp={t} does not divide the {m.num_query_groups} query groups (GQA)")
+    if m.hidden_size % t:
+        out.append(f"tp={t} does not divide hidden_size={m.hidden_size}")
+    if m.ffn_hidden_size % t:
+        out.append(f"tp={t} does not divide ffn_hidden_size={m.ffn_hidden_size}")
+    if m.num_layers % setup.pp:
+        out.append(f"pp={setup.pp} does not divide num_layers={m.num_layers}")
+    if m.is_moe and m.num_experts % setup.ep:  # type: ignore[operator]
+        out.append(f"ep={setup.ep} does not divide the {m.num_experts} experts")
+    if not m.is_moe and setup.ep != 1:
+        out.append(f"ep={setup.ep} needs an MoE model ({m.name} is dense)")
+    return out
+
+
+def check_shard(setup: TrainingSetup) -> Shard:
+    problems = shard_problems(setup)
+    if problems:
+        raise ConfigError("; ".join(problems), key="arguments")
+    return Shard.of(setup)
+
+
+# -- parameters ------------------------------------------------------------------------
+
+
+def aicb_model_param(setup: TrainingSetup) -> int:
+    """AICB's ``model_param``: the parameter count of its mocked Megatron model on one rank.
+
+    AICB sizes ``param_time``'s buffer with it (``model_param // t`` fp32 values). Its mock
+    (``MockedMegatron.py``) counts per TP rank: a word embedding four times too tall
+    (4 V'/t x h), a position embedding of s x h, per layer the qkv and projection weights,
+    fc1 and fc2 of width f/t (not doubled for swiglu) or the local experts' 2 h f (E/ep)/t,
+    three h-vectors (one fused norm and a bias), and the output layer h x V'/t; biases of
+    the linear layers with ``--add_bias_linear``. Layers are those of one pipeline stage.
+    The qkv width follows the model's query groups (AICB knows no GQA; for multi-head
+    attention this is AICB's count exactly). Checked against AICB 23eec3c for dense,
+    swiglu with biases, MoE and pp = 2.
+    """
+    sh = Shard.of(setup)
+    h, t, f, v = sh.h, sh.t, sh.ffn, sh.vocab
+    qkv_out = (sh.heads + 2 * sh.kv_groups) * sh.head_dim
+    embedding = 4 * (v // t) * h + sh.s * h
+    layer = h * (qkv_out // t) + h * (sh.heads * sh.head_dim // t) + 3 * h
+    if sh.experts is not None:
+        layer += 2 * h * (f * sh.local_experts // t)
+    else:
+        layer += 2 * h * (f // t)
+    if sh.bias:
+        layer += qkv_out // t + h
+        if sh.experts is None:
+            layer += f // t + h
+    output = h * (v // t) + (v // t if sh.bias else 0)
+    return embedding + sh.layers * layer + output
+
+
+# -- the kernels of each section -------------------------------------------------------
+
+
+def _gemm(name: str, m: int, k: int, n: int) -> Kernel:
+    """``[m, k] x [k, n]`` in bf16: 2mkn FLOPs; both inputs read and the output written once."""
+    return Kernel(name, "gemm", 2.0 * m * k * n, BF16 * (m * k + k * n + m * n))
+
+
+def _gemm_backward(name: str, m: int, k: int, n: int) -> tuple[Kernel, ...]:
+    """Input gradient ``[m, n] x [n, k]`` and weight gradient ``[k, m] x [m, n]`` accumulated
+    into Megatron's fp32 main gradient (read and written): twice the forward FLOPs."""
+    return (
+        Kernel(f"{name}.dgrad", "gemm", 2.0 * m * n * k, BF16 * (m * n + n * k + m * k)),
+        Kernel(f"{name}.wgrad", "gemm", 2.0 * m * k * n, BF16 * (m * k + m * n) + 2 * FP32 * k * n),
+    )
+
+
+def _elementwise(name: str, read: float, write: float, flops: float = 0.0) -> Kernel:
+    return Kernel(name, "memory", flops, read + write)
+
+
+def operators(setup: TrainingSetup) -> list[Operator]:
+    """The kernels of every AIOB section for this setup's rank, in AICB's order."""
+    sh = check_shard(setup)
+    n, h, t = sh.tokens, sh.h, sh.t
+    ops: list[Operator] = []
+
+    # Emb: AICB's MegatronEmbedding._apply.
+    emb: list[Kernel] = []
+    if t > 1:
+        ids = INT64 * n
+        emb += [
+            _elementwise("ids<0", ids, n), _elementwise("ids>=V/t", ids, n), _elementwise("mask_or", 2 * n, n),
+            _elementwise("clone", ids, ids), _elementwise("sub", ids, ids), _elementwise("masked_fill", ids + n, ids),
+        ]
+    emb += [
+        _elementwise("word_gather_int64", INT64 * n * h + INT64 * n, INT64 * n * h),
+        _elementwise("position_embedding_fp32", FP32 * sh.s * h + INT64 * sh.s, FP32 * sh.s * h),
+        _elementwise("add_to_fp32", INT64 * n * h + FP32 * sh.s * h, FP32 * n * h, flops=n * h),
+        _elementwise("transpose_copy", FP32 * n * h, FP32 * n * h),
+    ]
+    ops.append(Operator("Emb", tuple(emb), (_elementwise("embedding.grad", BF16 * n * h + INT64 * n, 2 * FP32 * n * h),)))
+
+    def norm(section: str) -> Operator:
+        rows = sh.norm_rows
+        fwd = Kernel(f"{section}.fwd", "memory", 8.0 * rows * h, BF16 * rows * h * 2 + 2 * BF16 * h + 2 * FP32 * rows)
+        bwd = (
+            Kernel(f"{section}.dgrad", "memory", 10.0 * rows * h, BF16 * rows * h * 3 + 2 * FP32 * rows),
+            Kernel(f"{section}.dparams", "memory", 2.0 * rows * h, BF16 * rows * h * 2 + 2 * FP32 * h),
+        )
+        return Operator(section, (fwd,), bwd)
+
+    ops.append(norm("layernorm"))
+    ops.append(Operator("atten_qkv", (_gemm("qkv", n, h, sh.qkv_width),), _gemm_backward("qkv", n, h, sh.qkv_width)))
+
+    heads, groups, d = sh.heads // t, sh.kv_groups // t, sh.head_dim
+    causal_flops = 2.0 * sh.b * sh.s * sh.s * heads * d  # 4 b s^2 heads d, halved by the causal mask
+    q_bytes, kv_bytes, lse = BF16 * n * heads * d, BF16 * n * groups * d, FP32 * sh.b * heads * sh.s
+    flash_fwd = Kernel("flash.fwd", "attention", causal_flops, 2 * q_bytes + 2 * kv_bytes + lse)
+    flash_bwd = Kernel("flash.bwd", "attention", 2.5 * causal_flops,
+                       3 * q_bytes + 2 * kv_bytes + lse + q_bytes + 2 * kv_bytes + 2 * FP32 * n * heads * d)
+    ops.append(Operator("atten_flash", (flash_fwd,), (flash_bwd,)))
+
+    context = BF16 * n * heads * d
+    ops.append(Operator(
+        "atten_linear",
+        (_elementwise("context_to_sbh", context, context), _gemm("proj", n, heads * d, h)),
+        _gemm_backward("proj", n, heads * d, h),
+    ))
+    ops.append(norm("layernorm2"))
+
+    m_e, experts = sh.expert_tokens, sh.local_experts
+    fc1 = tuple(_gemm(f"fc1[{e}]" if sh.experts else "fc1", m_e, h, sh.fc1_width) for e in range(experts))
+    fc1_b = tuple(k for e in range(experts) for k in _gemm_backward("fc1", m_e, h, sh.fc1_width))
+    ops.append(Operator("mlp_linear_1", fc1, fc1_b))
+
+    act: list[Kernel] = []
+    act_b: list[Kernel] = []
+    wide = m_e * sh.fc1_width  # fc1's output elements
+    for _ in range(experts):
+        if sh.bias:
+            act.append(_elementwise("bias_add", BF16 * wide + BF16 * sh.fc1_width, BF16 * wide, flops=wide))
+        if sh.swiglu:
+            half = wide // 2
+            act += [_elementwise("silu", BF16 * half, BF16 * half, flops=4 * half),
+                    _elementwise("gate_mul", 2 * BF16 * half, BF16 * half, flops=half)]
+            act_b.append(_elementwise("swiglu.bwd", 3 * BF16 * half, 2 * BF16 * half, flops=8 * half))
+        else:
+            act.append(_elementwise("gelu", BF16 * wide, BF16 * wide, flops=8 * wide))
+            act_b.append(_elementwise("gelu.bwd", 2 * BF16 * wide, BF16 * wide, flops=12 * wide))
+    ops.append(Operator("mlp_gelu", tuple(act), tuple(act_b)))
+
+    ffn_local = sh.ffn // t
+    fc2 = tuple(_gemm(f"fc2[{e}]" if sh.experts else "fc2", m_e, ffn_local, h) for e in range(experts))
+    fc2_b = tuple(k for e in range(experts) for k in _gemm_backward("fc2", m_e, ffn_local, h))
+    ops.append(Operator("mlp_linear_2", fc2, fc2_b))
+    ops.append(norm("layernorm_post"))
+    vocab_local = sh.vocab // t
+    ops.append(Operator("logit_time", (_gemm("logits", n, h, vocab_local),), _gemm_backward("logits", n, h, vocab_local)))
+
+    values = aicb_model_param(setup) // t
+    ops.append(Operator("param_time", (_elementwise("grad_buffer_div_dp", FP32 * values, FP32 * values, flops=values),)))
+    assert [op.section for op in ops] == list(STANDARD_SECTIONS)
+    return ops
+
+
+# -- times -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SectionEstimate:
+    """One section's modelled time and what it rests on (times in microseconds)."""
+
+    section: str
+    kernels: int
+    flops: float
+    bytes: float
+    compute_us: float  # sum over kernels of FLOPs / (peak x efficiency)
+    memory_us: float  # sum over kernels of bytes / (bandwidth x efficiency)
+    launch_us: float
+    time_us: float  # sum over kernels of max(compute, memory) + launch
+    bound: str  # the largest of the three terms: "compute", "memory" or "launch"
+    bwd_flops: float
+    bwd_bytes: float
+    bwd_us: float
+
+
+def kernel_us(kernel: Kernel, gpu: GpuSpec) -> tuple[float, float]:
+    """(compute, memory) microseconds of one kernel on ``gpu`` at its efficiencies."""
+    eff = gpu.attention_efficiency if kernel.kind == "attention" else gpu.gemm_efficiency
+    compute = kernel.flops / (gpu.peak_flops * eff) * 1e6
+    memory = kernel.bytes / (gpu.peak_bytes * gpu.memory_efficiency) * 1e6
+    return compute, memory
+
+
+def _time(kernels: tuple[Kernel, ...], gpu: GpuSpec) -> tuple[float, float, float, float]:
+    compute = memory = total = 0.0
+    for k in kernels:
+        c, m = kernel_us(k, gpu)
+        compute += c
+        memory += m
+        total += max(c, m) + gpu.launch_us
+    return compute, memory, gpu.launch_us * len(kernels), total
+
+
+def estimate(setup: TrainingSetup, gpu: GpuSpec) -> list[SectionEstimate]:
+    """Every section's modelled time on ``gpu``."""
+    out = []
+    for op in operators(setup):
+        compute, memory, launch, total = _time(op.forward, gpu)
+        *_, bwd_total = _time(op.backward, gpu) if op.backward else (0.0, 0.0, 0.0, 0.0)
+        terms = {"compute": compute, "memory": memory, "launch": launch}
+        out.append(SectionEstimate(
+            section=op.section, kernels=len(op.forward),
+            flops=sum(k.flops for k in op.forward), bytes=sum(k.bytes for k in op.forward),
+            compute_us=compute, memory_us=memory, launch_us=launch, time_us=total,
+            bound=max(terms, key=terms.__getitem__),
+            bwd_flops=sum(k.flops for k in op.backward), bwd_bytes=sum(k.bytes for k in op.backward),
+            bwd_us=bwd_total,
+        ))
+    return out
+
+
+def _us(value: float) -> int | float:
+    """Microseconds at nanosecond resolution, written without an exponent (AICB's reader
+    takes digits and one decimal point only)."""
+    value = round(value, 3)
+    return int(value) if value == int(value) else value
+
+
+def to_profile(estimates: list[SectionEstimate], *, train_iter: int = 10) -> AiobProfile:
+    """The estimates as an AIOB file: a model has no spread, so max = min = avg."""
+    return AiobProfile(
+        sections=tuple((e.section, OpTime(max=_us(e.time_us), min=_us(e.time_us), avg=_us(e.time_us))) for e in estimates),
+        train_iter=train_iter,
+    )
+
+
+def profile(setup: TrainingSetup, gpu: GpuSpec, *, train_iter: int = 10) -> tuple[AiobProfile, list[SectionEstimate]]:
+    estimates = estimate(setup, gpu)
+    return to_profile(estimates, train_iter=train_iter), estimates
+
+
+# -- the tidy table --------------------------------------------------------------------
+
+CSV_COLUMNS = (
+    "backend", "gpu", "section", "time_gpu_max", "time_gpu_min", "time_gpu_avg",
+    "kernels", "flops", "bytes", "roofline_us", "compute_us", "memory_us", "launch_us", "bound",
+    "bwd_flops", "bwd_bytes", "bwd_roofline_us",
+)
+
+
+def tidy_csv(profile: AiobProfile, *, backend: str, gpu: str, estimates: list[SectionEstimate] | None) -> str:
+    """One row per section of ``profile``: its times (us) and, where the roofline covers the
+    section, the FLOPs and bytes behind it and the roofline's own estimate for ``gpu``."""
+    by_name = {e.section: e for e in estimates or ()}
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for name, times in profile.sections:
+        row: dict[str, object] = {
+            "backend": backend, "gpu": gpu, "section": name,
+            "time_gpu_max": times.max, "time_gpu_min": times.min, "time_gpu_avg": times.avg,
+        }
+        e = by_name.get(name)
+        if e is not None:
+            row.update(
+                kernels=e.kernels, flops=int(e.flops), bytes=int(e.bytes), roofline_us=_us(e.time_us),
+                compute_us=_us(e.compute_us), memory_us=_us(e.memory_us), launch_us=_us(e.launch_us), bound=e.bound,
+                bwd_flops=int(e.bwd_flops), bwd_bytes=int(e.bwd_bytes), bwd_roofline_us=_us(e.bwd_us),
+            )
+        writer.writerow(row)
+    return buf.getvalue()
+
+
+def floor_us(flops: float, nbytes: float, gpu: GpuSpec) -> float:
+    """The physical limit: no kernel is faster than its FLOPs at peak or its bytes at full bandwidth."""
+    return max(flops / gpu.peak_flops, nbytes / gpu.peak_bytes) * 1e6
+
