@@ -37,8 +37,6 @@ t >= g_p_s, else t*n / g_p_s. Everything else: 1.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from .cfloat import div, f32, u64
 from .ratio import MULTI_COLUMN_NODES, Ratios
 
@@ -52,24 +50,33 @@ ONE_GPU = "one-gpu-group"
 NO_NIC = "zero-nics"
 
 
-@dataclass(frozen=True)
+# Plain classes rather than dataclasses: the per-point command imports this module, and
+# a dataclass compiles code at import time.
 class NetParams:
     """The network as SimAI holds it: integers, and float32 bandwidths in GB/s."""
 
-    gpus_per_server: int
-    nics_per_server: int
-    nvlink: float  # float32
-    nic: float  # float32
+    __slots__ = ("gpus_per_server", "nics_per_server", "nvlink", "nic")
+
+    def __init__(self, gpus_per_server: int, nics_per_server: int, nvlink: float, nic: float) -> None:
+        self.gpus_per_server = gpus_per_server
+        self.nics_per_server = nics_per_server
+        self.nvlink = nvlink  # float32
+        self.nic = nic  # float32
 
 
-@dataclass(frozen=True)
 class BusBw:
-    busbw: float  # float32 GB/s; 0 or -1 when SimAI's bandwidth step fails
-    is_nvlink: bool  # NVLink found to be the bottleneck (selects the nvlink ratio table)
-    problem: str | None = None  # ONE_GPU or NO_NIC
-    nodes: int = 0
-    gpus_per_node: int = 0
-    nics: float = 0.0
+    """What SimAI's ``cal_busbw`` returns, with the arguments it was given."""
+
+    __slots__ = ("busbw", "is_nvlink", "problem", "nodes", "gpus_per_node", "nics")
+
+    def __init__(self, busbw: float, is_nvlink: bool, problem: str | None = None, nodes: int = 0,
+                 gpus_per_node: int = 0, nics: float = 0.0) -> None:
+        self.busbw = busbw  # float32 GB/s; 0 or -1 when SimAI's bandwidth step fails
+        self.is_nvlink = is_nvlink  # NVLink found to be the bottleneck (selects the nvlink ratio table)
+        self.problem = problem  # ONE_GPU or NO_NIC
+        self.nodes = nodes
+        self.gpus_per_node = gpus_per_node
+        self.nics = nics
 
 
 def bus_bandwidth(coll: str, nodes: int, gpus_per_node: int, nics: float, net: NetParams,

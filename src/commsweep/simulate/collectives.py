@@ -14,24 +14,17 @@ from __future__ import annotations
 
 import io
 import re
-from dataclasses import astuple, dataclass, fields
+from collections import namedtuple
 
 from ..errors import InputError
 
 COLUMNS = ("row", "layer", "phase", "collective", "group", "group_size", "bytes", "time_us", "exposed_us")
 
 
-@dataclass(frozen=True)
-class CollectiveTime:
-    row: int
-    layer: str
-    phase: str
-    collective: str
-    group: str
-    group_size: int
-    bytes: int
-    time_us: str  # decimal text, kept exact
-    exposed_us: str
+# A named tuple: row, layer, phase, collective, group, group_size (int), bytes (int),
+# time_us and exposed_us (decimal text, kept exact).
+CollectiveTime = namedtuple("CollectiveTime", COLUMNS)
+_INT_COLUMNS = frozenset({"row", "group_size", "bytes"})
 
 
 def ns_text(ns: int) -> str:
@@ -45,7 +38,7 @@ def to_csv(table: list[CollectiveTime]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(COLUMNS)
-    writer.writerows(astuple(c) for c in table)
+    writer.writerows(table)
     return buf.getvalue()
 
 
@@ -65,13 +58,12 @@ def read_csv(text: str, *, source: str = "<collectives.csv>") -> list[Collective
     if header is None or tuple(header) != COLUMNS:
         raise InputError(f"expected the header {','.join(COLUMNS)}", file=source, line=1)
     out = []
-    types = {f.name: f.type for f in fields(CollectiveTime)}
     for n, cells in enumerate(reader, start=2):
         if len(cells) != len(COLUMNS):
             raise InputError(f"expected {len(COLUMNS)} fields, got {len(cells)}", file=source, line=n)
         values = {}
         for name, cell in zip(COLUMNS, cells):
-            if types[name] == "int":
+            if name in _INT_COLUMNS:
                 try:
                     values[name] = int(cell)
                 except ValueError:

@@ -16,7 +16,6 @@ SimAI's report leaves the row header and the rows before the failure, or nothing
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
@@ -89,13 +88,18 @@ def _number(text: str, *, source, line: int, field: str) -> float:
         raise InputError(f"expected a number, got {text!r}", file=source, line=line, field=field) from None
 
 
-@dataclass(frozen=True)
 class RowTimes:
     """One row line: its name and 15 values (us, GiB/s); NaN where SimAI printed -nan."""
 
-    name: str
-    values: tuple[float, ...]
-    text: tuple[str, ...]  # the 15 fields as printed
+    __slots__ = ("name", "values", "text")
+
+    def __init__(self, name: str, values: tuple[float, ...], text: tuple[str, ...]) -> None:
+        self.name = name
+        self.values = values
+        self.text = text  # the 15 fields as printed
+
+    def __repr__(self) -> str:
+        return f"RowTimes({self.name!r}, {self.text!r})"
 
     def __getattr__(self, item: str) -> float:
         try:
@@ -104,17 +108,18 @@ class RowTimes:
             raise AttributeError(item) from None
 
 
-@dataclass(frozen=True)
 class EndToEnd:
     """A parsed EndToEnd.csv. ``complete`` is False when the summary lines are missing."""
 
-    file_name: str | None
-    components: dict[str, float]  # COMPONENTS -> us (as printed, rounded)
-    percents: dict[str, float]
-    total: float | None
-    rows: tuple[RowTimes, ...]
-    complete: bool
-    empty: bool
+    def __init__(self, file_name: str | None, components: dict[str, float], percents: dict[str, float],
+                 total: float | None, rows: tuple[RowTimes, ...], *, complete: bool, empty: bool) -> None:
+        self.file_name = file_name
+        self.components = components  # COMPONENTS -> us (as printed, rounded)
+        self.percents = percents
+        self.total = total
+        self.rows = rows
+        self.complete = complete
+        self.empty = empty
 
 
 def parse(text: str, *, source: str | Path = "<EndToEnd.csv>") -> EndToEnd:

@@ -50,7 +50,7 @@ Public API (used by the audit): :class:`Network`, :class:`Ratios`, :func:`load_r
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 
 from ..errors import CommsweepError, ConfigError, InputError
@@ -61,7 +61,7 @@ from .bandwidth import (
     formula_ns, group_arguments, ratio_case, reported_bandwidths, small_message_ns,
 )
 from .cfloat import U64_MASK, div, f32, f32_from_str, f32_of_int, fixed, u64
-from .collectives import COLUMNS, CollectiveTime, csv_field, ns_text
+from .collectives import COLUMNS, csv_field, ns_text
 from .ratio import Ratios, RatioOutOfRange, load_ratios
 
 __all__ = [
@@ -319,22 +319,26 @@ class BugHit:
         return f"row {self.row} ({self.layer} {self.phase})"
 
 
-@dataclass
 class Simulation:
     """The result of :func:`simulate`."""
 
-    endtoend: str  # the EndToEnd.csv text
-    components: dict[str, float] | None  # endtoend.COMPONENTS -> us (unrounded); None if cut short
-    total_us: float | None
-    bugs: list[BugHit]
-    simai_bugs: str
-    ratios_source: str
-    truncated_at: int | None = None  # reproduce mode: the row where SimAI throws
-    _raw: list[tuple] = field(default_factory=list, repr=False)
+    def __init__(self, endtoend: str, components: dict[str, float] | None, total_us: float | None,
+                 bugs: list[BugHit], simai_bugs: str, ratios_source: str, truncated_at: int | None,
+                 raw: list[tuple]) -> None:
+        self.endtoend = endtoend  # the EndToEnd.csv text
+        self.components = components  # endtoend.COMPONENTS -> us (unrounded); None if cut short
+        self.total_us = total_us
+        self.bugs = bugs
+        self.simai_bugs = simai_bugs
+        self.ratios_source = ratios_source
+        self.truncated_at = truncated_at  # reproduce mode: the row where SimAI throws
+        self._raw = raw
 
     @property
-    def collectives(self) -> list[CollectiveTime]:
-        """The tidy per-collective table (see ``collectives.py``)."""
+    def collectives(self) -> list:
+        """The tidy per-collective table: ``collectives.CollectiveTime`` records."""
+        from .collectives import CollectiveTime
+
         return [
             CollectiveTime(index, name, phase, ph.coll, ph.group, ph.nranks, ph.size, ns_text(ph.ticks),
                            ns_text(ph.exposed[which]))

@@ -48,12 +48,19 @@ class RatioOutOfRange(Exception):
         super().__init__(f"{size} bytes is beyond the {table} ratio table's last row ({largest:.0f} bytes)")
 
 
-@dataclass(frozen=True)
 class RatioTable:
-    name: str
-    path: str
-    sizes: tuple[float, ...]  # the Size column, in file order
-    rows: tuple[tuple[float | None, ...], ...]  # data columns per row (None: no such cell)
+    """One table: its Size column and data columns, in file order."""
+
+    __slots__ = ("name", "path", "sizes", "rows")
+
+    def __init__(self, name: str, path: str, sizes: tuple[float, ...], rows: tuple[tuple[float, ...], ...]) -> None:
+        self.name = name
+        self.path = path
+        self.sizes = sizes
+        self.rows = rows
+
+    def __repr__(self) -> str:
+        return f"RatioTable({self.name!r}, {self.path!r}, {len(self.rows)} rows)"
 
     def value(self, size: int, nodes: int) -> float:
         """SimAI's ``getValue``: the efficiency of ``size`` bytes on ``nodes`` nodes, float32."""

@@ -9,34 +9,27 @@ SimAI bug case met) go to stderr, so a pipeline rule's log keeps them.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
 from ..files import write_text
 
 
-@dataclass(frozen=True)
 class Options:
-    workload: str
-    gpus: int
-    gpus_per_server: int
-    nics_per_server: int
-    nvlink: str
-    nic: str
-    prefix: str
-    tp_overlap: str = "0"
-    dp_overlap: str = "0"
-    ep_overlap: str = "0"
-    pp_overlap: str = "1"
-    ratio_dir: str | None = None
-    out_dir: str = "results"
-    endtoend: str | None = None
-    collectives: str | None = None
-    simai_bugs: str = "fix"
-    backend: str = "builtin"
-    simai_root: str | None = None
-    timeout: float | None = None
+    """The command's options (``commsweep simulate --help``), with SimAI's defaults."""
+
+    DEFAULTS = dict(
+        tp_overlap="0", dp_overlap="0", ep_overlap="0", pp_overlap="1", ratio_dir=None, out_dir="results",
+        endtoend=None, collectives=None, simai_bugs="fix", backend="builtin", simai_root=None, timeout=None,
+    )
+    REQUIRED = ("workload", "gpus", "gpus_per_server", "nics_per_server", "nvlink", "nic", "prefix")
+
+    def __init__(self, **values) -> None:
+        missing = [k for k in self.REQUIRED if k not in values]
+        unknown = [k for k in values if k not in self.DEFAULTS and k not in self.REQUIRED]
+        if missing or unknown:
+            raise TypeError(f"Options: missing {missing}, unknown {unknown}")
+        self.__dict__.update({**self.DEFAULTS, **values})
 
 
 def ratio_dir_for(ratio_dir: str | None, simai_root: str | None) -> str | None:
