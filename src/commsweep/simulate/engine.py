@@ -38,7 +38,7 @@ ratio-range        a message beyond the ratio table's last row  the last row's e
                    EndToEnd.csv cut before that row (EMPTY
                    when it is row 0)
 pp-overlap-zero    ``-pp_o 0``: the PP formula divides by 0:    PP comm 0 us (what SimAI prints when pp_comm
-                   0 us, or 9223372036854776 us if pp_comm = 0  > 0), with the warning
+                   0 us, or 2^63 us if pp_comm = 0              > 0), with the warning
 =================  ===========================================  ============================================
 
 ``reproduce`` gives SimAI's output exactly; ``error`` raises :class:`SimaiBugError`
@@ -506,7 +506,7 @@ def simulate(workload: Workload, network: Network, ratios: Ratios | None = None,
 
     if truncated_at is None:
         pp_ticks = _pp_ticks(header, network, bugs, simai_bugs)
-        bubble *= float(header.pp - 1) / _int32(header.ga * header.vpp)
+        bubble *= div(float(header.pp - 1), float(_int32(header.ga * header.vpp)))
         total = comp + total_exposed + bubble + float(pp_ticks)
         components = (dp_comm, dp_ep_comm, tp_comm, ep_comm, float(pp_ticks), bubble, comp, total_exposed)
         text = endtoend.render(prefix, lines, components, total)
