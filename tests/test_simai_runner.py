@@ -63,6 +63,16 @@ def test_clean_runs_pass_and_agree_with_the_engine(run):
         assert theirs.time_us == f"{float(mine.time_us):.0f}"
 
 
+def test_stdout_that_contradicts_the_workload_is_reported():
+    run = next((r for r in simai_runs.load_runs() if r.name == "example_microAllReduce__netA"), None)
+    if run is None:
+        pytest.skip("reference runs not found")
+    log = run.log.read_text().replace("Group Size: 8Data Size: 67108864", "Group Size: 4Data Size: 67108864")
+    result = simai.check(0, log, "", run.endtoend, wf.read(run.workload), run.network())
+    assert result.warnings == ["1 collective line(s) of SimAI's stdout do not match the workload as commsweep "
+                               "reads it: row 1 (embedding_layer): allreduce on TP 4, 67108864 bytes"]
+
+
 @pytest.mark.parametrize("run", NOTED)
 def test_bug_runs_fail_unless_reproducing(run):
     with pytest.raises(simai.SimaiRunError, match=r"cal_busbw.*row \d+ \("):

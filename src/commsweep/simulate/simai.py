@@ -286,13 +286,30 @@ def check(returncode: int, stdout: str, stderr: str, csv_path: Path, workload: w
     if len(parsed.rows) != n_rows:
         raise SimaiRunError(f"SimAI's EndToEnd.csv has {len(parsed.rows)} rows, the workload {n_rows}")
     problems = bug_report(workload, parsed, log)
-    warnings = []
+    table = tidy(workload, network, parsed, log)
+    warnings = disagreements(workload, table, log)
     if problems:
         message = "SimAI printed nonsense: " + "; ".join(problems)
         if simai_bugs != "reproduce":
             raise SimaiRunError(message + ". The built-in engine fixes these (--backend builtin --simai-bugs fix)")
         warnings.append(message + "; kept as SimAI wrote it (--simai-bugs reproduce)")
-    return SimaiRun(text, parsed, log, tidy(workload, network, parsed, log), warnings)
+    return SimaiRun(text, parsed, log, table, warnings)
+
+
+def disagreements(workload: wformat.Workload, table: list[CollectiveTime], log: Log) -> list[str]:
+    """Collective lines of SimAI's stdout that the workload (read by SimAI's rules) does not
+    explain: a sign that this SimAI reads workloads differently from commsweep's model."""
+    phases = assign_phases(workload, log)
+    by_key = {(c.row, c.phase): c for c in table}
+    odd = []
+    for c in log.collectives:
+        mine = by_key.get((c.row, phases.get(c.seq)))
+        if mine is None or (mine.group, mine.group_size, mine.bytes) != (c.group, c.group_size, c.bytes):
+            odd.append(f"row {c.row} ({c.layer}): {c.collective} on {c.group} {c.group_size}, {c.bytes} bytes")
+    if not odd:
+        return []
+    return [f"{len(odd)} collective line(s) of SimAI's stdout do not match the workload as commsweep reads it: "
+            + "; ".join(odd[:10]) + (" ..." if len(odd) > 10 else "")]
 
 
 def bug_report(workload: wformat.Workload, parsed: e2e.EndToEnd, log: Log) -> list[str]:
