@@ -32,6 +32,7 @@ test: $(STAMP)
 ## bench: the benchmarks in bench/
 bench: $(STAMP)
 	$(BIN)/python bench/backbone.py
+	$(BIN)/python bench/simulate.py
 
 clean:
 	rm -rf results .snakemake

@@ -12,7 +12,9 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+TYPE_CHECKING = False  # without importing typing (slow) at run time
+if TYPE_CHECKING:
+    from typing import IO
 
 
 @contextlib.contextmanager
