@@ -73,3 +73,20 @@ def scaled_setup(setup: TrainingSetup, *, dp: int = 1) -> TrainingSetup:
         model=model, world_size=t * p * dp, tp=t, pp=p, ep=1, sp=setup.sp and t > 1,
         micro_batch=MICRO_BATCH, global_batch=MICRO_BATCH * dp * micro_batches, seq_length=seq,
     )
+
+
+def pipeline_dp(setup: TrainingSetup) -> int:
+    """The DP size the pipeline traces a key with: 2 where a model replica has at most 2
+    ranks (so the DP reduce-scatter and all-gather are checked for at most 4 processes),
+    else 1 (TP and PP collectives only; DP ones on a group of one move nothing)."""
+    return 2 if setup.tp * setup.pp <= 2 else 1
+
+
+def trace_setups(setups) -> dict[str, TrainingSetup]:
+    """One setup per trace key among ``setups`` (first seen), MoE models left out: the
+    megatron schedule, which a trace checks, covers dense models only."""
+    out: dict[str, TrainingSetup] = {}
+    for setup in setups:
+        if not setup.model.is_moe:
+            out.setdefault(trace_key(setup), setup)
+    return out
