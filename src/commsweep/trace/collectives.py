@@ -100,18 +100,6 @@ def install(on_call: Callable[[Call], None]) -> None:
             setattr(c10d, name, wrapped)
 
 
-def uninstall() -> None:
-    """Put the original functions back (megatron modules imported meanwhile keep the wrappers)."""
-    import torch.distributed as dist
-    import torch.distributed.distributed_c10d as c10d
-
-    for name, original in _INSTALLED.items():
-        setattr(dist, name, original)
-        if name in ("isend", "irecv"):
-            setattr(c10d, name, original)
-    _INSTALLED.clear()
-
-
 _callback: Callable[[Call], None] = lambda call: None  # noqa: E731
 
 
