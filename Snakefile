@@ -23,6 +23,7 @@ include: "workflow/rules/aiob.smk"
 include: "workflow/rules/workload.smk"
 include: "workflow/rules/simulate.smk"
 include: "workflow/rules/summary.smk"
+include: "workflow/rules/trace.smk"
 
 
 rule all:

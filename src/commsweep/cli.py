@@ -120,6 +120,26 @@ def cmd_plot(ns: argparse.Namespace) -> None:
     plots.PLOTS[ns.kind](Path(ns.summary), Path(ns.output))
 
 
+def cmd_trace(ns: argparse.Namespace) -> None:
+    from .arguments import setup_from_args
+    from .trace import compare, records, runner, scale
+
+    if ns.world_size is None:  # a trace needs no more processes than one model replica
+        ns.world_size = ns.tensor_model_parallel_size * ns.pipeline_model_parallel
+    setup = setup_from_args(ns)
+    if ns.scaled:
+        setup = scale.scaled_setup(setup, dp=ns.scaled_dp)
+    trace = runner.run([setup], timeout=ns.timeout)[0]
+    shown = trace.records if ns.ranks == "all" else [
+        r for stage in trace.stages for r in trace.rank_records(trace.first_rank_of_stage(stage))]
+    text = records.to_csv(shown) if ns.format == "csv" else records.summary_table(shown)
+    _emit(text, ns.output)
+    if ns.compare:
+        rows = compare.compare(trace)
+        _emit(compare.to_csv(rows), ns.compare)
+        sys.stderr.write(compare.summary(rows))
+
+
 # -- parser ----------------------------------------------------------------------------
 
 
@@ -214,6 +234,28 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="the AIOB file (default: stdout)")
     p.add_argument("--csv", help="also write the tidy CSV of the same numbers here")
     p.set_defaults(func=cmd_profile)
+
+    p = sub.add_parser(
+        "trace", allow_abbrev=False,
+        help="run megatron-core on CPU processes and record every collective (needs .[megatron])",
+        description="Run one training step of a small megatron-core GPT on gloo processes (one per rank) "
+                    "and record every collective: op, group, size, phase, module and layer. "
+                    "Takes AICB's arguments; --world_size defaults to TP x PP.",
+    )
+    add_training_arguments(p)
+    p.set_defaults(world_size=None)
+    p.add_argument("--scaled", action="store_true",
+                   help="trace the setup's structure at tiny sizes (what the pipeline does)")
+    p.add_argument("--scaled_dp", type=int, default=1, help="DP size of the scaled trace (default 1)")
+    p.add_argument("--format", choices=("csv", "table"), default="table",
+                   help="csv: one row per collective; table: counts per phase, group and op")
+    p.add_argument("--ranks", choices=("first", "all"), default="first",
+                   help="first: the first rank of each pipeline stage (default); all: every rank")
+    p.add_argument("--compare", metavar="FILE",
+                   help="also write the comparison with the megatron schedule (CSV) to FILE")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds before the processes are stopped")
+    p.add_argument("-o", "--output", help="output file (default: stdout)")
+    p.set_defaults(func=cmd_trace)
 
     p = sub.add_parser("volumes", help="communication volumes of a workload per phase, collective and group")
     p.add_argument("workload", help="a SimAI workload file")

@@ -9,6 +9,7 @@ from snakemake.exceptions import WorkflowError
 from commsweep import sweep
 from commsweep.arguments import to_commsweep_argv
 from commsweep.errors import CommsweepError
+from commsweep.trace.scale import pipeline_dp, trace_setups
 
 RESULTS = "results"
 
@@ -32,6 +33,11 @@ wildcard_constraints:
     workload=r"[^/]+",
     point=r"[^/]+",
     profile=r"[^/]+",
+    trace=r"[^/.]+",
+
+
+# reference: measured traces real megatron-core once per model family, TP, PP and SP.
+TRACES = trace_setups([p.setup for p in POINTS]) if config["reference"] == "measured" else {}
 
 
 def final_outputs():
@@ -39,7 +45,29 @@ def final_outputs():
     return [
         f"{RESULTS}/summary.csv",
         f"{RESULTS}/plots/volume_by_tp.png",
-    ]
+    ] + trace_outputs()
+
+
+def trace_outputs():
+    return [f"{RESULTS}/traces/{key}{suffix}" for key in sorted(TRACES) for suffix in (".csv", ".compare.csv")]
+
+
+def trace_setup(wildcards):
+    try:
+        return TRACES[wildcards.trace]
+    except KeyError:
+        raise WorkflowError(f"{wildcards.trace} is not a trace of this sweep (reference: measured)") from None
+
+
+def trace_args(wildcards):
+    """`commsweep trace` arguments: one point of the family, scaled down by the command."""
+    setup = trace_setup(wildcards)
+    return shlex.join(to_commsweep_argv(setup) + ["--scaled", f"--scaled_dp={pipeline_dp(setup)}"])
+
+
+def trace_processes(wildcards):
+    setup = trace_setup(wildcards)
+    return setup.tp * setup.pp * pipeline_dp(setup)
 
 
 def workload_point(wildcards):

@@ -1,0 +1,9 @@
+"""Measured ground truth: trace the collectives real megatron-core issues, on the CPU.
+
+``runner.run`` launches gloo processes that build a small megatron-core GPT
+(``model.py``) and trace one training step through counting wrappers on
+``torch.distributed`` (``collectives.py``, ``attribution.py``); ``compare.compare``
+checks the Megatron schedule against the trace; ``scale.scaled_setup`` shrinks a sweep
+point to a size the CPU traces in seconds. Only ``collectives``, ``attribution``,
+``model`` and the worker import torch and megatron (``pip install '.[megatron]'``).
+"""

@@ -1,0 +1,256 @@
+"""The Megatron schedule (``workload/megatron.py``) against a trace of real megatron-core.
+
+For each pipeline stage the schedule's ``expected()`` collectives and the records of the
+stage's first rank are both reduced to rows keyed by
+
+    (stage, phase, layer, module, collective, group, elements)
+
+and counted; every key present on either side is one row of the comparison.
+
+**Elements, not bytes.** The trace runs in fp32; the schedule writes SimAI's conventions
+(bf16 activations, u = 2*b*s*h; fp32 cross-entropy scalars and gradient reductions;
+bf16 parameter all-gather). Both are turned into elements of the whole tensor: schedule
+bytes divided by the element size its convention uses for that collective
+(``schedule_element_bytes``), trace bytes divided by 4 (its records carry the element
+count directly). Equal elements mean the schedule's size is right in its own dtype.
+
+**Mapping.** Phases: the schedule's ``fwd`` column is ``forward``, ``ig``/``wg`` of a
+micro-batch row ``backward``, and once-per-iteration rows (gradient finalisation, DP
+reduce-scatter, parameter all-gather, embedding-gradient all-reduce) ``after_backward``;
+pipeline sends are ``forward`` downstream, ``backward`` upstream. Modules: the trace's
+module paths are shortened to the schedule's names (``TRACE_MODULES``); transformer layers
+carry their global index. Left out of the trace side, with reasons: collectives on a group
+of one rank (megatron issues the cross-entropy all-reduces and DP collectives even then;
+they move nothing, and the schedule has no such rows) and pipeline receives (each is
+the other end of a neighbour's send, which that stage's trace holds).
+
+**DP buckets.** Megatron reduce-scatters (and gathers) its gradient buffer bucket by
+bucket, padded (each parameter starts at a multiple of 64 elements, each bucket ends at a
+multiple of lcm(DP, 128)); the schedule writes one collective of the stage's parameters.
+The trace's DP collectives of one kind are summed into one row, and the buffer's padding
+(measured on the rank) is subtracted, so the row compares parameter counts exactly.
+
+Columns of the comparison CSV (``COLUMNS``), one row per key:
+
+* ``stage, phase, layer, module, collective, group, group_size, elements``: the key
+  (``layer`` empty outside transformer layers; ``elements`` of one collective);
+* ``schedule_count, trace_count``: how many such collectives each side has;
+* ``schedule_bytes``: bytes of one such collective as the schedule writes it;
+* ``trace_bytes``: bytes of one such collective as the trace measured it (fp32);
+* ``status``: ``match`` (same count), ``count differs``, ``only in schedule``,
+  ``only in trace``;
+* ``note``: why a row is special: not expressible in a SimAI workload (the schedule's
+  ``unexpressed`` reason), asynchronous in megatron, several DP buckets, buffer padding.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+
+from ..training import TrainingSetup
+from ..workload import megatron
+from .records import Trace, TraceRecord
+
+COLUMNS = (
+    "stage", "phase", "layer", "module", "collective", "group", "group_size", "elements",
+    "schedule_count", "trace_count", "schedule_bytes", "trace_bytes", "status", "note",
+)
+STATUSES = ("match", "count differs", "only in schedule", "only in trace")
+
+# Trace module (regular expression on the recorded module) -> the schedule's module name.
+TRACE_MODULES: tuple[tuple[str, str], ...] = (
+    (r"^embedding(\..*)?$", "embedding"),
+    (r"^output_layer$", "output_layer"),
+    (r"^tensor_parallel\.cross_entropy\.", "loss.vocab_parallel_cross_entropy"),
+    (r"\._allreduce_non_tensor_model_parallel_grads$", "finalize_model_grads.sequence_parallel"),
+    (r"\._allreduce_(word_)?embedding_grads?$", "finalize_model_grads.embedding"),
+    (r"\.start_grad_sync$", "ddp.grad_reducescatter"),
+    (r"\.start_param_sync$", "optimizer.param_allgather"),
+)
+DP_MODULES = ("ddp.grad_reducescatter", "optimizer.param_allgather")
+
+
+@dataclass(frozen=True)
+class Row:
+    stage: int
+    phase: str
+    layer: int | None
+    module: str
+    collective: str
+    group: str
+    group_size: int
+    elements: int
+    schedule_count: int
+    trace_count: int
+    schedule_bytes: int
+    trace_bytes: int
+    status: str
+    note: str
+
+    def values(self) -> list:
+        return ["" if getattr(self, c) is None else getattr(self, c) for c in COLUMNS]
+
+
+def schedule_element_bytes(module: str, group: str) -> int:
+    """The element size the schedule's byte count assumes for a collective.
+
+    Activations and their gradients, pipeline messages and the parameter all-gather are
+    bf16 (2 bytes); the cross-entropy scalars and every gradient reduction fp32 (4)."""
+    if module.startswith(("loss.", "finalize_model_grads.", "ddp.")):
+        return megatron.FP32
+    return megatron.BF16
+
+
+def trace_module(record: TraceRecord, layer_offset_of_stage: int = 0) -> str:
+    """The schedule's name for the module that issued a traced collective."""
+    module = record.module
+    if record.collective in ("send", "recv"):
+        return "pipeline.send_forward" if record.phase == "forward" else "pipeline.send_backward"
+    if record.layer is not None:
+        # Module paths hold the stage-local layer index; the schedule names global layers.
+        return re.sub(r"(^|\.)layers\.\d+(\.|$)", rf"\g<1>layers.{record.layer}\g<2>", module, count=1)
+    for pattern, name in TRACE_MODULES:
+        if re.search(pattern, module):
+            return name
+    return module
+
+
+def _group_size(setup: TrainingSetup, group: str) -> int:
+    return {"TP": setup.tp, "DP": setup.dp, "PP": setup.pp, "EMB": 2, "EP": setup.ep}.get(group, 0)
+
+
+def _schedule_side(setup: TrainingSetup, stage: int):
+    sched = megatron.schedule(setup, stage=stage)
+    why = {(module, comm): reason for module, _, comm, reason in sched.unexpressed}
+    counts: dict[tuple, int] = defaultdict(int)
+    info: dict[tuple, tuple[int, int, str]] = {}
+    for e in sched.expected():
+        if e.phase == "pp":
+            phase = "forward" if e.module == "pipeline.send_forward" else "backward"
+        elif e.phase == "after" or e.micro_batch is None:
+            phase = "after_backward"
+        else:
+            phase = "forward" if e.phase == "fwd" else "backward"
+        width = schedule_element_bytes(e.module, e.comm.group)
+        elements = e.comm.bytes // width
+        if elements * width != e.comm.bytes:
+            raise AssertionError(f"{e.module}: {e.comm.bytes} bytes is not a whole number of {width}-byte elements")
+        key = (stage, phase, e.layer, e.module, e.comm.collective, e.comm.group, elements)
+        counts[key] += 1
+        note = ""
+        if e.row is None:
+            note = "not in the workload file: " + why.get((e.module, e.comm), "unexpressed")
+        info[key] = (_group_size(setup, e.comm.group), e.comm.bytes, note)
+    return counts, info
+
+
+def _trace_side(trace: Trace, stage: int):
+    rank = trace.first_rank_of_stage(stage)
+    padding = next((r.buffer_padding for r in trace.ranks if r.rank == rank), 0)
+    counts: dict[tuple, int] = defaultdict(int)
+    info: dict[tuple, tuple[int, int, str]] = {}
+    asynchronous: set[tuple] = set()
+    dp_sums: dict[tuple, list[int]] = {}
+    for r in trace.rank_records(rank):
+        if r.group_size <= 1 or r.collective == "recv":
+            continue
+        module = trace_module(r)
+        if module in DP_MODULES:
+            entry = dp_sums.setdefault((r.phase, module, r.collective, r.group, r.group_size), [0, 0, 0])
+            entry[0] += r.elements
+            entry[1] += r.bytes
+            entry[2] += 1
+            continue
+        collective = "sendrecv" if r.collective == "send" else r.collective  # the schedule's name
+        key = (stage, r.phase, r.layer, module, collective, r.group, r.elements)
+        counts[key] += 1
+        info[key] = (r.group_size, r.bytes, "")
+        if r.async_op:
+            asynchronous.add(key)
+    for (phase, module, collective, group, size), (elements, nbytes, buckets) in dp_sums.items():
+        key = (stage, phase, None, module, collective, group, elements - padding)
+        counts[key] += 1
+        notes = []
+        if buckets > 1:
+            notes.append(f"{buckets} buckets in one coalesced call, summed")
+        if padding:
+            notes.append(f"buffer padding of {padding} elements left out")
+        info[key] = (size, nbytes * (elements - padding) // elements if elements else 0, "; ".join(notes))
+    for key in asynchronous:
+        size, nbytes, note = info[key]
+        info[key] = (size, nbytes, "; ".join(n for n in (note, "asynchronous in megatron") if n))
+    return counts, info
+
+
+def compare(trace: Trace) -> list[Row]:
+    """Rows of schedule vs trace for every stage of the traced setup (see the module doc)."""
+    rows: list[Row] = []
+    order = {"forward": 0, "backward": 1, "after_backward": 2}
+    for stage in trace.stages:
+        s_counts, s_info = _schedule_side(trace.setup, stage)
+        t_counts, t_info = _trace_side(trace, stage)
+        keys = sorted(set(s_counts) | set(t_counts), key=lambda k: (
+            k[0], order[k[1]], -1 if k[2] is None else k[2], k[3], k[4], k[5], k[6]))
+        for key in keys:
+            sc, tc = s_counts.get(key, 0), t_counts.get(key, 0)
+            size_s, bytes_s, note_s = s_info.get(key, (0, 0, ""))
+            size_t, bytes_t, note_t = t_info.get(key, (0, 0, ""))
+            if sc and tc:
+                status = "match" if sc == tc else "count differs"
+            else:
+                status = "only in schedule" if sc else "only in trace"
+            stage_, phase, layer, module, collective, group, elements = key
+            rows.append(Row(
+                stage=stage_, phase=phase, layer=layer, module=module, collective=collective, group=group,
+                group_size=size_t or size_s, elements=elements, schedule_count=sc, trace_count=tc,
+                schedule_bytes=bytes_s, trace_bytes=bytes_t, status=status,
+                note="; ".join(n for n in (note_s, note_t) if n),
+            ))
+    return rows
+
+
+def differences(rows: list[Row]) -> list[Row]:
+    return [r for r in rows if r.status != "match"]
+
+
+def to_csv(rows: list[Row]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    for row in rows:
+        writer.writerow(row.values())
+    return buf.getvalue()
+
+
+def summary(rows: list[Row]) -> str:
+    """One line per status with its number of rows and collectives, then every difference."""
+    lines = []
+    for status in STATUSES:
+        chosen = [r for r in rows if r.status == status]
+        if chosen:
+            n = sum(max(r.schedule_count, r.trace_count) for r in chosen)
+            lines.append(f"{status}: {len(chosen)} row(s), {n} collective(s)")
+    for r in differences(rows):
+        where = f"stage {r.stage} {r.phase} {r.module}" + (f" (layer {r.layer})" if r.layer is not None else "")
+        lines.append(f"  {r.status}: {where}: {r.collective} {r.group} x{r.elements} elements, "
+                     f"schedule {r.schedule_count}, trace {r.trace_count}")
+    return "\n".join(lines) + "\n"
+
+
+def rank_differences(trace: Trace) -> list[str]:
+    """Ranks of one stage that issued a different sequence of collectives (should be none:
+    every TP and DP rank of a stage runs the same program)."""
+    out = []
+    for stage in trace.stages:
+        ranks = sorted(r.rank for r in trace.ranks if r.stage == stage)
+
+        def seq(rank):
+            return [(r.op, r.group, r.elements, r.phase, r.module) for r in trace.rank_records(rank)]
+
+        first = seq(ranks[0])
+        out += [f"stage {stage}: rank {rank} differs from rank {ranks[0]}" for rank in ranks[1:] if seq(rank) != first]
+    return out

@@ -1,0 +1,92 @@
+"""A sweep point's structure at a size the CPU traces in seconds.
+
+Communication in megatron depends on the structure of a model (which collectives, in
+which groups, per layer) and linearly on its sizes (b*s*h per activation). A trace of a
+small model with the same structure (TP, SP, PP, position embedding, norm, MLP kind,
+biases, tied embeddings, GQA) therefore checks every collective of the schedule, and the
+schedule generated for the same small dimensions gives the sizes to compare with.
+Points that share a structure share one trace (``family`` names it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..models import ModelSpec
+from ..training import TrainingSetup
+
+HEAD_DIM = 16
+HEADS_PER_RANK = 2
+LAYERS_PER_STAGE = 2
+SEQ_LENGTH = 16
+MICRO_BATCH = 2
+
+
+def family(model: ModelSpec) -> str:
+    """The structural family of a model: ``gpt``, ``llama``, ``llama-gqa``, or its traits."""
+    traits = (
+        model.position_embedding, model.normalization, "swiglu" if model.swiglu else "gelu",
+        "bias" if model.add_bias_linear else "nobias", "tied" if model.tie_embeddings else "untied",
+        "gqa" if model.num_query_groups not in (None, model.num_attention_heads) else "mha",
+    )
+    known = {
+        ("learned", "layernorm", "gelu", "bias", "tied", "mha"): "gpt",
+        ("rope", "rmsnorm", "swiglu", "nobias", "untied", "mha"): "llama",
+        ("rope", "rmsnorm", "swiglu", "nobias", "untied", "gqa"): "llama-gqa",
+    }
+    return known.get(traits, "-".join(traits))
+
+
+def trace_key(setup: TrainingSetup) -> str:
+    """The name of the trace covering this setup: family, TP, PP and SP."""
+    sp = int(setup.sp and setup.tp > 1)
+    return f"{family(setup.model)}_tp{setup.tp}_pp{setup.pp}_sp{sp}"
+
+
+def scaled_setup(setup: TrainingSetup, *, dp: int = 1) -> TrainingSetup:
+    """``setup``'s structure with tiny sizes: 2 heads of 16 per TP rank (one key/value
+    group per rank with GQA), FFN 4h, 2 layers per stage, sequence 16, micro batch 2, one
+    micro-batch per DP rank (two with PP, so that the 1F1B schedule has a steady state),
+    and a vocabulary that megatron pads. It depends only on ``trace_key(setup)`` and ``dp``."""
+    m, t, p = setup.model, setup.tp, setup.pp
+    heads = HEADS_PER_RANK * t
+    hidden = HEAD_DIM * heads
+    ffn = 4 * hidden  # the MLP's width moves no bytes; a fixed one keeps the trace a function of the key
+    gqa = m.num_query_groups not in (None, m.num_attention_heads)
+    seq = max(SEQ_LENGTH, t)
+    seq = -(-seq // t) * t
+    model = dataclasses.replace(
+        m,
+        name=f"{family(m)}-scaled",
+        num_layers=LAYERS_PER_STAGE * p,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_query_groups=t if gqa else None,
+        ffn_hidden_size=ffn,
+        vocab_size=128 * t - 28,  # padded by megatron to 128 * t
+        max_position_embeddings=seq,
+        num_experts=None,
+        aicb_name=None,
+    )
+    micro_batches = 2 if p > 1 else 1
+    return TrainingSetup(
+        model=model, world_size=t * p * dp, tp=t, pp=p, ep=1, sp=setup.sp and t > 1,
+        micro_batch=MICRO_BATCH, global_batch=MICRO_BATCH * dp * micro_batches, seq_length=seq,
+    )
+
+
+def pipeline_dp(setup: TrainingSetup) -> int:
+    """The DP size the pipeline traces a key with: 2 where a model replica has at most 2
+    ranks (so the DP reduce-scatter and all-gather are checked for at most 4 processes),
+    else 1 (TP and PP collectives only; DP ones on a group of one move nothing)."""
+    return 2 if setup.tp * setup.pp <= 2 else 1
+
+
+def trace_setups(setups) -> dict[str, TrainingSetup]:
+    """One setup per trace key among ``setups`` (first seen), MoE models left out: the
+    megatron schedule, which a trace checks, covers dense models only."""
+    out: dict[str, TrainingSetup] = {}
+    for setup in setups:
+        if not setup.model.is_moe:
+            out.setdefault(trace_key(setup), setup)
+    return out
