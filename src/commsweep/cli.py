@@ -54,6 +54,20 @@ def cmd_volumes(ns: argparse.Namespace) -> None:
     _emit(render(table), ns.output)
 
 
+def cmd_audit(ns: argparse.Namespace) -> None:
+    from .analysis import audit
+    from .arguments import setup_from_args
+    from .workload import format as wformat
+    from .workload.generate import pipeline_stage
+
+    setup = setup_from_args(ns)
+    findings = audit.audit(
+        wformat.read(ns.workload), setup, stage=pipeline_stage(ns.pp_stage, setup.pp), gpus=ns.gpus,
+        time_us=audit.time_function(ns), source=ns.workload,
+    )
+    _emit(audit.to_csv(findings) if ns.format == "csv" else audit.to_table(findings), ns.output)
+
+
 def cmd_sweep(ns: argparse.Namespace) -> None:
     from . import sweep
 
@@ -119,6 +133,26 @@ def build_parser() -> argparse.ArgumentParser:
                    help="SimAI's -g (sets the DP group size); default: the header's all_gpus")
     p.add_argument("-o", "--output", help="output file (default: stdout)")
     p.set_defaults(func=cmd_volumes)
+
+    p = sub.add_parser(
+        "audit", allow_abbrev=False,
+        help="compare every row of a workload with the collectives Megatron really issues",
+        description="Align a workload with the Megatron schedule of the same setup (AICB's arguments) and "
+                    "list every missing, extra, mis-sized or misplaced collective with its cost.",
+    )
+    p.add_argument("workload", help="a SimAI workload file")
+    add_training_arguments(p)
+    add_aiob_arguments(p)
+    p.add_argument("--pp_stage", default="first",
+                   help="with pp > 1: the stage whose Megatron view the workload is compared with (first, last or an index)")
+    p.add_argument("--format", choices=("csv", "table"), default="table")
+    p.add_argument("-g", "--gpus", type=int, default=None,
+                   help="SimAI's -g (sets the DP group size); default: the header's all_gpus")
+    from .analysis.audit import add_network_arguments
+
+    add_network_arguments(p)
+    p.add_argument("-o", "--output", help="output file (default: stdout)")
+    p.set_defaults(func=cmd_audit)
 
     p = sub.add_parser("sweep", help="validate a sweep config and list its points")
     p.add_argument("config", help="a sweep config YAML (see config/config.yaml)")

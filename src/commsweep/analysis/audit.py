@@ -501,3 +501,29 @@ def read_csv(text: str, *, source: str | Path = "<audit>") -> list[dict[str, str
     if tuple(reader.fieldnames or ()) != COLUMNS:
         raise InputError(f"expected the columns {','.join(COLUMNS)}", file=source, line=1)
     return list(reader)
+
+
+# -- delta_us: SimAI's time of one collective ----------------------------------------------
+
+
+def add_network_arguments(parser) -> None:
+    """The network flags that give ``delta_us`` (SimAI's names; all four or none)."""
+    n = parser.add_argument_group("network, for delta_us (SimAI's flags; without them delta_us is empty)")
+    n.add_argument("-g_p_s", "--gpus_per_server", type=int, default=None)
+    n.add_argument("-n_p_s", "--nics_per_server", type=int, default=None)
+    n.add_argument("-nv", "--nvlink_gbps", type=float, default=None)
+    n.add_argument("-nic", "--nic_gbps", type=float, default=None)
+    n.add_argument("--ratio_dir", default=None, help="SimAI's ratio tables (default: the engine's own)")
+
+
+def time_function(ns) -> TimeFn | None:
+    """SimAI's time of one collective for the network in the parsed flags, or None."""
+    from ..errors import ConfigError
+
+    values = [ns.gpus_per_server, ns.nics_per_server, ns.nvlink_gbps, ns.nic_gbps]
+    if all(v is None for v in values):
+        return None
+    if any(v is None for v in values):
+        raise ConfigError("give all four of -g_p_s, -n_p_s, -nv and -nic, or none", key="network")
+    raise ConfigError("delta_us needs the simulation engine (commsweep.simulate.engine), not available yet",
+                      key="network")
