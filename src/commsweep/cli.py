@@ -99,6 +99,28 @@ def cmd_plot(ns: argparse.Namespace) -> None:
     plots.PLOTS[ns.kind](Path(ns.summary), Path(ns.output))
 
 
+def cmd_compare(ns: argparse.Namespace) -> None:
+    from .analysis import compare
+    from .files import write_text
+
+    findings, comparison, verdicts = compare.compare(Path(ns.sweep), Path(ns.summary), Path(ns.results))
+    write_text(ns.findings, findings)
+    write_text(ns.comparison, comparison)
+    write_text(ns.verdicts, verdicts)
+
+
+def cmd_timeline(ns: argparse.Namespace) -> None:
+    from .analysis import plots
+    from .arguments import setup_from_args
+    from .workload.generate import pipeline_stage
+
+    setup = setup_from_args(ns)
+    plots.timeline(
+        Path(ns.workload), Path(ns.simulation), setup, Path(ns.output),
+        stage=pipeline_stage(ns.pp_stage, setup.pp), audit_csv=Path(ns.audit) if ns.audit else None, title=ns.title,
+    )
+
+
 # -- parser ----------------------------------------------------------------------------
 
 
@@ -166,10 +188,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_summarize)
 
     p = sub.add_parser("plot", help="draw a figure from the summary table")
-    p.add_argument("kind", choices=("volume-by-tp",))
+    p.add_argument("kind", choices=("volume-by-tp", "tp-bytes-by-phase", "exposed-by-group"))
     p.add_argument("summary", help="results/summary.csv")
     p.add_argument("-o", "--output", required=True, help="output PNG")
     p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser("compare", help="sweep-wide findings, comparison of the generators, and verdicts")
+    p.add_argument("--sweep", required=True, help="the points table (results/sweep.csv)")
+    p.add_argument("--summary", required=True, help="the summary table (results/summary.csv)")
+    p.add_argument("--results", default="results", help="the results directory (per-point audits)")
+    p.add_argument("--findings", required=True, help="output: every point's findings (CSV)")
+    p.add_argument("--comparison", required=True, help="output: the generators compared per setting (CSV)")
+    p.add_argument("--verdicts", required=True, help="output: per point, its audit totals and verdict (CSV)")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser(
+        "timeline", allow_abbrev=False,
+        help="draw one simulated iteration per layer, with the audit beside it",
+    )
+    p.add_argument("workload", help="a SimAI workload file")
+    p.add_argument("simulation", help="its simulation, as SimAI's EndToEnd.csv")
+    add_training_arguments(p)
+    add_aiob_arguments(p)
+    p.add_argument("--pp_stage", default="first", help="with pp > 1: the stage the workload holds")
+    p.add_argument("--audit", help="the workload's audit CSV (commsweep audit --format csv)")
+    p.add_argument("--title", help="the figure's title (default: the workload's folder name)")
+    p.add_argument("-o", "--output", required=True, help="output PNG")
+    p.set_defaults(func=cmd_timeline)
     return parser
 
 
