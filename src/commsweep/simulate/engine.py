@@ -1,0 +1,499 @@
+"""SimAI_analytical's model in closed form: a workload and SimAI's flags in, EndToEnd.csv out.
+
+SimAI's analytical backend advances a clock one nanosecond at a time, yet what it reports
+does not depend on that clock: each row's three collectives get a time from a formula
+(``bandwidth.py``), the overlap ratios turn them into exposed times, and a handful of
+sums make the summary. This module computes exactly those numbers, with SimAI's types
+and order of operations (``cfloat.py``), so its EndToEnd.csv is byte-identical to
+SimAI's. Facts: ``../shared/reference/simai/SEMANTICS.md`` (SimAI 1.7, cef83f9d).
+
+**One iteration** (``Workload.cc``). Forward: rows 0..N-1, each its fwd compute then its
+fwd collective. Backward: rows N-1..0, each ig compute, ig collective, wg compute, wg
+collective. Every collective runs once. With a checkpoint layer c and an initiator
+layer i > c in the header (only the first listed of each is read), rows c..i-1 run
+their forward compute a second time (not their communication).
+
+**Per row** (``Layer::report``): comm times before overlap for fwd, wg, ig; exposed =
+trunc(float32(t) * float32(1 - overlap)), with the TP overlap for fwd and ig (the EP one
+when the row's FWD collective is on EP) and the DP overlap for wg. Sums in doubles of
+unrounded us: DP (or DP_EP when the wg type ends in ``_DP_EP``) += wg exposed; TP (or
+EP) += fwd + ig exposed; compute and exposed += fwd, wg, ig each. Bubble: for every row
+not named ``embedding_layer``, fwd compute (all runs) + fwd comm + wg compute + ig compute
++ ig comm (before overlap), times (pp - 1) / (ga * vpp) at the end. PP comm =
+trunc(2 * vpp * ga * pp_comm / 2^30 / pp_o * 1e9 / 1000) * float32(1 - pp_o), truncated.
+Total = compute + exposed + bubble + PP.
+
+**SimAI's bugs** (all exit 0 in SimAI) and what ``simai_bugs`` does about them:
+
+=================  ===========================================  ============================================
+kind               SimAI                                        ``fix`` (the default; warns naming each row)
+=================  ===========================================  ============================================
+one-gpu-group      a collective on a group of one GPU (TP 1)    0 us: one GPU has nothing to exchange
+                   gets bandwidth 0: NaN -> 9223372036854776 us  (algbw prints ``inf``, busbw ``0.00``)
+zero-nics          a NIC share ``n_p_s / t`` floors to 0: the   the exact fractional share (e.g. 4 NICs for
+                   bandwidth is -1, the time wraps to ~1.8e16   8 GPUs: 0.5 NIC per GPU) in the bandwidth
+                   us, its exposed value to 0                   formula
+ratio-range        a message beyond the ratio table's last row  the last row's efficiency (the table is
+                   (16 GiB) on a ratio collective: exception,   flat there)
+                   EndToEnd.csv cut before that row (EMPTY
+                   when it is row 0)
+pp-overlap-zero    ``-pp_o 0``: the PP formula divides by 0:    PP comm 0 us (what SimAI prints when pp_comm
+                   0 us, or 9223372036854776 us if pp_comm = 0  > 0), with the warning
+=================  ===========================================  ============================================
+
+``reproduce`` gives SimAI's output exactly; ``error`` raises :class:`SimaiBugError`
+listing every affected row.
+
+Public API (used by the audit): :class:`Network`, :class:`Ratios`, :func:`load_ratios`,
+:func:`comm_time_ns` (one collective) and :func:`simulate` (a whole workload).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from ..errors import CommsweepError, ConfigError, InputError
+from ..workload.format import Header, Workload
+from . import endtoend
+from .bandwidth import (
+    ALLGATHER, ALLREDUCE, ALLTOALL, GIB, NO_NIC, ONE_GPU, REDUCESCATTER, NetParams, bus_bandwidth,
+    formula_ns, group_arguments, ratio_case, reported_bandwidths, small_message_ns,
+)
+from .cfloat import U64_MASK, div, f32, f32_from_str, f32_of_int, fixed, u64
+from .collectives import CollectiveTime, ns_text, to_csv
+from .ratio import Ratios, RatioOutOfRange, load_ratios
+
+__all__ = [
+    "BUG_MODES", "Network", "Ratios", "Simulation", "SimaiBugError", "comm_time_ns", "load_ratios", "simulate",
+]
+
+BUG_MODES = ("fix", "reproduce", "error")
+RATIO_RANGE = "ratio-range"
+PP_OVERLAP_ZERO = "pp-overlap-zero"
+PP_COMM_RANGE = "pp-comm-range"
+BUG_TEXT = {
+    ONE_GPU: "a collective on a group of one GPU: SimAI's bandwidth is 0 and the time 9223372036854776 us",
+    NO_NIC: "the NIC share floors to 0 NICs: SimAI's bandwidth is -1 and the time wraps around 2^64 ns",
+    RATIO_RANGE: "a message beyond the ratio table's last row: SimAI throws and cuts EndToEnd.csv before this row",
+    PP_OVERLAP_ZERO: "-pp_o 0: SimAI's PP formula divides by the PP overlap ratio",
+    PP_COMM_RANGE: "pp_comm does not fit SimAI's std::stoi: SimAI aborts",
+}
+FIX_TEXT = {
+    ONE_GPU: "fixed: 0 us",
+    NO_NIC: "fixed: the fractional NIC share",
+    RATIO_RANGE: "fixed: the last row's efficiency",
+    PP_OVERLAP_ZERO: "fixed: PP comm 0 us",
+    PP_COMM_RANGE: "fixed: the header's value",
+}
+_PREFIXES = (("ALLREDUCE", ALLREDUCE), ("ALLTOALL", ALLTOALL), ("ALLGATHER", ALLGATHER),
+             ("REDUCESCATTER", REDUCESCATTER))
+_SUFFIX_GROUP = {"_EP": "EP", "_DP_EP": "DP_EP"}
+MIN_FWD_SIZE = 4096
+_F32_EXACT = 1 << 24
+_INT_MAX = (1 << 31) - 1
+
+
+class SimaiBugError(CommsweepError):
+    """A workload and network on which SimAI prints nonsense (``--simai-bugs error``)."""
+
+
+def _int32(n: int) -> int:
+    """C ``int`` arithmetic wraps (on x86, in practice) modulo 2^32."""
+    return ((n + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+
+
+# -- inputs -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Network:
+    """SimAI's command-line network: ``-g -g_p_s -n_p_s -nv -nic`` and the overlap ratios.
+
+    Bandwidths (GB/s) and ratios may be given as text, as on SimAI's command line; SimAI
+    reads them with ``std::stof`` into float32, and so does the engine.
+    """
+
+    gpus: int
+    gpus_per_server: int
+    nics_per_server: int
+    nvlink_gbps: float | str
+    nic_gbps: float | str
+    tp_overlap: float | str = 0.0
+    dp_overlap: float | str = 0.0
+    ep_overlap: float | str = 0.0
+    pp_overlap: float | str = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("gpus", "gpus_per_server", "nics_per_server"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"must be a positive integer, got {value!r}", key=name)
+        for name in ("nvlink_gbps", "nic_gbps"):
+            if not self._float(name) > 0:
+                raise ConfigError(f"must be a positive number, got {getattr(self, name)!r}", key=name)
+        for name in ("tp_overlap", "dp_overlap", "ep_overlap", "pp_overlap"):
+            if not 0 <= self._float(name) <= 1:
+                raise ConfigError(f"must be between 0 and 1, got {getattr(self, name)!r}", key=name)
+
+    def _float(self, name: str) -> float:
+        value = getattr(self, name)
+        try:
+            return f32_from_str(value if isinstance(value, str) else repr(float(value)))
+        except (TypeError, ValueError):
+            raise ConfigError(f"must be a number, got {value!r}", key=name) from None
+
+    @cached_property
+    def params(self) -> NetParams:
+        return NetParams(self.gpus_per_server, self.nics_per_server, self._float("nvlink_gbps"), self._float("nic_gbps"))
+
+    def keep(self, name: str) -> float:
+        """float32(1 - overlap): the share of a collective's time left exposed."""
+        return f32(1 - self._float(f"{name}_overlap"))
+
+    def flags(self) -> list[str]:
+        """SimAI's command-line flags for this network (without -w and -r)."""
+        out = ["-g", str(self.gpus), "-g_p_s", str(self.gpus_per_server), "-n_p_s", str(self.nics_per_server),
+               "-nv", _flag_text(self.nvlink_gbps), "-nic", _flag_text(self.nic_gbps)]
+        for name, default in (("tp", 0.0), ("dp", 0.0), ("ep", 0.0), ("pp", 1.0)):
+            if self._float(f"{name}_overlap") != default:
+                out += [f"-{name}_o", _flag_text(getattr(self, f"{name}_overlap"))]
+        return out
+
+
+def _flag_text(value: float | str) -> str:
+    if isinstance(value, str):
+        return value
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def check_mode(simai_bugs: str) -> None:
+    if simai_bugs not in BUG_MODES:
+        raise ConfigError(f"must be one of {', '.join(BUG_MODES)}, got {simai_bugs!r}", key="simai_bugs")
+
+
+# -- one collective -------------------------------------------------------------------------
+
+
+def parse_comm_type(comm_type: str, phase: str) -> tuple[str | None, str]:
+    """(collective, group) as SimAI reads a comm type in a phase (prefix match, exact suffix).
+
+    No collective (None) for NONE, BROADCAST or any unknown name; group NONE for an
+    unknown suffix (so ``ALLREDUCEALLTOALL`` is an all-reduce on no group).
+    """
+    for prefix, coll in _PREFIXES:
+        if comm_type.startswith(prefix):
+            rest = comm_type[len(prefix):]
+            if rest == "":
+                return coll, ("DP" if phase == "wg" else "TP")
+            return coll, _SUFFIX_GROUP.get(rest, "NONE")
+    return None, "NONE"
+
+
+def effective_size(phase: str, size: int) -> int:
+    """The bytes SimAI uses: times its float32 scale factor 1.0, forward 1..4095 -> 4096."""
+    if size >= _F32_EXACT:
+        size = u64(f32_of_int(size))
+    if phase == "fwd" and 0 < size < MIN_FWD_SIZE:
+        return MIN_FWD_SIZE
+    return size
+
+
+def compute_ticks(value: int) -> int:
+    """A compute time (ns) as SimAI holds it: through its float32 scale factor."""
+    return value if value < _F32_EXACT else u64(f32_of_int(value))
+
+
+@dataclass(frozen=True)
+class _Phase:
+    coll: str | None
+    group: str
+    nranks: int
+    size: int
+    ticks: int | None  # None: SimAI throws here (reproduce mode)
+    problems: tuple[str, ...]
+    text: str = ""  # "total comm,algbw,busbw" as printed
+
+
+def _phase_ticks(coll: str | None, group: str, nranks: int, size: int, tp: int, ep: int,
+                 net: NetParams, ratios: Ratios, fix: bool) -> tuple[int | None, tuple[str, ...]]:
+    """SimAI's ``compute_time`` for one phase: (ticks, problems met)."""
+    if coll is None:
+        return 0, ()
+    latency = small_message_ns(size, nranks)
+    if latency is not None:
+        return latency, ()
+    args = group_arguments(group, nranks, tp, ep, net, fix_nics=fix)
+    if args is None:
+        return 0, ()
+    nodes, gpn, nics, fractional = args
+    bw = bus_bandwidth(coll, nodes, gpn, nics, net, integer_nics=not fractional)
+    problems = (NO_NIC,) if fractional else ()
+    if bw.problem:
+        problems += (bw.problem,)
+    case = ratio_case(coll, group, nranks, tp, net.gpus_per_server, bw.is_nvlink)
+    ratio = 1.0
+    table = ratios.table(case[0]) if case else None
+    if table is not None:
+        try:
+            ratio = table.value(size, case[1])
+        except RatioOutOfRange:
+            problems += (RATIO_RANGE,)
+            if not fix:
+                return None, problems
+            ratio = table.clamped_value(size, case[1])
+    if fix and bw.problem == ONE_GPU:
+        return 0, problems
+    return formula_ns(coll, size, nranks, ratio, bw.busbw), problems
+
+
+def _group_sizes(header: Header, gpus: int) -> tuple[int, int]:
+    dp = gpus // (header.tp * header.pp)
+    return dp, dp // header.ep
+
+
+def _nranks(phase: str, group: str, header: Header, dp: int, dp_ep: int) -> int:
+    if phase == "wg":
+        return dp_ep if group == "DP_EP" else dp
+    return header.ep if group == "EP" else header.tp
+
+
+def comm_time_ns(comm_type: str, phase: str, size: int, header: Header, network: Network,
+                 ratios: Ratios | None = None, *, simai_bugs: str = "fix") -> int:
+    """The time (ns, before overlap) SimAI gives one collective of a workload row.
+
+    ``comm_type`` as written in the workload (``ALLREDUCE``, ``ALLGATHER_DP_EP``,
+    ``NONE`` -> 0 ...), ``phase`` fwd / ig / wg, ``size`` the declared bytes (the forward
+    bump to 4096 and the small-message latencies apply, as in SimAI). Group sizes come
+    from ``header`` (TP, EP, PP) and ``network.gpus`` (DP = gpus / (tp * pp)).
+
+    ``simai_bugs``: ``fix`` (default) returns the fixed time on SimAI's bug cases (see the
+    module docstring), ``reproduce`` SimAI's own number (and raises :class:`SimaiBugError`
+    where SimAI throws), ``error`` raises on every bug case.
+    """
+    check_mode(simai_bugs)
+    if phase not in ("fwd", "ig", "wg"):
+        raise ConfigError(f"must be fwd, ig or wg, got {phase!r}", key="phase")
+    ratios = ratios if ratios is not None else Ratios()
+    dp, dp_ep = _group_sizes(header, network.gpus)
+    coll, group = parse_comm_type(comm_type, phase)
+    nranks = _nranks(phase, group, header, dp, dp_ep)
+    ticks, problems = _phase_ticks(coll, group, nranks, effective_size(phase, size), header.tp, header.ep,
+                                   network.params, ratios, simai_bugs == "fix")
+    if problems and simai_bugs == "error" or ticks is None:
+        what = "; ".join(BUG_TEXT[p] for p in problems)
+        raise SimaiBugError(f"{comm_type} ({phase}, {size} bytes, group of {nranks}): {what}")
+    return ticks
+
+
+# -- a whole workload ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BugHit:
+    """One row (or the header) where SimAI's output would be nonsense."""
+
+    kind: str
+    row: int | None
+    layer: str | None = None
+    phase: str | None = None
+
+    def where(self) -> str:
+        if self.row is None:
+            return "header"
+        return f"row {self.row} ({self.layer} {self.phase})"
+
+
+@dataclass
+class Simulation:
+    """The result of :func:`simulate`."""
+
+    endtoend: str  # the EndToEnd.csv text
+    components: dict[str, float] | None  # endtoend.COMPONENTS -> us (unrounded); None if cut short
+    total_us: float | None
+    bugs: list[BugHit]
+    simai_bugs: str
+    ratios_source: str
+    truncated_at: int | None = None  # reproduce mode: the row where SimAI throws
+    _raw: list[tuple] = field(default_factory=list, repr=False)
+
+    @property
+    def collectives(self) -> list[CollectiveTime]:
+        """The tidy per-collective table (see ``collectives.py``)."""
+        return [CollectiveTime(r, name, ph, c, g, n, b, ns_text(t), ns_text(e)) for r, name, ph, c, g, n, b, t, e in self._raw]
+
+    def collectives_csv(self) -> str:
+        return to_csv(self.collectives)
+
+    def warnings(self) -> list[str]:
+        """One line per bug kind met, naming every affected row and what was done."""
+        out = []
+        kinds: dict[str, list[BugHit]] = {}
+        for hit in self.bugs:
+            kinds.setdefault(hit.kind, []).append(hit)
+        for kind, hits in kinds.items():
+            done = {"fix": FIX_TEXT[kind], "reproduce": "reproduced as SimAI prints it", "error": "error"}[self.simai_bugs]
+            rows = ", ".join(h.where() for h in hits)
+            out.append(f"SimAI bug {kind!r}: {BUG_TEXT[kind]}; {done}: {len(hits)} place(s): {rows}")
+        if self.truncated_at is not None:
+            out.append(f"EndToEnd.csv cut before row {self.truncated_at} as SimAI leaves it"
+                       + (" (EMPTY)" if self.truncated_at == 0 else ""))
+        return out
+
+
+def recompute_rows(header: Header, rows: int) -> range:
+    """Rows whose forward compute SimAI runs twice (checkpoint c up to initiator i, excluded)."""
+    if not header.checkpoint_initiates:
+        return range(0)
+    initiator = header.checkpoint_initiates[0]  # SimAI reads only the first listed
+    if initiator >= rows:
+        return range(0)
+    checkpoint = header.checkpoints[0] if header.checkpoints else None
+    if checkpoint is None or checkpoint >= initiator:
+        raise InputError(
+            f"checkpoint_initiates {initiator} needs a checkpoint layer before it "
+            f"(checkpoints: {list(header.checkpoints)}); SimAI would run off its layer array",
+            line=1, field="checkpoints",
+        )
+    return range(checkpoint, initiator)
+
+
+def simulate(workload: Workload, network: Network, ratios: Ratios | None = None, *,
+             prefix: str = "", simai_bugs: str = "fix") -> Simulation:
+    """Simulate one iteration as SimAI_analytical does; see the module docstring.
+
+    ``prefix`` is SimAI's ``-r`` (its part after the last ``/`` is the summary's file
+    name). Raises :class:`SimaiBugError` in ``error`` mode when any bug case is met.
+    """
+    check_mode(simai_bugs)
+    ratios = ratios if ratios is not None else Ratios()
+    fix = simai_bugs == "fix"
+    header = workload.header
+    rows = workload.rows
+    if not rows:
+        raise InputError("the workload has no rows; SimAI aborts on it", line=2, field="row_count")
+    tp, ep = header.tp, header.ep
+    dp, dp_ep = _group_sizes(header, network.gpus)
+    net = network.params
+    keep_tp, keep_dp, keep_ep = network.keep("tp"), network.keep("dp"), network.keep("ep")
+    rerun = recompute_rows(header, len(rows))
+    bugs: list[BugHit] = []
+    phases: dict[tuple[str, str, int], _Phase] = {}
+    us_text: dict[int, str] = {}
+    exposed_memo: dict[tuple[int, float], int] = {}
+
+    def phase_of(comm_type: str, phase: str, size: int) -> _Phase:
+        key = (comm_type, phase, size)
+        found = phases.get(key)
+        if found is not None:
+            return found
+        coll, group = parse_comm_type(comm_type, phase)
+        nranks = _nranks(phase, group, header, dp, dp_ep)
+        eff = effective_size(phase, size)
+        ticks, problems = _phase_ticks(coll, group, nranks, eff, tp, ep, net, ratios, fix)
+        text = ""
+        if ticks is not None:
+            algbw, busbw = reported_bandwidths(coll, nranks, eff, ticks)
+            if fix and ONE_GPU in problems:
+                busbw = 0.0
+            text = f"{us(ticks)},{fixed(algbw, 2)},{fixed(busbw, 2)}"
+        found = phases[key] = _Phase(coll, group, nranks, eff, ticks, problems, text)
+        return found
+
+    def us(ticks: int) -> str:
+        text = us_text.get(ticks)
+        if text is None:
+            text = us_text[ticks] = f"{float(ticks) / 1000.0:.0f}"
+        return text
+
+    def exposed(ticks: int, keep: float) -> int:
+        if ticks == 0:
+            return 0
+        if keep == 1.0 and ticks < _F32_EXACT:
+            return ticks
+        key = (ticks, keep)
+        value = exposed_memo.get(key)
+        if value is None:
+            value = exposed_memo[key] = u64(f32(f32_of_int(ticks) * keep))
+        return value
+
+    dp_comm = dp_ep_comm = tp_comm = ep_comm = 0.0
+    comp = total_exposed = bubble = 0.0
+    lines: list[str] = []
+    raw: list[tuple] = []
+    truncated_at = None
+    for index, row in enumerate(rows):
+        fwd = phase_of(row.fwd_comm, "fwd", row.fwd_size)
+        wg = phase_of(row.wg_comm, "wg", row.wg_size)
+        ig = phase_of(row.ig_comm, "ig", row.ig_size)
+        for ph, name in ((fwd, "fwd"), (ig, "ig"), (wg, "wg")):
+            for problem in ph.problems:
+                bugs.append(BugHit(problem, index, row.name, name))
+        if fwd.ticks is None or wg.ticks is None or ig.ticks is None:
+            truncated_at = index
+            break
+        fc = compute_ticks(row.fwd_compute)
+        if index in rerun:
+            fc = (2 * fc) & U64_MASK
+        wgc = compute_ticks(row.wg_compute)
+        igc = compute_ticks(row.ig_compute)
+        keep = keep_ep if fwd.group == "EP" else keep_tp
+        fwd_exp = exposed(fwd.ticks, keep)
+        ig_exp = exposed(ig.ticks, keep)
+        wg_exp = exposed(wg.ticks, keep_dp)
+        if wg.group == "DP_EP":
+            dp_ep_comm += float(wg_exp) / 1000.0
+        else:
+            dp_comm += float(wg_exp) / 1000.0
+        if fwd.group == "EP":
+            ep_comm += float((fwd_exp + ig_exp) & U64_MASK) / 1000.0
+        else:
+            tp_comm += float((fwd_exp + ig_exp) & U64_MASK) / 1000.0
+        comp += float(fc) / 1000.0
+        comp += float(wgc) / 1000.0
+        comp += float(igc) / 1000.0
+        total_exposed += float(fwd_exp) / 1000.0
+        total_exposed += float(wg_exp) / 1000.0
+        total_exposed += float(ig_exp) / 1000.0
+        if row.name != "embedding_layer":
+            bubble += float((fwd.ticks + fc + wgc + igc + ig.ticks) & U64_MASK) / 1000.0
+        lines.append(f"{row.name},Analytical_test,{us(fc)},{us(wgc)},{us(igc)},{us(fwd_exp)},{us(wg_exp)},"
+                     f"{us(ig_exp)},{fwd.text},{wg.text},{ig.text}")
+        if fwd.coll:
+            raw.append((index, row.name, "fwd", fwd.coll, fwd.group, fwd.nranks, fwd.size, fwd.ticks, fwd_exp))
+        if ig.coll:
+            raw.append((index, row.name, "ig", ig.coll, ig.group, ig.nranks, ig.size, ig.ticks, ig_exp))
+        if wg.coll:
+            raw.append((index, row.name, "wg", wg.coll, wg.group, wg.nranks, wg.size, wg.ticks, wg_exp))
+
+    if truncated_at is None:
+        pp_ticks = _pp_ticks(header, network, bugs, simai_bugs)
+        bubble *= float(header.pp - 1) / _int32(header.ga * header.vpp)
+        total = comp + total_exposed + bubble + float(pp_ticks)
+        components = (dp_comm, dp_ep_comm, tp_comm, ep_comm, float(pp_ticks), bubble, comp, total_exposed)
+        text = endtoend.render(prefix, lines, components, total)
+        named = dict(zip(endtoend.COMPONENTS, components))
+    else:
+        text = endtoend.render(prefix, lines, None, None)
+        named, total = None, None
+    result = Simulation(text, named, total, bugs, simai_bugs, ratios.source, truncated_at, raw)
+    if simai_bugs == "error" and bugs:
+        raise SimaiBugError("SimAI would print nonsense for this workload and network:\n  "
+                            + "\n  ".join(result.warnings()))
+    return result
+
+
+def _pp_ticks(header: Header, network: Network, bugs: list[BugHit], simai_bugs: str) -> int:
+    """Exposed PP comm as SimAI computes it (``Layer::report``), in ticks."""
+    if header.pp_comm > _INT_MAX:
+        bugs.append(BugHit(PP_COMM_RANGE, None))
+        if simai_bugs == "reproduce":
+            raise SimaiBugError(f"pp_comm {header.pp_comm}: {BUG_TEXT[PP_COMM_RANGE]} (std::out_of_range)")
+    pp_o = network._float("pp_overlap")
+    if pp_o == 0:
+        bugs.append(BugHit(PP_OVERLAP_ZERO, None))
+        if simai_bugs == "fix":
+            return 0
+    inner = div(float(header.pp_comm) * 1.0 / GIB, pp_o) * 1e9
+    ticks = u64(_int32(2 * header.vpp * header.ga) * inner / 1000.0)
+    return u64(f32(f32_of_int(ticks) * network.keep("pp")))
