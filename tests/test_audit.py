@@ -99,6 +99,10 @@ def test_default_path_at_tp1_issues_tp_collectives_on_a_group_of_one(path):
     grouped = [f for f in findings if f.kind == "group"]
     assert len(size1) + len(grouped) == len(tp_collectives)
     assert [(f.expected.group, f.found.group) for f in grouped] == [("DP", "TP")]
+    # A group of one GPU exchanges nothing: no simulated time (SimAI itself overflows here).
+    timed = audit.audit(workload, setup, time_us=audit.collective_time(
+        gpus_per_server=8, nics_per_server=8, nvlink_gbps=360, nic_gbps=48.5))
+    assert all(f.delta_us == 0 for f in timed if f.kind == "size1_group")
 
 
 @pytest.mark.parametrize("path", REFERENCES)
@@ -326,3 +330,60 @@ def test_cli_needs_all_four_network_flags(capsys):
     args = shlex.split(manifest()[path.name])
     assert cli.main(["audit", str(path), *args, "-g_p_s", "8"]) == 2
     assert "-nic" in capsys.readouterr().err
+
+
+# -- delta_us: the simulation engine's time, checked against SimAI's own output --------------
+
+NET_A = {"gpus_per_server": 8, "nics_per_server": 8, "nvlink_gbps": 360, "nic_gbps": 48.5}
+
+
+def endtoend_rows(stem: str) -> list[list[str]]:
+    path = reference_path("simai", "endtoend", f"{stem}__netA-EndToEnd.csv")
+    with open(path, newline="") as fh:
+        return list(csv.reader(fh))[3:]
+
+
+# SimAI's EndToEnd.csv: "total comm" (before overlap) of each phase, by column index.
+TOTAL_COMM_COLUMN = {"fwd": 8, "wg": 11, "ig": 14}
+
+
+@pytest.mark.parametrize("path", references(lambda p: not _is(p, tp=1)))
+def test_delta_us_of_what_a_row_issues_is_simais_time_for_it(path):
+    """An extra or mis-sized collective costs what SimAI printed for it (rounded to us)."""
+    setup, _ = audit_reference(path)
+    findings = audit.audit(wf.read(path), setup, time_us=audit.collective_time(**NET_A))
+    rows = endtoend_rows(path.stem)
+    checked = 0
+    for f in findings:
+        if f.kind in ("extra", "size1_group") and f.found.bytes >= 2**20:
+            simai = float(rows[f.row][TOTAL_COMM_COLUMN[f.phase]])
+            assert f.delta_us == pytest.approx(simai, abs=0.5), (f.row, f.phase)
+            checked += 1
+    assert checked
+
+
+@pytest.mark.parametrize("path", references(lambda p: _is(p, sp=False, path_kind="aiob") and not _is(p, tp=1)))
+def test_a_missing_layer_allreduce_costs_what_simai_gives_the_same_allreduce(path):
+    """The AIOB path's missing ig all-reduce of u is the twin of the row's forward all-reduce of
+    u (same group, same size): SimAI's time for that forward one is the missing cost."""
+    setup, _ = audit_reference(path)
+    findings = audit.audit(wf.read(path), setup, time_us=audit.collective_time(**NET_A))
+    rows = endtoend_rows(path.stem)
+    missing = [f for f in findings if f.kind == "missing" and f.unit.layer is not None]
+    assert len(missing) == 2 * setup.model.num_layers
+    for f in missing:
+        assert -f.delta_us == pytest.approx(float(rows[f.row][TOTAL_COMM_COLUMN["fwd"]]), abs=0.5)
+
+
+def test_cli_delta_us_with_simais_network_flags(tmp_path):
+    name = "gpt7b_ws16_tp2_pp1_seq2048_mbs1_ga1_sp0_default.txt"
+    path = reference_path("aicb", "workloads", name)
+    out = tmp_path / "a.csv"
+    argv = ["audit", str(path), *shlex.split(manifest()[name]), "--format", "csv", "-o", str(out),
+            "-g_p_s", "8", "-n_p_s", "8", "-nv", "360", "-nic", "48.5"]
+    assert cli.main(argv) == 0
+    rows = list(csv.DictReader(io.StringIO(out.read_text())))
+    assert rows and all(r["delta_us"] != "" for r in rows)
+    layernorm = next(r for r in rows if r["layer"] == "iteration/sp_grads")
+    simai = float(endtoend_rows(path.stem)[int(layernorm["row"])][TOTAL_COMM_COLUMN["ig"]])
+    assert float(layernorm["delta_us"]) == pytest.approx(simai, abs=0.5)

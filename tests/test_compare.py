@@ -256,3 +256,22 @@ def test_timeline_refuses_a_simulation_of_another_workload(sweep, tmp_path, caps
             str(tmp_path / "t.png")]
     assert cli.main(argv) == 2
     assert "not its simulation" in capsys.readouterr().err
+
+
+def test_timeline_simulates_with_the_engine_as_simai_did(sweep, tmp_path):
+    """Without an EndToEnd.csv the timeline simulates the workload itself: the row times
+    equal those of SimAI's own run on the same workload and network."""
+    from commsweep.simulate.engine import Network, load_ratios
+
+    stem = "gpt7b_ws16_tp2_pp1_seq2048_mbs1_ga1_sp1_aiob"
+    workload = wf.read(paths.workload_file(sweep, "gpt7b_ws16_tp2_sp1_aicb_aiob"))
+    simai = timeline.read_endtoend(REFERENCE / "simai" / "endtoend" / f"{stem}__netA-EndToEnd.csv")
+    ratio_dir = REFERENCE / "simai" / "ratio"  # SimAI's efficiency tables, which its run used
+    ours = timeline.simulate(workload, Network(gpus=16, **NETWORKS["netA"]), load_ratios(ratio_dir))
+    assert ours == simai
+    args = next(r["command_args"] for r in csv.DictReader(open(REFERENCE / "aicb/workloads/MANIFEST.csv"))
+                if r["file_name"] == stem + ".txt")
+    out = tmp_path / "t.png"
+    argv = ["timeline", str(paths.workload_file(sweep, "gpt7b_ws16_tp2_sp1_aicb_aiob")), *shlex.split(args),
+            "-g_p_s", "8", "-n_p_s", "8", "-nv", "360", "-nic", "48.5", "--ratio_dir", str(ratio_dir), "-o", str(out)]
+    assert cli.main(argv) == 0 and out.stat().st_size > 0

@@ -114,9 +114,23 @@ def cmd_timeline(ns: argparse.Namespace) -> None:
     from .arguments import setup_from_args
     from .workload.generate import pipeline_stage
 
+    from .analysis import audit, timeline
+    from .errors import ConfigError
+    from .workload import format as wformat
+
     setup = setup_from_args(ns)
+    if ns.simulation is not None:
+        times = timeline.read_endtoend(ns.simulation)
+    else:
+        network = audit.network_from_args(ns, wformat.read(ns.workload).header)
+        if network is None:
+            raise ConfigError("give the simulation (an EndToEnd.csv) or the network flags -g_p_s -n_p_s -nv -nic",
+                              key="simulation")
+        from .simulate.engine import load_ratios
+
+        times = timeline.simulate(wformat.read(ns.workload), network, load_ratios(ns.ratio_dir))
     plots.timeline(
-        Path(ns.workload), Path(ns.simulation), setup, Path(ns.output),
+        Path(ns.workload), times, setup, Path(ns.output),
         stage=pipeline_stage(ns.pp_stage, setup.pp), audit_csv=Path(ns.audit) if ns.audit else None, title=ns.title,
     )
 
@@ -125,6 +139,7 @@ def cmd_timeline(ns: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .analysis.audit import add_network_arguments
     from .arguments import add_aiob_arguments, add_training_arguments
 
     parser = argparse.ArgumentParser(
@@ -170,8 +185,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("csv", "table"), default="table")
     p.add_argument("-g", "--gpus", type=int, default=None,
                    help="SimAI's -g (sets the DP group size); default: the header's all_gpus")
-    from .analysis.audit import add_network_arguments
-
     add_network_arguments(p)
     p.add_argument("-o", "--output", help="output file (default: stdout)")
     p.set_defaults(func=cmd_audit)
@@ -207,10 +220,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="draw one simulated iteration per layer, with the audit beside it",
     )
     p.add_argument("workload", help="a SimAI workload file")
-    p.add_argument("simulation", help="its simulation, as SimAI's EndToEnd.csv")
+    p.add_argument("simulation", nargs="?",
+                   help="its simulation, as SimAI's EndToEnd.csv (default: simulate it with the network flags)")
     add_training_arguments(p)
     add_aiob_arguments(p)
     p.add_argument("--pp_stage", default="first", help="with pp > 1: the stage the workload holds")
+    p.add_argument("-g", "--gpus", type=int, default=None, help="SimAI's -g; default: the header's all_gpus")
+    add_network_arguments(p)
     p.add_argument("--audit", help="the workload's audit CSV (commsweep audit --format csv)")
     p.add_argument("--title", help="the figure's title (default: the workload's folder name)")
     p.add_argument("-o", "--output", required=True, help="output PNG")

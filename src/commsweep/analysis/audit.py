@@ -516,6 +516,21 @@ def add_network_arguments(parser) -> None:
     n.add_argument("--ratio_dir", default=None, help="SimAI's ratio tables (default: the engine's own)")
 
 
+def network_from_args(ns, header: wf.Header):
+    """The simulation engine's Network from the parsed flags (None without them)."""
+    from ..errors import ConfigError
+
+    values = [ns.gpus_per_server, ns.nics_per_server, ns.nvlink_gbps, ns.nic_gbps]
+    if all(v is None for v in values):
+        return None
+    if any(v is None for v in values):
+        raise ConfigError("give all four of -g_p_s, -n_p_s, -nv and -nic, or none", key="network")
+    from ..simulate.engine import Network
+
+    return Network(gpus=ns.gpus or header.all_gpus, gpus_per_server=ns.gpus_per_server,
+                   nics_per_server=ns.nics_per_server, nvlink_gbps=ns.nvlink_gbps, nic_gbps=ns.nic_gbps)
+
+
 def time_function(ns) -> TimeFn | None:
     """SimAI's time of one collective for the network in the parsed flags, or None."""
     from ..errors import ConfigError
@@ -525,5 +540,35 @@ def time_function(ns) -> TimeFn | None:
         return None
     if any(v is None for v in values):
         raise ConfigError("give all four of -g_p_s, -n_p_s, -nv and -nic, or none", key="network")
-    raise ConfigError("delta_us needs the simulation engine (commsweep.simulate.engine), not available yet",
-                      key="network")
+    from ..simulate.engine import load_ratios
+
+    return collective_time(
+        gpus_per_server=ns.gpus_per_server, nics_per_server=ns.nics_per_server,
+        nvlink_gbps=ns.nvlink_gbps, nic_gbps=ns.nic_gbps, gpus=ns.gpus, ratios=load_ratios(ns.ratio_dir),
+    )
+
+
+def collective_time(
+    *, gpus_per_server: int, nics_per_server: int, nvlink_gbps: float, nic_gbps: float,
+    gpus: int | None = None, ratios=None,
+) -> TimeFn:
+    """``time_us(side, header)``: the simulation engine's time of one collective, in us.
+
+    The time before overlap, as SimAI computes it for a workload row (``comm_time_ns``),
+    with the engine's ``fix`` mode: a collective on a group of one GPU costs 0, where
+    SimAI itself would print an overflowed time. ``gpus`` is SimAI's ``-g`` (default:
+    the header's ``all_gpus``).
+    """
+    from ..simulate.engine import Network, comm_time_ns
+
+    networks: dict[int, Network] = {}
+
+    def time_us(side: Side, header: wf.Header) -> float:
+        n = gpus if gpus is not None else header.all_gpus
+        if n not in networks:
+            networks[n] = Network(gpus=n, gpus_per_server=gpus_per_server, nics_per_server=nics_per_server,
+                                  nvlink_gbps=nvlink_gbps, nic_gbps=nic_gbps)
+        comm_type = side.comm_type or megatron.Comm(side.collective, side.group, side.bytes).comm_type()
+        return comm_time_ns(comm_type, side.phase, side.bytes, header, networks[n], ratios, simai_bugs="fix") / 1000
+
+    return time_us

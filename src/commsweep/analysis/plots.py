@@ -240,7 +240,7 @@ PLOTS.update({"tp-bytes-by-phase": tp_bytes_by_phase, "exposed-by-group": expose
 
 def timeline(
     workload_path: Path,
-    endtoend_csv: Path,
+    times: list,
     setup,
     output: Path,
     *,
@@ -250,7 +250,8 @@ def timeline(
 ) -> None:
     """A Gantt chart of one simulated iteration, one lane per layer, and the audit beside it.
 
-    Left: compute (grey) and exposed communication (coloured by group) of every row, in
+    ``times`` are the rows' simulated times (``timeline.read_endtoend`` of the point's
+    EndToEnd.csv, or ``timeline.simulate``). Left: compute (grey) and exposed communication (coloured by group) of every row, in
     the order SimAI runs them, in ms; forward on the left of the dashed line, backward on
     its right. Right (with an audit): per lane, the bytes the workload is short of
     Megatron (red) and in excess (orange), in MiB per iteration.
@@ -262,7 +263,7 @@ def timeline(
     plt = _pyplot()
     workload = wf.read(workload_path)
     units = audit_mod.segment(workload, setup.layers_per_stage, stage * setup.layers_per_stage)
-    events = tl.events(workload, tl.read_endtoend(endtoend_csv), units)
+    events = tl.events(workload, times, units)
     by_lane = None
     if audit_csv is not None:
         by_lane = tl.audit_by_lane(audit_mod.read_csv(Path(audit_csv).read_text(encoding="utf-8"), source=audit_csv))

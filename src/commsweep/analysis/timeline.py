@@ -50,7 +50,10 @@ def read_endtoend(path: str | Path) -> list[RowTimes]:
     """The per-row lines of a SimAI ``EndToEnd.csv`` (after its two summary lines and header)."""
     path = Path(path)
     with open(path, newline="", encoding="utf-8") as fh:
-        lines = list(csv.reader(fh))
+        return read_endtoend_lines(list(csv.reader(fh)), path)
+
+
+def read_endtoend_lines(lines: list[list[str]], path: str | Path) -> list[RowTimes]:
     start = next((i + 1 for i, line in enumerate(lines) if line[:1] == ["layer_name"]), None)
     if start is None:
         raise InputError("no 'layer_name' header line: not a SimAI EndToEnd.csv", file=path)
@@ -65,6 +68,17 @@ def read_endtoend(path: str | Path) -> list[RowTimes]:
         fwd_c, wg_c, ig_c, fwd_e, wg_e, ig_e = values
         out.append(RowTimes(line[0], fwd_c, wg_c, ig_c, fwd_e, wg_e, ig_e))
     return out
+
+
+def from_endtoend_text(text: str, *, source: str | Path = "<EndToEnd.csv>") -> list[RowTimes]:
+    return read_endtoend_lines(list(csv.reader(text.splitlines())), source)
+
+
+def simulate(workload: wf.Workload, network, ratios=None) -> list[RowTimes]:
+    """The rows' times from the built-in simulation engine (SimAI's model, ``fix`` mode)."""
+    from ..simulate.engine import simulate as run
+
+    return from_endtoend_text(run(workload, network, ratios).endtoend, source="<simulation>")
 
 
 def lane_of(unit: audit.Unit) -> str:
