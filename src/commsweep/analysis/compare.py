@@ -16,7 +16,7 @@ Three tables come out of one pass over the sweep:
   and four differences (see ``DIFFERENCES``). Quantities: ``payload_bytes``, ``count`` and
   ``wire_bytes_per_rank`` per phase, collective and group (from the summary table), and
   the simulated times in microseconds, ``total_us`` and ``exposed_us`` (all groups) and
-  ``exposed_us`` per group, when the summary table carries them (``TIME_COLUMNS``);
+  ``exposed_us`` per group, when the summary table carries them (``TIME_QUANTITIES``);
 * ``verdicts.csv``: per point, its audit totals (bytes short of Megatron, bytes in
   excess, their sum ``misses_bytes``, the summed ``delta_us``), whether it matches
   Megatron, and the setting's verdict in words: which AICB path matches Megatron, and by
@@ -56,16 +56,30 @@ KEY_COLUMNS = ("quantity", "phase", "collective", "group")
 COMPARISON_COLUMNS = (*SETTING_AXES, *KEY_COLUMNS, *VARIANTS, *(d[0] for d in DIFFERENCES))
 VOLUME_QUANTITIES = ("payload_bytes", "count", "wire_bytes_per_rank")
 # Simulated times per point in the summary table (added by the simulate stage), in us:
-# column -> (quantity, group); group "" means all groups.
-TIME_COLUMNS = {
-    "total_us": ("total_us", ""),
-    "exposed_us": ("exposed_us", ""),
-    "exposed_tp_us": ("exposed_us", "TP"),
-    "exposed_dp_us": ("exposed_us", "DP"),
-    "exposed_ep_us": ("exposed_us", "EP"),
-    "exposed_dp_ep_us": ("exposed_us", "DP_EP"),
-    "exposed_pp_us": ("exposed_us", "PP"),
+# (quantity, group) -> the column names that may hold it, first match wins; group ""
+# means all groups. Both spellings of the simulation engine's components are accepted.
+TIME_QUANTITIES = {
+    ("total_us", ""): ("total_us", "total"),
+    ("exposed_us", ""): ("exposed_us", "exposed"),
+    ("exposed_us", "TP"): ("exposed_tp_us", "exposed_tp"),
+    ("exposed_us", "DP"): ("exposed_dp_us", "exposed_dp"),
+    ("exposed_us", "EP"): ("exposed_ep_us", "exposed_ep"),
+    ("exposed_us", "DP_EP"): ("exposed_dp_ep_us", "exposed_dp_ep"),
+    ("exposed_us", "PP"): ("exposed_pp_us", "exposed_pp"),
 }
+
+
+def time_columns(header: Iterable[str]) -> dict[str, tuple[str, str]]:
+    """The summary's time columns present: column -> (quantity, group)."""
+    present = set(header)
+    out = {}
+    for key, candidates in TIME_QUANTITIES.items():
+        column = next((c for c in candidates if c in present), None)
+        if column is not None:
+            out[column] = key
+    return out
+
+
 FINDINGS_COLUMNS = (*TABLE_COLUMNS, *audit.COLUMNS)
 VERDICT_COLUMNS = (
     *TABLE_COLUMNS, "variant", "audited", "findings", "missing_bytes", "extra_bytes", "misses_bytes",
@@ -182,7 +196,7 @@ def comparison_csv(points: list[dict[str, str]], summary: list[dict[str, str]]) 
     point_of = {p["point"]: p for p in points}
     # setting -> variant -> key -> value; and which variants each setting has.
     values: dict[tuple, dict[str, dict[tuple, float]]] = {}
-    time_columns = [c for c in TIME_COLUMNS if summary and c in summary[0]]
+    columns = time_columns(summary[0] if summary else ())
     seen_time: set[str] = set()
     for r in summary:
         p = point_of.get(r["point"])
@@ -195,10 +209,9 @@ def comparison_csv(points: list[dict[str, str]], summary: list[dict[str, str]]) 
             table[key] = table.get(key, 0) + (_number(r[q]) or 0)
         if r["point"] not in seen_time:
             seen_time.add(r["point"])
-            for column in time_columns:
+            for column, (quantity, group) in columns.items():
                 value = _number(r[column])
                 if value is not None:
-                    quantity, group = TIME_COLUMNS[column]
                     table[(quantity, "", "", group)] = value
     # Points without any volume row (nothing communicated) still exist as a variant.
     for p in points:
@@ -327,4 +340,4 @@ def has_times(summary_csv: Path) -> bool:
     """Whether the summary table carries simulated times (the simulate stage ran)."""
     with open(summary_csv, newline="", encoding="utf-8") as fh:
         header = next(csv.reader(fh), [])
-    return any(c in header for c in TIME_COLUMNS)
+    return bool(time_columns(header))

@@ -163,16 +163,16 @@ def exposed_by_group(summary_csv: Path, output: Path) -> None:
 
     Panels: one row per network, one column per SP setting; x: TP size; one bar per
     generator. Needs the simulate stage's time columns in the summary table
-    (``compare.TIME_COLUMNS``); without them the figure says so instead of guessing.
+    (``compare.TIME_QUANTITIES``); without them the figure says so instead of guessing.
     """
     import pandas as pd
 
-    from .compare import TIME_COLUMNS
+    from .compare import time_columns
 
     plt = _pyplot()
     df = pd.read_csv(summary_csv, dtype={"aiob": str, "sp": str})
-    group_columns = {group: column for column, (quantity, group) in TIME_COLUMNS.items()
-                     if quantity == "exposed_us" and group and column in df.columns}
+    group_columns = {group: column for column, (quantity, group) in time_columns(df.columns).items()
+                     if quantity == "exposed_us" and group}
     if not group_columns:
         fig, ax = plt.subplots(figsize=(7, 2.2))
         ax.axis("off")
@@ -310,6 +310,10 @@ def timeline(
         side.barh([y - 0.2 for y in ys], short, 0.4, color="#c44e52")
         side.barh([y + 0.2 for y in ys], extra, 0.4, color="#dd8452")
         side.set_xscale("symlog", linthresh=1)
+        if not any(short) and not any(extra):
+            side.set_xlim(0, 10)
+            side.text(0.5, 0.5, "no findings:\nthe workload issues\nwhat Megatron issues",
+                      ha="center", va="center", fontsize=9, transform=side.transAxes)
         side.set_xlabel("audit: bytes per iteration (MiB)")
         side.set_title("against Megatron", fontsize=9)
         side.grid(axis="x", alpha=0.3)
