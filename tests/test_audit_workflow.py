@@ -13,7 +13,8 @@ from test_workflow import snakemake
 
 def test_dry_run_plans_an_audit_per_point_and_the_figures(tmp_path):
     result = snakemake(tmp_path, "--configfile", str(REPO / "config" / "config.yaml"), "--dry-run")
-    for rule in ("audit", "compare", "plot_tp_bytes_by_phase", "plot_exposed_by_group", "plot_timeline"):
+    for rule in ("audit", "compare", "plot_tp_bytes_by_phase", "plot_exposed_by_group", "plot_timeline",
+                 "plot_audit_by_kind"):
         assert rule in result.stdout
 
 
@@ -47,7 +48,7 @@ def test_small_sweep_audits_compares_and_reports(tmp_path):
         comparison = list(csv.DictReader(fh))
     assert {r["tp"] for r in comparison} == {"1", "2"} and all(r["megatron"] for r in comparison
                                                              if r["quantity"] == "payload_bytes")
-    for name in ("tp_bytes_by_phase", "exposed_by_group", "timeline"):
+    for name in ("tp_bytes_by_phase", "exposed_by_group", "timeline", "audit_by_kind"):
         assert (results / "plots" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert list((results / "logs" / "audit").glob("*.log")) and list((results / "benchmarks" / "audit").glob("*.tsv"))
     snakemake(tmp_path, "--configfile", str(cfg), "--report", str(results / "report.html"))

@@ -103,6 +103,10 @@ def sweep(tmp_path_factory):
     return results
 
 
+def _tables_text(results: Path) -> tuple[str, str, str]:
+    return compare.compare(results / "sweep.csv", results / "summary.csv", results)
+
+
 def _tables(results: Path):
     findings, comparison, verdicts = compare.compare(results / "sweep.csv", results / "summary.csv", results)
     return (list(csv.DictReader(io.StringIO(findings))), list(csv.DictReader(io.StringIO(comparison))),
@@ -196,11 +200,15 @@ def test_a_summary_without_volume_columns_is_refused(sweep, tmp_path):
 # -- figures ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", ["volume-by-tp", "tp-bytes-by-phase", "exposed-by-group"])
+@pytest.mark.parametrize("kind", ["volume-by-tp", "tp-bytes-by-phase", "exposed-by-group", "audit-by-kind"])
 def test_figures_are_png_and_deterministic(sweep, tmp_path, kind):
     a, b = tmp_path / "a.png", tmp_path / "b.png"
-    assert cli.main(["plot", kind, str(sweep / "summary.csv"), "-o", str(a)]) == 0
-    plots.PLOTS[kind](sweep / "summary.csv", b)
+    source = sweep / "summary.csv"
+    if kind == "audit-by-kind":
+        source = tmp_path / "findings.csv"
+        source.write_text(_tables_text(sweep)[0])
+    assert cli.main(["plot", kind, str(source), "-o", str(a)]) == 0
+    plots.PLOTS[kind](source, b)
     assert a.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert a.read_bytes() == b.read_bytes()
 

@@ -201,8 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_summarize)
 
     p = sub.add_parser("plot", help="draw a figure from the summary table")
-    p.add_argument("kind", choices=("volume-by-tp", "tp-bytes-by-phase", "exposed-by-group"))
-    p.add_argument("summary", help="results/summary.csv")
+    p.add_argument("kind", choices=("volume-by-tp", "tp-bytes-by-phase", "exposed-by-group", "audit-by-kind"))
+    # audit-by-kind reads results/findings.csv; the others results/summary.csv
+    p.add_argument("summary", help="results/summary.csv (results/findings.csv for audit-by-kind)")
     p.add_argument("-o", "--output", required=True, help="output PNG")
     p.set_defaults(func=cmd_plot)
 

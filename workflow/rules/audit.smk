@@ -119,3 +119,24 @@ rule plot_timeline:
     threads: 1
     shell:
         "commsweep timeline {input.workload} {params.args} --audit {input.audit} -o {output} > {log} 2>&1"
+
+
+rule plot_audit_by_kind:
+    input:
+        f"{RESULTS}/findings.csv",
+    output:
+        report(
+            f"{RESULTS}/plots/audit_by_kind.png",
+            caption="../report/audit_by_kind.rst",
+            category="Audit against Megatron",
+        ),
+    log:
+        f"{RESULTS}/logs/plot_audit_by_kind.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/plot_audit_by_kind.tsv"
+    resources:
+        mem_mb=2048,
+        runtime=10,
+    threads: 1
+    shell:
+        "commsweep plot audit-by-kind {input} -o {output} > {log} 2>&1"

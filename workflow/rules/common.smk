@@ -88,6 +88,7 @@ def audit_outputs():
         f"{RESULTS}/verdicts.csv",
         f"{RESULTS}/plots/tp_bytes_by_phase.png",
         f"{RESULTS}/plots/exposed_by_group.png",
+        f"{RESULTS}/plots/audit_by_kind.png",
     ]
     if AUDITED:
         out.append(f"{RESULTS}/plots/timeline.png")

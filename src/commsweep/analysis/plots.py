@@ -325,3 +325,83 @@ def timeline(
     fig.tight_layout(rect=(0, 0.8 / height, 1, 1))
     save(fig, output)
     plt.close(fig)
+
+
+# -- the audit at a glance ----------------------------------------------------------------
+
+KIND_COLOURS = {
+    "missing": "#c44e52", "zero_bytes": "#e39b9d", "size": "#dd8452", "extra": "#8c564b",
+    "group": "#8172b3", "size1_group": "#bcbd22", "none_with_size": "#7f7f7f",
+}
+
+
+def audit_by_kind(findings_csv: Path, output: Path) -> None:
+    """Bytes each workload is off from Megatron per iteration, by finding kind.
+
+    One panel per model and SP setting; x: TP size; one bar per generator (the audits of
+    the first network; bytes do not depend on it). Bytes in excess stack upwards, bytes
+    short of Megatron downwards, coloured by kind, in GiB per iteration.
+    """
+    import pandas as pd
+
+    plt = _pyplot()
+    df = pd.read_csv(findings_csv, dtype={"aiob": str, "sp": str})
+    fig_rows = sorted(df["model"].unique()) if len(df) else []
+    if not fig_rows:
+        fig, ax = plt.subplots(figsize=(7, 2.2))
+        ax.axis("off")
+        ax.text(0.5, 0.5, "No findings: every audited workload issues what Megatron issues.",
+                ha="center", va="center", fontsize=11)
+        save(fig, output)
+        plt.close(fig)
+        return
+    df = df[df["network"] == df["network"].iloc[0]]
+    df["variant"] = [variant(s, a) for s, a in zip(df["schedule"], df["aiob"])]
+    sps, tps = sorted(df["sp"].unique()), sorted(df["tp"].unique())
+    variants = [v for v in VARIANT_ORDER if v in set(df["variant"])]
+    # Kinds that move bytes (none_with_size never does: SimAI ignores the size of a NONE).
+    moved = df[df["delta_bytes"] != 0]
+    kinds = [k for k in KIND_COLOURS if k in set(moved["kind"])]
+    sums = df.groupby(["model", "sp", "tp", "variant", "kind"])["delta_bytes"].agg(
+        up=lambda s: s[s > 0].sum(), down=lambda s: s[s < 0].sum())
+    fig, axes = plt.subplots(len(fig_rows), len(sps), figsize=(5.4 * len(sps), 3.8 * len(fig_rows) + 0.7),
+                             squeeze=False, sharey="row")
+    hatches = {"AICB default path": "", "AICB AIOB path": "//", "Megatron": ".."}
+    width = 0.8 / max(len(variants), 1)
+    for r, model in enumerate(fig_rows):
+        for c, sp in enumerate(sps):
+            ax = axes[r][c]
+            for k, var in enumerate(variants):
+                xs = [i + (k - (len(variants) - 1) / 2) * width for i in range(len(tps))]
+                up, down = [0.0] * len(tps), [0.0] * len(tps)
+                for kind in kinds:
+                    ups, downs = [], []
+                    for tp in tps:
+                        key = (model, sp, tp, var, kind)
+                        ups.append(sums["up"].get(key, 0) / GiB)
+                        downs.append(sums["down"].get(key, 0) / GiB)
+                    ax.bar(xs, ups, width * 0.92, bottom=up, color=KIND_COLOURS[kind], hatch=hatches[var],
+                           edgecolor="black", linewidth=0.4)
+                    ax.bar(xs, downs, width * 0.92, bottom=down, color=KIND_COLOURS[kind], hatch=hatches[var],
+                           edgecolor="black", linewidth=0.4)
+                    up = [a + b for a, b in zip(up, ups)]
+                    down = [a + b for a, b in zip(down, downs)]
+            ax.axhline(0, color="black", linewidth=0.8)
+            ax.set_xticks(range(len(tps)), [str(t) for t in tps])
+            ax.set_xlabel("tensor parallel size (TP)")
+            ax.set_ylabel("bytes off from Megatron (GiB per iteration)\n\u2193 short    \u2191 in excess", fontsize=8)
+            ax.set_title(f"{model}, SP {'on' if sp == 'True' else 'off'}")
+            ax.grid(axis="y", alpha=0.3)
+            ax.margins(y=0.06)
+    from matplotlib.patches import Patch
+
+    handles = [Patch(facecolor=KIND_COLOURS[k], edgecolor="black", label=k) for k in kinds]
+    handles += [Patch(facecolor="white", edgecolor="black", hatch=hatches[v], label=v) for v in variants]
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), frameon=False, fontsize=8)
+    fig.suptitle("Audit against Megatron: bytes each workload misses, by kind of finding")
+    fig.tight_layout(rect=(0, 0.09, 1, 0.96))
+    save(fig, output)
+    plt.close(fig)
+
+
+PLOTS["audit-by-kind"] = audit_by_kind
