@@ -132,7 +132,7 @@ def all_audits(wildcards):
 
 
 def timeline_point():
-    """The point the timeline draws: analysis.timeline_point, else an AICB point with TP > 1."""
+    """The point the timeline draws: analysis.timeline_point, else an AICB point (AIOB path first) with TP > 1."""
     key = (config.get("analysis") or {}).get("timeline_point")
     if key is not None:
         if key not in POINT_BY_KEY:
@@ -143,7 +143,9 @@ def timeline_point():
             raise WorkflowError(f"analysis.timeline_point: {key!r} has no audit (the Megatron schedule "
                                 "covers dense models only)")
         return point
-    for wanted in (lambda p: p.schedule == "aicb" and p.tp > 1, lambda p: p.tp > 1, lambda p: True):
+    # An AICB point with compute times shows the audit beside a realistic iteration.
+    for wanted in (lambda p: p.schedule == "aicb" and p.aiob and p.tp > 1, lambda p: p.schedule == "aicb" and p.tp > 1,
+                   lambda p: p.tp > 1, lambda p: True):
         chosen = [p for p in AUDITED if wanted(p)]
         if chosen:
             return chosen[0]
