@@ -290,3 +290,18 @@ def test_time_columns_accept_both_spellings_of_the_engine_components():
         "total": ("total_us", ""), "exposed_tp": ("exposed_us", "TP"), "exposed_dp_us": ("exposed_us", "DP"),
     }
     assert compare.time_columns(["point", "phase"]) == {}
+
+
+def test_setting_verdicts_in_words():
+    clean, off = compare.Totals(), compare.Totals(findings=2, missing_bytes=2**30, extra_bytes=2**29)
+    moved = compare.Totals(findings=1, group_findings=1)
+    assert compare.setting_verdict({"aicb_default": clean, "aicb_aiob": clean}) == (
+        "the AICB default path matches Megatron; the AICB AIOB path matches Megatron")
+    assert compare.setting_verdict({"aicb_default": off, "aicb_aiob": clean, "megatron": clean}) == (
+        "the AICB AIOB path matches Megatron; the AICB default path misses 1.5 GiB (1 GiB short, 0.5 GiB extra)")
+    text = compare.setting_verdict({"aicb_default": off, "aicb_aiob": moved})
+    assert text.startswith("no AICB path matches Megatron; closest: the AICB AIOB path;")
+    assert "1 on a wrong group or phase" in text
+    assert compare.setting_verdict({"aicb_aiob": None}).startswith("not audited")
+    assert compare.setting_verdict({"megatron": clean}) == "no AICB path in this sweep"
+    assert "a defect of the schedule or the audit" in compare.setting_verdict({"megatron": off})
