@@ -20,6 +20,7 @@ validate(config, "workflow/schemas/config.schema.yaml")
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/workload.smk"
+include: "workflow/rules/simulate.smk"
 include: "workflow/rules/summary.smk"
 include: "workflow/rules/audit.smk"
 

@@ -2,9 +2,10 @@
 
 The fixture lays out a results directory as the pipeline does: the 16 reference files as
 the aicb points (default and AIOB paths, TP 1/2/4/8, SP off/on), the Megatron schedule of
-the same setups, both on the two reference networks; volumes, audits and the summary
-table made by the package; simulated times from SimAI's own EndToEnd.csv of each AICB
-file (the Megatron points have none, as when a simulation is missing).
+the same setups, both on the two reference networks; volumes, audits, simulations (the
+built-in engine with SimAI's ratio tables, as the simulate rule runs it) and the summary
+table made by the package. The Megatron points on network B are left unsimulated, as when
+a simulation is missing.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import pytest
 from commsweep import cli, paths
 from commsweep.analysis import audit, compare, plots, summary, timeline, volumes
 from commsweep.arguments import add_aiob_arguments, add_training_arguments, setup_from_args
+from commsweep.simulate import run as simulate_run
+from commsweep.simulate.engine import load_ratios
 from commsweep.sweep import TABLE_COLUMNS
 from commsweep.workload import format as wf
 from commsweep.workload import megatron
@@ -31,17 +34,13 @@ NETWORKS = {
     "netA": {"gpus_per_server": 8, "nics_per_server": 8, "nvlink_gbps": 360, "nic_gbps": 48.5},
     "netB": {"gpus_per_server": 8, "nics_per_server": 4, "nvlink_gbps": 200, "nic_gbps": 25},
 }
-SUMMARY_TIMES = {  # EndToEnd.csv summary field -> summary column
-    1: "exposed_dp_us", 2: "exposed_dp_ep_us", 3: "exposed_tp_us", 4: "exposed_ep_us", 5: "exposed_pp_us",
-    8: "exposed_us", 9: "total_us",
-}
 
 
-def endtoend_times(path: Path) -> dict[str, float]:
+def endtoend_total(path: Path) -> float:
+    """The Total time of a SimAI EndToEnd.csv's summary line (us)."""
     with open(path, newline="") as fh:
-        fields = next(iter(list(csv.reader(fh))[1:2]))
-    values = [float(re.match(r"\s*([-0-9.e+]+)", f).group(1)) for f in fields[1:]]
-    return {column: values[i - 1] for i, column in SUMMARY_TIMES.items()}
+        fields = list(csv.reader(fh))[1]
+    return float(re.match(r"\s*([-0-9.e+]+)", fields[-1]).group(1))
 
 
 def _setup(args: str):
@@ -59,7 +58,7 @@ def sweep(tmp_path_factory):
     results = tmp_path_factory.mktemp("sweep") / "results"
     with open(manifest, newline="") as fh:
         entries = [r for r in csv.DictReader(fh) if r["status"] == "ok"]
-    points, times = [], {}
+    points = []
     for entry in entries:
         setup = _setup(entry["command_args"])
         aiob = entry["path"] == "aiob"
@@ -72,9 +71,10 @@ def sweep(tmp_path_factory):
             key = f"{setting}_{schedule}" + ("_aiob" if on else "")
             wf.write(workload, paths.workload_file(results, key))
             paths.volumes_file(results, key).write_text(volumes.to_csv(volumes.tally(workload)))
-            findings = audit.audit(workload, setup)
             for net, fields in NETWORKS.items():
                 point = f"{key}__{net}"
+                findings = audit.audit(workload, setup, time_us=audit.collective_time(
+                    **fields, ratios=load_ratios(REFERENCE / "simai" / "ratio")))
                 paths.point_dir(results, point).mkdir(parents=True, exist_ok=True)
                 (paths.point_dir(results, point) / "audit.csv").write_text(audit.to_csv(findings))
                 points.append({
@@ -83,23 +83,22 @@ def sweep(tmp_path_factory):
                     "micro_batch": 1, "global_batch": setup.global_batch, "seq_length": 2048, "recompute": False,
                     "network": net, "dp": setup.dp, "ga": setup.num_microbatches, **fields,
                 })
-                if schedule == "aicb":
-                    times[point] = endtoend_times(REFERENCE / "simai" / "endtoend" / f"{stem}__{net}-EndToEnd.csv")
+                if schedule == "aicb" or net == "netA":
+                    simulate_run.run(simulate_run.Options(
+                        workload=str(paths.workload_file(results, key)), gpus=16,
+                        gpus_per_server=fields["gpus_per_server"], nics_per_server=fields["nics_per_server"],
+                        nvlink=str(fields["nvlink_gbps"]), nic=str(fields["nic_gbps"]), prefix=f"{point}-",
+                        ratio_dir=str(REFERENCE / "simai" / "ratio"),
+                        endtoend=str(paths.endtoend_file(results, point)),
+                        collectives=str(paths.collectives_file(results, point)),
+                    ))
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=[*TABLE_COLUMNS, "status"], lineterminator="\n")
     writer.writeheader()
     for p in points:
         writer.writerow({**p, "status": "ok"})
     (results / "sweep.csv").write_text(buf.getvalue())
-    # The summary table, with the simulate stage's time columns where a simulation exists.
-    rows = list(csv.DictReader(io.StringIO(summary.summarize(results / "sweep.csv", results))))
-    columns = [*rows[0].keys(), *SUMMARY_TIMES.values()]
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
-    writer.writeheader()
-    for r in rows:
-        writer.writerow({**r, **times.get(r["point"], {})})
-    (results / "summary.csv").write_text(buf.getvalue())
+    (results / "summary.csv").write_text(summary.summarize(results / "sweep.csv", results))
     return results
 
 
@@ -159,11 +158,28 @@ def test_time_rows_come_from_the_summary_and_stay_empty_where_a_simulation_is_mi
     totals = [r for r in comparison if r["quantity"] == "total_us" and r["group"] == ""]
     assert len(totals) == 16  # 8 settings x 2 networks
     for r in totals:
-        assert r["aicb_default"] and r["aicb_aiob"] and r["megatron"] == ""
-        assert r["default_minus_megatron"] == ""
+        assert r["aicb_default"] and r["aicb_aiob"]
         assert float(r["aiob_minus_default"]) == pytest.approx(float(r["aicb_aiob"]) - float(r["aicb_default"]))
-    groups = {r["group"] for r in comparison if r["quantity"] == "exposed_us"}
+        if r["network"] == "netA":
+            assert float(r["default_minus_megatron"]) == pytest.approx(float(r["aicb_default"]) - float(r["megatron"]))
+        else:
+            assert r["megatron"] == "" and r["default_minus_megatron"] == ""
+    groups = {r["group"] for r in comparison if r["quantity"] == "exposed_us" and r["phase"] == ""}
     assert groups == {"", "TP", "DP", "EP", "DP_EP", "PP"}
+    # A clean SimAI run (TP 2, network A) and the engine agree on the AICB point's total.
+    stem = "gpt7b_ws16_tp2_pp1_seq2048_mbs1_ga1_sp1_aiob"
+    r = next(r for r in totals if (r["tp"], r["sp"], r["network"]) == ("2", "True", "netA"))
+    assert float(r["aicb_aiob"]) == pytest.approx(endtoend_total(REFERENCE / "simai" / "endtoend" / f"{stem}__netA-EndToEnd.csv"), abs=1)
+    # The collectives' own times: the AIOB path's missing backward all-reduces cost time.
+    ig = next(r for r in comparison if r["quantity"] == "time_us" and (r["tp"], r["sp"], r["network"]) == ("4", "False", "netA")
+              and (r["phase"], r["collective"], r["group"]) == ("ig", "allreduce", "TP"))
+    assert float(ig["megatron"]) > 0
+    # ... and the audit's delta_us of those collectives adds up to the same difference.
+    findings, _, _ = _tables(sweep)
+    audited = sum(float(f["delta_us"] or 0) for f in findings
+                  if (f["tp"], f["sp"], f["aiob"], f["network"]) == ("4", "False", "True", "netA") and f["phase"] == "ig"
+                  and "allreduce" in (f["expected_collective"], f["found_collective"]))
+    assert float(ig["aiob_minus_megatron"]) == pytest.approx(audited, abs=0.01)
 
 
 def test_verdicts_name_the_path_that_matches_and_what_each_misses(sweep):
@@ -241,7 +257,7 @@ def test_timeline_lays_out_simai_rows_in_execution_order(sweep, tmp_path):
         sum(r.fwd_compute + r.wg_compute + r.ig_compute + r.fwd_comm + r.wg_comm + r.ig_comm for r in rows))
     assert all(a.start_us + a.duration_us == pytest.approx(b.start_us) for a, b in zip(events, events[1:]))
     # SimAI's summary: total time = comp + exposed comm (pp = 1, no bubble).
-    total = endtoend_times(e2e)["total_us"]
+    total = endtoend_total(e2e)
     assert events[-1].start_us + events[-1].duration_us == pytest.approx(total, abs=len(rows))
     # Forward runs layer 0 first; backward ends with the once-per-iteration rows (DP sync).
     first_layer = next(e for e in events if e.lane.startswith("layer"))
@@ -285,9 +301,9 @@ def test_timeline_simulates_with_the_engine_as_simai_did(sweep, tmp_path):
     assert cli.main(argv) == 0 and out.stat().st_size > 0
 
 
-def test_time_columns_accept_both_spellings_of_the_engine_components():
-    assert compare.time_columns(["point", "exposed_tp", "total", "exposed_dp_us"]) == {
-        "total": ("total_us", ""), "exposed_tp": ("exposed_us", "TP"), "exposed_dp_us": ("exposed_us", "DP"),
+def test_time_columns_are_the_simulate_stages_per_point_columns():
+    assert compare.time_columns(["point", "time_us", "exposed_us", "sim_total_us", "sim_tp_us"]) == {
+        "sim_total_us": ("total_us", ""), "sim_tp_us": ("exposed_us", "TP"),
     }
     assert compare.time_columns(["point", "phase"]) == {}
 

@@ -93,6 +93,18 @@ def cmd_summarize(ns: argparse.Namespace) -> None:
     _emit(summary.summarize(Path(ns.sweep), Path(ns.results)), ns.output)
 
 
+def cmd_simulate(ns: argparse.Namespace) -> None:
+    from .simulate.run import Options, run
+
+    run(Options(
+        workload=ns.workload, gpus=ns.gpus, gpus_per_server=ns.gpus_per_server, nics_per_server=ns.nics_per_server,
+        nvlink=ns.nvlink, nic=ns.nic, prefix=ns.prefix, tp_overlap=ns.tp_overlap, dp_overlap=ns.dp_overlap,
+        ep_overlap=ns.ep_overlap, pp_overlap=ns.pp_overlap, ratio_dir=ns.ratio_dir, out_dir=ns.out_dir,
+        endtoend=ns.endtoend, collectives=ns.collectives, simai_bugs=ns.simai_bugs, backend=ns.backend,
+        simai_root=ns.simai_root, timeout=ns.timeout,
+    ))
+
+
 def cmd_plot(ns: argparse.Namespace) -> None:
     from .analysis import plots
 
@@ -138,15 +150,58 @@ def cmd_timeline(ns: argparse.Namespace) -> None:
 # -- parser ----------------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from .analysis.audit import add_network_arguments
-    from .arguments import add_aiob_arguments, add_training_arguments
+def _number_text(text: str) -> str:
+    """A number kept as typed: SimAI reads it with std::stof, and so does the engine."""
+    try:
+        float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    return text
 
+
+def add_simulate_parser(sub) -> None:
+    p = sub.add_parser(
+        "simulate", allow_abbrev=False,
+        help="simulate a workload with SimAI's analytical model (built-in engine or a user's SimAI)",
+        description="Simulate one iteration of a SimAI workload. Takes SimAI_analytical's flags; writes "
+                    "<out-dir>/<PREFIX>EndToEnd.csv (SimAI's layout) and <out-dir>/<PREFIX>collectives.csv.",
+    )
+    p.add_argument("-w", "--workload", required=True, help="a SimAI workload file")
+    p.add_argument("-g", "--gpus", type=int, required=True, help="GPUs (sets DP = g / (tp * pp))")
+    p.add_argument("-g_p_s", "--gpus-per-server", dest="gpus_per_server", type=int, required=True)
+    p.add_argument("-n_p_s", "--nic_per_server", dest="nics_per_server", type=int, required=True)
+    p.add_argument("-nv", "--nvlink", type=_number_text, required=True, help="NVLink bandwidth, GB/s")
+    p.add_argument("-nic", "--nic_busbw", dest="nic", type=_number_text, required=True, help="bandwidth per NIC, GB/s")
+    p.add_argument("-r", "--result", dest="prefix", required=True, help="output name prefix (SimAI's -r)")
+    for name, default in (("tp", "0"), ("dp", "0"), ("ep", "0"), ("pp", "1")):
+        p.add_argument(f"-{name}_o", f"--{name}_overlap", dest=f"{name}_overlap", type=_number_text,
+                       default=default, help=f"{name.upper()} overlap ratio (default {default})")
+    p.add_argument("--ratio-dir", help="SimAI's ratio tables ({nvlink,nic,ata}_ratio.csv); default: the SimAI "
+                                       "root's, else the engine's default (efficiency 1.0)")
+    p.add_argument("--out-dir", default="results", help="output directory (default: results)")
+    p.add_argument("--endtoend", help="write the EndToEnd.csv here instead")
+    p.add_argument("--collectives", help="write the per-collective table here instead")
+    p.add_argument("--simai-bugs", choices=("fix", "reproduce", "error"), default="fix",
+                   help="where SimAI prints nonsense: fix it and warn (default), reproduce SimAI's output, or fail")
+    p.add_argument("--backend", choices=("builtin", "simai"), default="builtin",
+                   help="builtin: the closed-form engine; simai: run <simai-root>/bin/SimAI_analytical")
+    p.add_argument("--simai-root", help="a built SimAI checkout")
+    p.add_argument("--timeout", type=float, help="seconds before a SimAI run is stopped (simai backend)")
+    p.set_defaults(func=cmd_simulate)
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="commsweep",
         description="Sweep LLM-training communication through AICB-style workloads and SimAI's model.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    if only == "simulate":  # the per-point command starts without the other commands' imports
+        add_simulate_parser(sub)
+        return parser
+
+    from .analysis.audit import add_network_arguments
+    from .arguments import add_aiob_arguments, add_training_arguments
 
     p = sub.add_parser(
         "generate", allow_abbrev=False,
@@ -200,6 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="output CSV (default: stdout)")
     p.set_defaults(func=cmd_summarize)
 
+    add_simulate_parser(sub)
+
     p = sub.add_parser("plot", help="draw a figure from the summary table")
     p.add_argument("kind", choices=("volume-by-tp", "tp-bytes-by-phase", "exposed-by-group", "audit-by-kind"))
     # audit-by-kind reads results/findings.csv; the others results/summary.csv
@@ -236,7 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(only="simulate" if argv[:1] == ["simulate"] else None)
     ns = parser.parse_args(argv)
     try:
         ns.func(ns)

@@ -6,7 +6,9 @@ One home for the layout, shared by the Snakemake rules and the summary code::
     results/aiob/<backend>/<profile>.txt|.csv           AIOB profiles, shared by points
     results/workloads/<workload>/workload.txt           SimAI workload, shared across networks
     results/workloads/<workload>/volumes.csv            its communication volumes
-    results/points/<point>/...                          per-point stages (simulation, audit)
+    results/points/<point>/EndToEnd.csv                 SimAI's summary and per-row times of the point
+    results/points/<point>/collectives.csv              its simulated time per collective
+    results/points/<point>/...                          other per-point stages (audit)
     results/summary.csv, results/plots/*.png            the sweep's tables and figures
 """
 
@@ -34,3 +36,13 @@ def volumes_file(results: Path, workload: str) -> Path:
 
 def point_dir(results: Path, point: str) -> Path:
     return results / "points" / point
+
+
+def endtoend_file(results: Path, point: str) -> Path:
+    """The point's simulation in SimAI's EndToEnd.csv layout."""
+    return point_dir(results, point) / "EndToEnd.csv"
+
+
+def collectives_file(results: Path, point: str) -> Path:
+    """The point's simulated time per collective (``simulate.collectives`` columns)."""
+    return point_dir(results, point) / "collectives.csv"

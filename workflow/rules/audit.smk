@@ -118,7 +118,8 @@ rule plot_timeline:
         runtime=10,
     threads: 1
     shell:
-        "commsweep timeline {input.workload} {params.args} --audit {input.audit} -o {output} > {log} 2>&1"
+        "commsweep timeline {input.workload} {input.simulation} {params.args} --audit {input.audit}"
+        " -o {output} > {log} 2>&1"
 
 
 rule plot_audit_by_kind:

@@ -73,6 +73,52 @@ def all_volumes(wildcards):
     return [f"{RESULTS}/workloads/{w}/volumes.csv" for w in WORKLOADS]
 
 
+def point_of(wildcards):
+    try:
+        return POINT_BY_KEY[wildcards.point]
+    except KeyError:
+        raise WorkflowError(f"{wildcards.point} is not a point of this sweep") from None
+
+
+def simulator_ratio_dir():
+    """The ratio tables the simulate rule uses (None: the engine's default)."""
+    sim = config["simulator"]
+    if sim["ratio_dir"]:
+        return sim["ratio_dir"]
+    if sim["root"]:
+        return os.path.join(sim["root"], "astra-sim-alibabacloud", "inputs", "ratio")
+    return None
+
+
+def simulate_inputs(wildcards):
+    point = point_of(wildcards)
+    inputs = {"workload": f"{RESULTS}/workloads/{point.workload_key}/workload.txt"}
+    ratio_dir = simulator_ratio_dir()
+    if ratio_dir:
+        inputs["ratios"] = [os.path.join(ratio_dir, f"{t}_ratio.csv") for t in ("nvlink", "nic", "ata")]
+    return inputs
+
+
+def simulate_args(wildcards):
+    """`commsweep simulate` flags of a point: SimAI's network flags and the simulator config."""
+    point = point_of(wildcards)
+    net, sim = point.net, config["simulator"]
+    argv = ["-g", str(point.world_size), "-g_p_s", str(net.gpus_per_server), "-n_p_s", str(net.nics_per_server),
+            "-nv", str(net.nvlink_gbps), "-nic", str(net.nic_gbps), "-r", f"{point.point_key}-"]
+    for name, value in sim["overlap"].items():
+        argv += [f"-{name}_o", str(value)]
+    argv += ["--simai-bugs", sim["simai_bugs"], "--backend", sim["backend"]]
+    if sim["root"]:
+        argv += ["--simai-root", sim["root"]]
+    if simulator_ratio_dir():
+        argv += ["--ratio-dir", simulator_ratio_dir()]
+    return shlex.join(argv)
+
+
+def all_simulations(wildcards):
+    return [f"{RESULTS}/points/{p}/EndToEnd.csv" for p in sorted(POINT_BY_KEY)]
+
+
 # -- audit and comparison (workflow/rules/audit.smk) -------------------------------------
 
 from commsweep.workload import megatron as _megatron
@@ -95,21 +141,13 @@ def audit_outputs():
     return out
 
 
-def point_of(wildcards):
-    try:
-        return POINT_BY_KEY[wildcards.point]
-    except KeyError:
-        raise WorkflowError(f"{wildcards.point} is not a point of this sweep") from None
-
-
 def network_args(point):
-    """SimAI's network flags of a point (and the ratio tables, when configured)."""
+    """SimAI's network flags of a point, and the ratio tables the simulate rule uses."""
     net = point.net
     argv = ["-g_p_s", str(net.gpus_per_server), "-n_p_s", str(net.nics_per_server),
             "-nv", str(net.nvlink_gbps), "-nic", str(net.nic_gbps)]
-    ratio_dir = config.get("simulator", {}).get("ratio_dir")
-    if ratio_dir:
-        argv += ["--ratio_dir", ratio_dir]
+    if simulator_ratio_dir():
+        argv += ["--ratio_dir", simulator_ratio_dir()]
     return argv
 
 
@@ -155,10 +193,11 @@ def timeline_inputs(wildcards):
     point = timeline_point()
     return {
         "workload": f"{RESULTS}/workloads/{point.workload_key}/workload.txt",
+        "simulation": f"{RESULTS}/points/{point.point_key}/EndToEnd.csv",
         "audit": f"{RESULTS}/points/{point.point_key}/audit.csv",
     }
 
 
 def timeline_args(wildcards):
     point = timeline_point()
-    return shlex.join(point_args(point) + network_args(point) + ["--title", f"{point.point_key}"])
+    return shlex.join(point_args(point) + ["--title", point.point_key])

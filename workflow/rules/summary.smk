@@ -24,6 +24,7 @@ rule summary:
     input:
         sweep=f"{RESULTS}/sweep.csv",
         volumes=all_volumes,
+        simulations=all_simulations,
     output:
         f"{RESULTS}/summary.csv",
     log:

@@ -14,9 +14,11 @@ Three tables come out of one pass over the sweep:
   columns (those of ``results/sweep.csv``);
 * ``comparison.csv``: per setting, one row per quantity and key, with each variant's value
   and four differences (see ``DIFFERENCES``). Quantities: ``payload_bytes``, ``count`` and
-  ``wire_bytes_per_rank`` per phase, collective and group (from the summary table), and
-  the simulated times in microseconds, ``total_us`` and ``exposed_us`` (all groups) and
-  ``exposed_us`` per group, when the summary table carries them (``TIME_QUANTITIES``);
+  ``wire_bytes_per_rank`` per phase, collective and group (from the summary table); the
+  simulated ``time_us`` and ``exposed_us`` of those collectives; and per point, with empty
+  phase and collective, ``total_us``, ``compute_us``, ``bubble_us`` and ``exposed_us`` (all
+  groups, group empty, and per group), when the summary table carries the simulate
+  stage's times (``SIM_KEY_QUANTITIES``, ``TIME_QUANTITIES``);
 * ``verdicts.csv``: per point, its audit totals (bytes short of Megatron, bytes in
   excess, their sum ``misses_bytes``, the summed ``delta_us``), whether it matches
   Megatron, and the setting's verdict in words: which AICB path matches Megatron, and by
@@ -43,8 +45,8 @@ VARIANT_LABELS = {
     "megatron": "the Megatron schedule",
     "megatron_aiob": "the Megatron schedule (AIOB times)",
 }
-# (name, minuend, subtrahend). Volumes do not depend on compute times, so for volume
-# quantities a missing Megatron variant is stood in for by the other one.
+# (name, minuend, subtrahend). Only COMPUTE_DEPENDENT quantities differ between the two
+# Megatron variants; for the others a missing Megatron variant is stood in for by the other.
 DIFFERENCES = (
     ("aiob_minus_default", "aicb_aiob", "aicb_default"),
     ("default_minus_megatron", "aicb_default", "megatron"),
@@ -55,17 +57,23 @@ SETTING_AXES = tuple(a for a in AXES if a not in ("schedule", "aiob"))
 KEY_COLUMNS = ("quantity", "phase", "collective", "group")
 COMPARISON_COLUMNS = (*SETTING_AXES, *KEY_COLUMNS, *VARIANTS, *(d[0] for d in DIFFERENCES))
 VOLUME_QUANTITIES = ("payload_bytes", "count", "wire_bytes_per_rank")
-# Simulated times per point in the summary table (added by the simulate stage), in us:
-# (quantity, group) -> the column names that may hold it, first match wins; group ""
-# means all groups. Both spellings of the simulation engine's components are accepted.
+# Simulated times in the summary table (added by the simulate stage, ``summary.SIM_COLUMNS``),
+# in us. Per phase, collective and group: the collectives' time before and after overlap.
+SIM_KEY_QUANTITIES = ("time_us", "exposed_us")
+# The quantities that depend on compute times (the rest are the same for aiob on and off).
+COMPUTE_DEPENDENT = ("total_us", "compute_us", "bubble_us")
+# Per point, from SimAI's summary line: (quantity, group) -> the columns that may hold it
+# (first match wins); group "" means all groups.
 TIME_QUANTITIES = {
-    ("total_us", ""): ("total_us", "total"),
-    ("exposed_us", ""): ("exposed_us", "exposed"),
-    ("exposed_us", "TP"): ("exposed_tp_us", "exposed_tp"),
-    ("exposed_us", "DP"): ("exposed_dp_us", "exposed_dp"),
-    ("exposed_us", "EP"): ("exposed_ep_us", "exposed_ep"),
-    ("exposed_us", "DP_EP"): ("exposed_dp_ep_us", "exposed_dp_ep"),
-    ("exposed_us", "PP"): ("exposed_pp_us", "exposed_pp"),
+    ("total_us", ""): ("sim_total_us",),
+    ("exposed_us", ""): ("sim_exposed_us",),
+    ("exposed_us", "TP"): ("sim_tp_us",),
+    ("exposed_us", "DP"): ("sim_dp_us",),
+    ("exposed_us", "EP"): ("sim_ep_us",),
+    ("exposed_us", "DP_EP"): ("sim_dp_ep_us",),
+    ("exposed_us", "PP"): ("sim_pp_us",),
+    ("compute_us", ""): ("sim_compute_us",),
+    ("bubble_us", ""): ("sim_bubble_us",),
 }
 
 
@@ -207,6 +215,11 @@ def comparison_csv(points: list[dict[str, str]], summary: list[dict[str, str]]) 
         for q in VOLUME_QUANTITIES:
             key = (q, r["phase"], r["collective"], r["group"])
             table[key] = table.get(key, 0) + (_number(r[q]) or 0)
+        for q in SIM_KEY_QUANTITIES:
+            value = _number(r.get(q) or "")
+            if value is not None:
+                key = (q, r["phase"], r["collective"], r["group"])
+                table[key] = table.get(key, 0) + value
         if r["point"] not in seen_time:
             seen_time.add(r["point"])
             for column, (quantity, group) in columns.items():
@@ -229,8 +242,9 @@ def comparison_csv(points: list[dict[str, str]], summary: list[dict[str, str]]) 
                     row[var] = by_variant[var].get(key, default)
                 else:
                     row[var] = None
-            # Volumes do not depend on compute times: one Megatron variant stands in for the other.
-            stand_in = key[0] in VOLUME_QUANTITIES
+            # Only the iteration's total, compute and bubble depend on compute times: for every
+            # other quantity one Megatron variant stands in for the other.
+            stand_in = key[0] not in COMPUTE_DEPENDENT
             diffs = []
             for name, a, b in DIFFERENCES:
                 use = stand_in and name != "megatron_aiob_minus_megatron"
@@ -250,7 +264,7 @@ def _value(row: dict, variant: str, stand_in: bool):
     return value
 
 
-_QUANTITY_ORDER = (*VOLUME_QUANTITIES, "total_us", "exposed_us")
+_QUANTITY_ORDER = (*VOLUME_QUANTITIES, *SIM_KEY_QUANTITIES, "total_us", "compute_us", "bubble_us")
 _PHASES = ("", "fwd", "ig", "wg", "pp")
 _GROUPS = ("", "TP", "EP", "DP", "DP_EP", "PP")
 

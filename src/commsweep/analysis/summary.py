@@ -2,6 +2,13 @@
 
 Each row carries the point's parameters (the columns of the points table) followed by
 the volume columns, so the table can be filtered and pivoted without joins.
+
+Then the simulation (``results/points/<point>/``): ``time_us`` and ``exposed_us``, the
+simulated time of the row's collectives before and after overlap (summed; the ``pp`` row
+has SimAI's exposed PP time only), and the point's iteration as SimAI's summary line
+gives it (whole us): ``sim_total_us``, exposed ``sim_dp_us``, ``sim_dp_ep_us``,
+``sim_tp_us``, ``sim_ep_us``, ``sim_pp_us``, ``sim_bubble_us``, ``sim_compute_us`` and
+``sim_exposed_us``. They are empty for a point without a (complete) simulation.
 """
 
 from __future__ import annotations
@@ -15,7 +22,12 @@ from ..errors import InputError
 from ..sweep import TABLE_COLUMNS
 from . import volumes
 
-COLUMNS = (*TABLE_COLUMNS, *volumes.COLUMNS)
+SIM_COMPONENTS = {
+    "sim_dp_us": "exposed_dp", "sim_dp_ep_us": "exposed_dp_ep", "sim_tp_us": "exposed_tp", "sim_ep_us": "exposed_ep",
+    "sim_pp_us": "exposed_pp", "sim_bubble_us": "bubble", "sim_compute_us": "compute", "sim_exposed_us": "exposed",
+}
+SIM_COLUMNS = ("time_us", "exposed_us", "sim_total_us", *SIM_COMPONENTS)
+COLUMNS = (*TABLE_COLUMNS, *volumes.COLUMNS, *SIM_COLUMNS)
 
 
 def read_points(sweep_csv: Path) -> list[dict[str, str]]:
@@ -34,6 +46,45 @@ def summarize(sweep_csv: Path, results: Path) -> str:
     for point in read_points(sweep_csv):
         table = volumes.read_csv(paths.volumes_file(results, point["workload"]).read_text(encoding="utf-8"))
         base = [point[c] for c in TABLE_COLUMNS]
+        times, totals = simulated(results, point["point"])
         for v in table:
-            writer.writerow(base + [getattr(v, c) for c in volumes.COLUMNS])
+            if v.phase == "pp":
+                time, exposed = "", totals.get("sim_pp_us", "")
+            else:
+                found = times.get((v.phase, v.collective, v.group))
+                time, exposed = (_us(found[0]), _us(found[1])) if found else ("", "")
+            sim = [totals.get(c, "") for c in SIM_COLUMNS[2:]]
+            writer.writerow(base + [getattr(v, c) for c in volumes.COLUMNS] + [time, exposed] + sim)
     return buf.getvalue()
+
+
+def _ns(text: str) -> int:
+    """'1234.567' (us) -> 1234567 ns, exactly."""
+    whole, _, frac = text.partition(".")
+    return int(whole) * 1000 + int((frac + "000")[:3] or 0)
+
+
+def _us(ns: int) -> str:
+    return f"{ns // 1000}.{ns % 1000:03d}"
+
+
+def simulated(results: Path, point: str) -> tuple[dict[tuple[str, str, str], list[int]], dict[str, str]]:
+    """A point's simulated ns per (phase, collective, group), and its summary line (us)."""
+    from ..simulate import collectives, endtoend
+
+    times: dict[tuple[str, str, str], list[int]] = {}
+    totals: dict[str, str] = {}
+    tidy_path = paths.collectives_file(results, point)
+    if tidy_path.exists():
+        for c in collectives.read_csv(tidy_path.read_text(encoding="utf-8"), source=str(tidy_path)):
+            entry = times.setdefault((c.phase, c.collective, c.group), [0, 0])
+            entry[0] += _ns(c.time_us)
+            entry[1] += _ns(c.exposed_us)
+    e2e_path = paths.endtoend_file(results, point)
+    if e2e_path.exists():
+        parsed = endtoend.read(e2e_path)
+        if parsed.complete:
+            totals["sim_total_us"] = f"{parsed.total:.0f}"
+            for column, key in SIM_COMPONENTS.items():
+                totals[column] = f"{parsed.components[key]:.0f}"
+    return times, totals

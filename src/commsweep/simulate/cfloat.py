@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 import struct
-from fractions import Fraction
 
 U64_MASK = (1 << 64) - 1
 TWO63 = 1 << 63
@@ -60,6 +59,8 @@ def f32_from_str(text: str) -> float:
     if not math.isfinite(d) or f == d:
         return f
     # Double rounding can only go wrong when d sits exactly on a float32 midpoint.
+    from fractions import Fraction
+
     lo, hi = (f, _next_f32(f, INF)) if f < d else (_next_f32(f, -INF), f)
     mid = (Fraction(lo) + Fraction(hi)) / 2
     if Fraction(d) != mid:

@@ -12,8 +12,8 @@ they are the EndToEnd.csv's values, rounded to whole us.
 
 from __future__ import annotations
 
-import csv
 import io
+import re
 from dataclasses import astuple, dataclass, fields
 
 from ..errors import InputError
@@ -40,6 +40,8 @@ def ns_text(ns: int) -> str:
 
 
 def to_csv(table: list[CollectiveTime]) -> str:
+    import csv
+
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(COLUMNS)
@@ -47,7 +49,17 @@ def to_csv(table: list[CollectiveTime]) -> str:
     return buf.getvalue()
 
 
+_PLAIN = re.compile(r'[^,"\r\n]*')
+
+
+def csv_field(text: str) -> str:
+    """One CSV field as the csv module writes it (quoted only when it must be)."""
+    return text if _PLAIN.fullmatch(text) else '"' + text.replace('"', '""') + '"'
+
+
 def read_csv(text: str, *, source: str = "<collectives.csv>") -> list[CollectiveTime]:
+    import csv
+
     reader = csv.reader(io.StringIO(text))
     header = next(reader, None)
     if header is None or tuple(header) != COLUMNS:

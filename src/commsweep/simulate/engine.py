@@ -61,7 +61,7 @@ from .bandwidth import (
     formula_ns, group_arguments, ratio_case, reported_bandwidths, small_message_ns,
 )
 from .cfloat import U64_MASK, div, f32, f32_from_str, f32_of_int, fixed, u64
-from .collectives import CollectiveTime, ns_text, to_csv
+from .collectives import COLUMNS, CollectiveTime, csv_field, ns_text
 from .ratio import Ratios, RatioOutOfRange, load_ratios
 
 __all__ = [
@@ -204,15 +204,30 @@ def compute_ticks(value: int) -> int:
     return value if value < _F32_EXACT else u64(f32_of_int(value))
 
 
-@dataclass(frozen=True)
 class _Phase:
-    coll: str | None
-    group: str
-    nranks: int
-    size: int
-    ticks: int | None  # None: SimAI throws here (reproduce mode)
-    problems: tuple[str, ...]
-    text: str = ""  # "total comm,algbw,busbw" as printed
+    """One (comm type, phase, size) of a workload, evaluated once and shared by its rows."""
+
+    __slots__ = ("coll", "group", "nranks", "size", "ticks", "problems", "text", "exposed", "exposed_text", "_tidy")
+
+    def __init__(self, coll, group, nranks, size, ticks, problems, text, exposed, exposed_text):
+        self.coll: str | None = coll
+        self.group: str = group
+        self.nranks: int = nranks
+        self.size: int = size
+        self.ticks: int | None = ticks  # None: SimAI throws here (reproduce mode)
+        self.problems: tuple[str, ...] = problems
+        self.text: str = text  # "total comm,algbw,busbw" as printed
+        self.exposed: tuple[int, int, int] = exposed  # under the TP, EP and DP overlap
+        self.exposed_text: tuple[str, str, str] = exposed_text
+        self._tidy: list[str | None] = [None, None, None]
+
+    def tidy(self, phase: str, which: int) -> str:
+        """The collectives.csv fields from ``phase`` on, with the exposure ``which`` (TP, EP, DP)."""
+        text = self._tidy[which]
+        if text is None:
+            text = self._tidy[which] = (f"{phase},{self.coll},{self.group},{self.nranks},{self.size},"
+                                        f"{ns_text(self.ticks)},{ns_text(self.exposed[which])}")
+        return text
 
 
 def _phase_ticks(coll: str | None, group: str, nranks: int, size: int, tp: int, ep: int,
@@ -320,10 +335,23 @@ class Simulation:
     @property
     def collectives(self) -> list[CollectiveTime]:
         """The tidy per-collective table (see ``collectives.py``)."""
-        return [CollectiveTime(r, name, ph, c, g, n, b, ns_text(t), ns_text(e)) for r, name, ph, c, g, n, b, t, e in self._raw]
+        return [
+            CollectiveTime(index, name, phase, ph.coll, ph.group, ph.nranks, ph.size, ns_text(ph.ticks),
+                           ns_text(ph.exposed[which]))
+            for index, name, phase, ph, which in self._raw
+        ]
 
     def collectives_csv(self) -> str:
-        return to_csv(self.collectives)
+        """The tidy table as CSV text (same as ``collectives.to_csv(self.collectives)``, faster)."""
+        out = [",".join(COLUMNS)]
+        add = out.append
+        quoted: dict[str, str] = {}
+        for index, name, phase, ph, which in self._raw:
+            q = quoted.get(name)
+            if q is None:
+                q = quoted[name] = csv_field(name)
+            add(f"{index},{q},{ph._tidy[which] or ph.tidy(phase, which)}")
+        return "\n".join(out) + "\n"
 
     def warnings(self) -> list[str]:
         """One line per bug kind met, naming every affected row and what was done."""
@@ -380,25 +408,6 @@ def simulate(workload: Workload, network: Network, ratios: Ratios | None = None,
     bugs: list[BugHit] = []
     phases: dict[tuple[str, str, int], _Phase] = {}
     us_text: dict[int, str] = {}
-    exposed_memo: dict[tuple[int, float], int] = {}
-
-    def phase_of(comm_type: str, phase: str, size: int) -> _Phase:
-        key = (comm_type, phase, size)
-        found = phases.get(key)
-        if found is not None:
-            return found
-        coll, group = parse_comm_type(comm_type, phase)
-        nranks = _nranks(phase, group, header, dp, dp_ep)
-        eff = effective_size(phase, size)
-        ticks, problems = _phase_ticks(coll, group, nranks, eff, tp, ep, net, ratios, fix)
-        text = ""
-        if ticks is not None:
-            algbw, busbw = reported_bandwidths(coll, nranks, eff, ticks)
-            if fix and ONE_GPU in problems:
-                busbw = 0.0
-            text = f"{us(ticks)},{fixed(algbw, 2)},{fixed(busbw, 2)}"
-        found = phases[key] = _Phase(coll, group, nranks, eff, ticks, problems, text)
-        return found
 
     def us(ticks: int) -> str:
         text = us_text.get(ticks)
@@ -407,45 +416,68 @@ def simulate(workload: Workload, network: Network, ratios: Ratios | None = None,
         return text
 
     def exposed(ticks: int, keep: float) -> int:
-        if ticks == 0:
-            return 0
-        if keep == 1.0 and ticks < _F32_EXACT:
+        if ticks == 0 or (keep == 1.0 and ticks < _F32_EXACT):
             return ticks
-        key = (ticks, keep)
-        value = exposed_memo.get(key)
-        if value is None:
-            value = exposed_memo[key] = u64(f32(f32_of_int(ticks) * keep))
-        return value
+        return u64(f32(f32_of_int(ticks) * keep))
+
+    def phase_of(comm_type: str, phase: str, size: int) -> _Phase:
+        coll, group = parse_comm_type(comm_type, phase)
+        nranks = _nranks(phase, group, header, dp, dp_ep)
+        eff = effective_size(phase, size)
+        ticks, problems = _phase_ticks(coll, group, nranks, eff, tp, ep, net, ratios, fix)
+        if ticks is None:
+            return _Phase(coll, group, nranks, eff, None, problems, "", (0, 0, 0), ("", "", ""))
+        algbw, busbw = reported_bandwidths(coll, nranks, eff, ticks)
+        if fix and ONE_GPU in problems:
+            busbw = 0.0
+        text = f"{us(ticks)},{fixed(algbw, 2)},{fixed(busbw, 2)}"
+        exp = (exposed(ticks, keep_tp), exposed(ticks, keep_ep), exposed(ticks, keep_dp))
+        return _Phase(coll, group, nranks, eff, ticks, problems, text, exp, tuple(us(e) for e in exp))
+
+    def compute(value: int) -> int:
+        return value if value < _F32_EXACT else u64(f32_of_int(value))
 
     dp_comm = dp_ep_comm = tp_comm = ep_comm = 0.0
     comp = total_exposed = bubble = 0.0
     lines: list[str] = []
     raw: list[tuple] = []
+    add_line, add_raw, us_get, get_phase = lines.append, raw.append, us_text.get, phases.get
     truncated_at = None
     for index, row in enumerate(rows):
-        fwd = phase_of(row.fwd_comm, "fwd", row.fwd_size)
-        wg = phase_of(row.wg_comm, "wg", row.wg_size)
-        ig = phase_of(row.ig_comm, "ig", row.ig_size)
-        for ph, name in ((fwd, "fwd"), (ig, "ig"), (wg, "wg")):
-            for problem in ph.problems:
-                bugs.append(BugHit(problem, index, row.name, name))
-        if fwd.ticks is None or wg.ticks is None or ig.ticks is None:
-            truncated_at = index
-            break
-        fc = compute_ticks(row.fwd_compute)
+        key = (row.fwd_comm, "fwd", row.fwd_size)
+        fwd = get_phase(key) or phases.setdefault(key, phase_of(*key))
+        key = (row.wg_comm, "wg", row.wg_size)
+        wg = get_phase(key) or phases.setdefault(key, phase_of(*key))
+        key = (row.ig_comm, "ig", row.ig_size)
+        ig = get_phase(key) or phases.setdefault(key, phase_of(*key))
+        if fwd.problems or wg.problems or ig.problems:
+            for ph, name in ((fwd, "fwd"), (ig, "ig"), (wg, "wg")):
+                for problem in ph.problems:
+                    bugs.append(BugHit(problem, index, row.name, name))
+            if fwd.ticks is None or wg.ticks is None or ig.ticks is None:
+                truncated_at = index
+                break
+        fc = row.fwd_compute
+        if fc >= _F32_EXACT:
+            fc = compute(fc)
         if index in rerun:
             fc = (2 * fc) & U64_MASK
-        wgc = compute_ticks(row.wg_compute)
-        igc = compute_ticks(row.ig_compute)
-        keep = keep_ep if fwd.group == "EP" else keep_tp
-        fwd_exp = exposed(fwd.ticks, keep)
-        ig_exp = exposed(ig.ticks, keep)
-        wg_exp = exposed(wg.ticks, keep_dp)
+        wgc = row.wg_compute
+        if wgc >= _F32_EXACT:
+            wgc = compute(wgc)
+        igc = row.ig_compute
+        if igc >= _F32_EXACT:
+            igc = compute(igc)
+        # Exposure: fwd and ig under the EP overlap when the row's FWD collective is on EP.
+        on_ep = 1 if fwd.group == "EP" else 0
+        fwd_exp = fwd.exposed[on_ep]
+        ig_exp = ig.exposed[on_ep]
+        wg_exp = wg.exposed[2]
         if wg.group == "DP_EP":
             dp_ep_comm += float(wg_exp) / 1000.0
         else:
             dp_comm += float(wg_exp) / 1000.0
-        if fwd.group == "EP":
+        if on_ep:
             ep_comm += float((fwd_exp + ig_exp) & U64_MASK) / 1000.0
         else:
             tp_comm += float((fwd_exp + ig_exp) & U64_MASK) / 1000.0
@@ -455,16 +487,18 @@ def simulate(workload: Workload, network: Network, ratios: Ratios | None = None,
         total_exposed += float(fwd_exp) / 1000.0
         total_exposed += float(wg_exp) / 1000.0
         total_exposed += float(ig_exp) / 1000.0
-        if row.name != "embedding_layer":
+        name = row.name
+        if name != "embedding_layer":
             bubble += float((fwd.ticks + fc + wgc + igc + ig.ticks) & U64_MASK) / 1000.0
-        lines.append(f"{row.name},Analytical_test,{us(fc)},{us(wgc)},{us(igc)},{us(fwd_exp)},{us(wg_exp)},"
-                     f"{us(ig_exp)},{fwd.text},{wg.text},{ig.text}")
+        add_line(f"{name},Analytical_test,{us_get(fc) or us(fc)},{us_get(wgc) or us(wgc)},{us_get(igc) or us(igc)},"
+                 f"{fwd.exposed_text[on_ep]},{wg.exposed_text[2]},{ig.exposed_text[on_ep]},"
+                 f"{fwd.text},{wg.text},{ig.text}")
         if fwd.coll:
-            raw.append((index, row.name, "fwd", fwd.coll, fwd.group, fwd.nranks, fwd.size, fwd.ticks, fwd_exp))
+            add_raw((index, name, "fwd", fwd, on_ep))
         if ig.coll:
-            raw.append((index, row.name, "ig", ig.coll, ig.group, ig.nranks, ig.size, ig.ticks, ig_exp))
+            add_raw((index, name, "ig", ig, on_ep))
         if wg.coll:
-            raw.append((index, row.name, "wg", wg.coll, wg.group, wg.nranks, wg.size, wg.ticks, wg_exp))
+            add_raw((index, name, "wg", wg, 2))
 
     if truncated_at is None:
         pp_ticks = _pp_ticks(header, network, bugs, simai_bugs)

@@ -1,0 +1,97 @@
+"""``commsweep simulate``: one workload through the built-in engine or a user's SimAI.
+
+Writes ``<out-dir>/<PREFIX>EndToEnd.csv`` (SimAI's file, byte-identical for the engine)
+and ``<out-dir>/<PREFIX>collectives.csv`` (the tidy per-collective table), or the paths
+given with ``--endtoend`` / ``--collectives``. Notes (which ratio tables were used, every
+SimAI bug case met) go to stderr, so a pipeline rule's log keeps them.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ConfigError
+from ..files import write_text
+
+
+@dataclass(frozen=True)
+class Options:
+    workload: str
+    gpus: int
+    gpus_per_server: int
+    nics_per_server: int
+    nvlink: str
+    nic: str
+    prefix: str
+    tp_overlap: str = "0"
+    dp_overlap: str = "0"
+    ep_overlap: str = "0"
+    pp_overlap: str = "1"
+    ratio_dir: str | None = None
+    out_dir: str = "results"
+    endtoend: str | None = None
+    collectives: str | None = None
+    simai_bugs: str = "fix"
+    backend: str = "builtin"
+    simai_root: str | None = None
+    timeout: float | None = None
+
+
+def ratio_dir_for(ratio_dir: str | None, simai_root: str | None) -> str | None:
+    """The ratio tables to use: the configured directory, else a SimAI checkout's own."""
+    if ratio_dir:
+        return ratio_dir
+    if simai_root:
+        return str(Path(simai_root) / "astra-sim-alibabacloud" / "inputs" / "ratio")
+    return None
+
+
+def note(text: str) -> None:
+    print(f"commsweep simulate: {text}", file=sys.stderr)
+
+
+def run(opts: Options) -> None:
+    from .engine import Network
+
+    network = Network(
+        gpus=opts.gpus, gpus_per_server=opts.gpus_per_server, nics_per_server=opts.nics_per_server,
+        nvlink_gbps=opts.nvlink, nic_gbps=opts.nic, tp_overlap=opts.tp_overlap, dp_overlap=opts.dp_overlap,
+        ep_overlap=opts.ep_overlap, pp_overlap=opts.pp_overlap,
+    )
+    out_dir = Path(opts.out_dir)
+    endtoend_path = Path(opts.endtoend) if opts.endtoend else out_dir / f"{opts.prefix}EndToEnd.csv"
+    collectives_path = Path(opts.collectives) if opts.collectives else out_dir / f"{opts.prefix}collectives.csv"
+    ratio_dir = ratio_dir_for(opts.ratio_dir, opts.simai_root)
+    if opts.backend == "builtin":
+        endtoend_text, collectives_text = _run_builtin(opts, network, ratio_dir)
+    elif opts.backend == "simai":
+        if not opts.simai_root:
+            raise ConfigError("the simai backend needs the root of a built SimAI (--simai-root)", key="simai_root")
+        from . import simai
+
+        result = simai.run(Path(opts.simai_root), Path(opts.workload), network, prefix=opts.prefix,
+                           ratio_dir=Path(ratio_dir) if ratio_dir else None, simai_bugs=opts.simai_bugs,
+                           timeout=opts.timeout, log=sys.stdout)
+        for warning in result.warnings:
+            note(f"warning: {warning}")
+        endtoend_text, collectives_text = result.endtoend_text, result.collectives_csv()
+    else:
+        raise ConfigError(f"must be builtin or simai, got {opts.backend!r}", key="backend")
+    # The tidy table first: the EndToEnd.csv is the file pipelines wait for.
+    write_text(collectives_path, collectives_text)
+    write_text(endtoend_path, endtoend_text)
+
+
+def _run_builtin(opts: Options, network, ratio_dir: str | None) -> tuple[str, str]:
+    from ..workload import format as wformat
+    from .engine import load_ratios, simulate
+
+    ratios = load_ratios(ratio_dir)
+    note(f"ratio tables: {ratios.source}")
+    workload = wformat.read(opts.workload)
+    sim = simulate(workload, network, ratios, prefix=opts.prefix, simai_bugs=opts.simai_bugs)
+    for warning in sim.warnings():
+        note(f"warning: {warning}")
+    return sim.endtoend, sim.collectives_csv()

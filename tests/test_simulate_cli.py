@@ -1,0 +1,139 @@
+"""`commsweep simulate` (SimAI's flags) and the simulate stage of the workflow."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import simai_runs
+from commsweep.cli import main
+from conftest import REPO
+
+COMMSWEEP = Path(sys.executable).with_name("commsweep")
+
+
+def run_by_name(name: str):
+    runs = [r for r in simai_runs.load_runs() if r.name == name]
+    if not runs:
+        pytest.skip(f"reference run {name} not found under {simai_runs.ENDTOEND}")
+    return runs[0]
+
+
+def simai_argv(run, out_dir: Path, *extra: str) -> list[str]:
+    argv = ["simulate", "-w", str(run.workload)]
+    for flag in ("-g", "-g_p_s", "-n_p_s", "-nv", "-nic", "-r"):
+        argv += [flag, run.flags[flag]]
+    return argv + ["--out-dir", str(out_dir), *extra]
+
+
+def test_simulate_writes_simai_files(tmp_path, capsys):
+    run = run_by_name("example_workload_analytical__netA")
+    assert main(simai_argv(run, tmp_path, "--ratio-dir", str(simai_runs.RATIO_DIR))) == 0
+    assert (tmp_path / f"{run.prefix}EndToEnd.csv").read_bytes() == run.endtoend.read_bytes()
+    with open(tmp_path / f"{run.prefix}collectives.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 3540 and rows[0]["group"] == "DP" and rows[0]["group_size"] == "384"
+    assert f"ratio tables: {simai_runs.RATIO_DIR}" in capsys.readouterr().err
+
+
+def test_console_script_with_single_dash_flags(tmp_path):
+    """The installed command, with SimAI's spelling of every flag (and the long ones)."""
+    run = run_by_name("example_microAllReduce__netA")
+    argv = [str(COMMSWEEP), "simulate", "-w", str(run.workload), "-g", "8", "--gpus-per-server", "8",
+            "-n_p_s", "8", "--nvlink", "360", "-nic", "48.5", "-r", run.prefix, "-tp_o", "0", "-pp_o", "1",
+            "--ratio-dir", str(simai_runs.RATIO_DIR), "--endtoend", str(tmp_path / "e.csv"),
+            "--collectives", str(tmp_path / "c.csv")]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "e.csv").read_text() == run.endtoend.read_text()
+
+
+def test_default_ratios_are_announced(tmp_path, capsys):
+    run = run_by_name("example_microAllReduce__netA")
+    assert main(simai_argv(run, tmp_path)) == 0
+    assert "ratio tables: built-in default (efficiency 1.0" in capsys.readouterr().err
+
+
+def test_bug_modes_on_the_command_line(tmp_path, capsys):
+    run = run_by_name("gpt7b_ws16_tp1_pp1_seq2048_mbs1_ga1_sp0_aiob__netA")
+    out = tmp_path / f"{run.prefix}EndToEnd.csv"
+    out.write_text("an earlier result\n")
+    assert main(simai_argv(run, tmp_path, "--ratio-dir", str(simai_runs.RATIO_DIR), "--simai-bugs", "error")) == 2
+    err = capsys.readouterr().err
+    assert "one-gpu-group" in err and "row 3 (layernorm ig)" in err
+    assert out.read_text() == "an earlier result\n"  # nothing written on failure
+    assert main(simai_argv(run, tmp_path, "--ratio-dir", str(simai_runs.RATIO_DIR))) == 0
+    assert "warning: SimAI bug 'one-gpu-group'" in capsys.readouterr().err
+    assert main(simai_argv(run, tmp_path, "--ratio-dir", str(simai_runs.RATIO_DIR), "--simai-bugs", "reproduce")) == 0
+    assert out.read_text() == run.endtoend.read_text()
+
+
+def test_bad_flags(tmp_path, capsys):
+    run = run_by_name("example_microAllReduce__netA")
+    argv = simai_argv(run, tmp_path)
+    without = argv[:argv.index("-g_p_s")] + argv[argv.index("-g_p_s") + 2:]
+    with pytest.raises(SystemExit) as exit_:
+        main(without)
+    assert exit_.value.code == 2 and "-g_p_s" in capsys.readouterr().err
+    bad = [v if v != "360" else "fast" for v in argv]
+    with pytest.raises(SystemExit):
+        main(bad)
+    assert "expected a number, got 'fast'" in capsys.readouterr().err
+    assert main(argv + ["--backend", "simai"]) == 2
+    assert "needs the root of a built SimAI" in capsys.readouterr().err
+    assert main([v if v != "-n_p_s" else "-n_p_s" for v in argv[:argv.index("-n_p_s") + 1]] + ["0"]
+                + argv[argv.index("-n_p_s") + 2:]) == 2
+    assert "nics_per_server: must be a positive integer" in capsys.readouterr().err
+
+
+# -- the workflow ------------------------------------------------------------------------------
+
+
+def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("snakemake")), "-s", str(REPO / "Snakefile"), "--directory",
+         str(workdir), "--cores", "2", *args],
+        capture_output=True, text=True, env=env, timeout=600, check=True,
+    )
+
+
+def test_one_simulate_job_per_point(tmp_path):
+    result = snakemake(tmp_path, "--configfile", str(REPO / "config" / "config.yaml"), "--dry-run")
+    jobs = [line for line in result.stdout.splitlines() if line.strip().startswith("simulate ")]
+    assert jobs and jobs[0].split()[-1] == "16"  # 4 tp x 2 sp x 2 networks
+
+
+@pytest.mark.slow
+def test_simulated_times_join_the_summary(tmp_path):
+    cfg = tmp_path / "small.yaml"
+    cfg.write_text(
+        "sweep:\n  tp: [2]\n  sp: [true]\n  network: [netA, netB]\n"
+        "networks:\n  netA: {gpus_per_server: 8, nics_per_server: 8, nvlink_gbps: 360, nic_gbps: 48.5}\n"
+        "  netB: {gpus_per_server: 8, nics_per_server: 4, nvlink_gbps: 200, nic_gbps: 25}\n"
+        f"simulator:\n  ratio_dir: {simai_runs.RATIO_DIR}\n  overlap: {{dp: 0.5}}\n"
+    )
+    if not simai_runs.RATIO_DIR.exists():
+        pytest.skip("SimAI's ratio tables not found")
+    snakemake(tmp_path, "--configfile", str(cfg))
+    results = tmp_path / "results"
+    with open(results / "summary.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert {r["network"] for r in rows} == {"netA", "netB"}
+    for r in rows:
+        assert float(r["sim_total_us"]) > 0
+        assert int(r["sim_total_us"]) >= int(r["sim_compute_us"]) + int(r["sim_exposed_us"]) - 1
+        if r["group"] in ("TP", "DP"):
+            assert float(r["time_us"]) > 0
+        if r["group"] == "DP":
+            assert float(r["exposed_us"]) < float(r["time_us"])  # dp overlap 0.5
+    point = rows[0]["point"]
+    assert (results / "points" / point / "EndToEnd.csv").read_text().startswith("File name, ")
+    log = (results / "logs" / "simulate" / f"{point}.log").read_text()
+    assert f"ratio tables: {simai_runs.RATIO_DIR}" in log
+    assert list((results / "benchmarks" / "simulate").glob("*.tsv"))
