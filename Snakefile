@@ -24,6 +24,7 @@ include: "workflow/rules/workload.smk"
 include: "workflow/rules/simulate.smk"
 include: "workflow/rules/summary.smk"
 include: "workflow/rules/trace.smk"
+include: "workflow/rules/audit.smk"
 
 
 rule all:

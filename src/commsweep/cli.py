@@ -77,6 +77,20 @@ def cmd_volumes(ns: argparse.Namespace) -> None:
     _emit(render(table), ns.output)
 
 
+def cmd_audit(ns: argparse.Namespace) -> None:
+    from .analysis import audit
+    from .arguments import setup_from_args
+    from .workload import format as wformat
+    from .workload.generate import pipeline_stage
+
+    setup = setup_from_args(ns)
+    findings = audit.audit(
+        wformat.read(ns.workload), setup, stage=pipeline_stage(ns.pp_stage, setup.pp), gpus=ns.gpus,
+        time_us=audit.time_function(ns), source=ns.workload,
+    )
+    _emit(audit.to_csv(findings) if ns.format == "csv" else audit.to_table(findings), ns.output)
+
+
 def cmd_sweep(ns: argparse.Namespace) -> None:
     from . import sweep
 
@@ -140,6 +154,42 @@ def cmd_trace(ns: argparse.Namespace) -> None:
         sys.stderr.write(compare.summary(rows))
 
 
+def cmd_compare(ns: argparse.Namespace) -> None:
+    from .analysis import compare
+    from .files import write_text
+
+    findings, comparison, verdicts = compare.compare(Path(ns.sweep), Path(ns.summary), Path(ns.results))
+    write_text(ns.findings, findings)
+    write_text(ns.comparison, comparison)
+    write_text(ns.verdicts, verdicts)
+
+
+def cmd_timeline(ns: argparse.Namespace) -> None:
+    from .analysis import plots
+    from .arguments import setup_from_args
+    from .workload.generate import pipeline_stage
+
+    from .analysis import audit, timeline
+    from .errors import ConfigError
+    from .workload import format as wformat
+
+    setup = setup_from_args(ns)
+    if ns.simulation is not None:
+        times = timeline.read_endtoend(ns.simulation)
+    else:
+        network = audit.network_from_args(ns, wformat.read(ns.workload).header)
+        if network is None:
+            raise ConfigError("give the simulation (an EndToEnd.csv) or the network flags -g_p_s -n_p_s -nv -nic",
+                              key="simulation")
+        from .simulate.engine import load_ratios
+
+        times = timeline.simulate(wformat.read(ns.workload), network, load_ratios(ns.ratio_dir))
+    plots.timeline(
+        Path(ns.workload), times, setup, Path(ns.output),
+        stage=pipeline_stage(ns.pp_stage, setup.pp), audit_csv=Path(ns.audit) if ns.audit else None, title=ns.title,
+    )
+
+
 # -- parser ----------------------------------------------------------------------------
 
 
@@ -193,6 +243,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         add_simulate_parser(sub)
         return parser
 
+    from .analysis.audit import add_network_arguments
     from .arguments import add_aiob_arguments, add_training_arguments
 
     p = sub.add_parser(
@@ -265,6 +316,24 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="output file (default: stdout)")
     p.set_defaults(func=cmd_volumes)
 
+    p = sub.add_parser(
+        "audit", allow_abbrev=False,
+        help="compare every row of a workload with the collectives Megatron really issues",
+        description="Align a workload with the Megatron schedule of the same setup (AICB's arguments) and "
+                    "list every missing, extra, mis-sized or misplaced collective with its cost.",
+    )
+    p.add_argument("workload", help="a SimAI workload file")
+    add_training_arguments(p)
+    add_aiob_arguments(p)
+    p.add_argument("--pp_stage", default="first",
+                   help="with pp > 1: the stage whose Megatron view the workload is compared with (first, last or an index)")
+    p.add_argument("--format", choices=("csv", "table"), default="table")
+    p.add_argument("-g", "--gpus", type=int, default=None,
+                   help="SimAI's -g (sets the DP group size); default: the header's all_gpus")
+    add_network_arguments(p)
+    p.add_argument("-o", "--output", help="output file (default: stdout)")
+    p.set_defaults(func=cmd_audit)
+
     p = sub.add_parser("sweep", help="validate a sweep config and list its points")
     p.add_argument("config", help="a sweep config YAML (see config/config.yaml)")
     p.add_argument("--table", help="write the points table (CSV) to this file")
@@ -279,10 +348,37 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     add_simulate_parser(sub)
 
     p = sub.add_parser("plot", help="draw a figure from the summary table")
-    p.add_argument("kind", choices=("volume-by-tp",))
-    p.add_argument("summary", help="results/summary.csv")
+    p.add_argument("kind", choices=("volume-by-tp", "tp-bytes-by-phase", "exposed-by-group", "audit-by-kind"))
+    # audit-by-kind reads results/findings.csv; the others results/summary.csv
+    p.add_argument("summary", help="results/summary.csv (results/findings.csv for audit-by-kind)")
     p.add_argument("-o", "--output", required=True, help="output PNG")
     p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser("compare", help="sweep-wide findings, comparison of the generators, and verdicts")
+    p.add_argument("--sweep", required=True, help="the points table (results/sweep.csv)")
+    p.add_argument("--summary", required=True, help="the summary table (results/summary.csv)")
+    p.add_argument("--results", default="results", help="the results directory (per-point audits)")
+    p.add_argument("--findings", required=True, help="output: every point's findings (CSV)")
+    p.add_argument("--comparison", required=True, help="output: the generators compared per setting (CSV)")
+    p.add_argument("--verdicts", required=True, help="output: per point, its audit totals and verdict (CSV)")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser(
+        "timeline", allow_abbrev=False,
+        help="draw one simulated iteration per layer, with the audit beside it",
+    )
+    p.add_argument("workload", help="a SimAI workload file")
+    p.add_argument("simulation", nargs="?",
+                   help="its simulation, as SimAI's EndToEnd.csv (default: simulate it with the network flags)")
+    add_training_arguments(p)
+    add_aiob_arguments(p)
+    p.add_argument("--pp_stage", default="first", help="with pp > 1: the stage the workload holds")
+    p.add_argument("-g", "--gpus", type=int, default=None, help="SimAI's -g; default: the header's all_gpus")
+    add_network_arguments(p)
+    p.add_argument("--audit", help="the workload's audit CSV (commsweep audit --format csv)")
+    p.add_argument("--title", help="the figure's title (default: the workload's folder name)")
+    p.add_argument("-o", "--output", required=True, help="output PNG")
+    p.set_defaults(func=cmd_timeline)
     return parser
 
 

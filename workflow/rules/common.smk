@@ -45,6 +45,7 @@ def final_outputs():
     return [
         f"{RESULTS}/summary.csv",
         f"{RESULTS}/plots/volume_by_tp.png",
+        *audit_outputs(),
     ] + trace_outputs()
 
 
@@ -167,3 +168,87 @@ def simulate_args(wildcards):
 
 def all_simulations(wildcards):
     return [f"{RESULTS}/points/{p}/EndToEnd.csv" for p in sorted(POINT_BY_KEY)]
+
+
+# -- audit and comparison (workflow/rules/audit.smk) -------------------------------------
+
+from commsweep.workload import megatron as _megatron
+
+# Points the Megatron schedule can describe (dense models): they get an audit.
+AUDITED = [p for p in POINTS if not _megatron.unsupported(p.setup)]
+
+
+def audit_outputs():
+    out = [
+        f"{RESULTS}/findings.csv",
+        f"{RESULTS}/comparison.csv",
+        f"{RESULTS}/verdicts.csv",
+        f"{RESULTS}/plots/tp_bytes_by_phase.png",
+        f"{RESULTS}/plots/exposed_by_group.png",
+        f"{RESULTS}/plots/audit_by_kind.png",
+    ]
+    if AUDITED:
+        out.append(f"{RESULTS}/plots/timeline.png")
+    return out
+
+
+def network_args(point):
+    """SimAI's network flags of a point, and the ratio tables the simulate rule uses."""
+    net = point.net
+    argv = ["-g_p_s", str(net.gpus_per_server), "-n_p_s", str(net.nics_per_server),
+            "-nv", str(net.nvlink_gbps), "-nic", str(net.nic_gbps)]
+    if simulator_ratio_dir():
+        argv += ["--ratio_dir", simulator_ratio_dir()]
+    return argv
+
+
+def point_args(point):
+    """The point's setup as commsweep arguments, and the pipeline stage its workload holds."""
+    return to_commsweep_argv(point.setup) + ["--pp_stage", config["generator"]["megatron_pp_stage"]]
+
+
+def audit_workload(wildcards):
+    return f"{RESULTS}/workloads/{point_of(wildcards).workload_key}/workload.txt"
+
+
+def audit_args(wildcards):
+    point = point_of(wildcards)
+    return shlex.join(point_args(point) + network_args(point))
+
+
+def all_audits(wildcards):
+    return [f"{RESULTS}/points/{p.point_key}/audit.csv" for p in AUDITED]
+
+
+def timeline_point():
+    """The point the timeline draws: analysis.timeline_point, else an AICB point (AIOB path first) with TP > 1."""
+    key = (config.get("analysis") or {}).get("timeline_point")
+    if key is not None:
+        if key not in POINT_BY_KEY:
+            raise WorkflowError(f"analysis.timeline_point: {key!r} is not a point of this sweep "
+                                f"(see the point column of {RESULTS}/sweep.csv)")
+        point = POINT_BY_KEY[key]
+        if point not in AUDITED:
+            raise WorkflowError(f"analysis.timeline_point: {key!r} has no audit (the Megatron schedule "
+                                "covers dense models only)")
+        return point
+    # An AICB point with compute times shows the audit beside a realistic iteration.
+    for wanted in (lambda p: p.schedule == "aicb" and p.aiob and p.tp > 1, lambda p: p.schedule == "aicb" and p.tp > 1,
+                   lambda p: p.tp > 1, lambda p: True):
+        chosen = [p for p in AUDITED if wanted(p)]
+        if chosen:
+            return chosen[0]
+
+
+def timeline_inputs(wildcards):
+    point = timeline_point()
+    return {
+        "workload": f"{RESULTS}/workloads/{point.workload_key}/workload.txt",
+        "simulation": f"{RESULTS}/points/{point.point_key}/EndToEnd.csv",
+        "audit": f"{RESULTS}/points/{point.point_key}/audit.csv",
+    }
+
+
+def timeline_args(wildcards):
+    point = timeline_point()
+    return shlex.join(point_args(point) + ["--title", point.point_key])

@@ -87,3 +87,321 @@ def volume_by_tp(summary_csv: Path, output: Path) -> None:
 
 
 PLOTS = {"volume-by-tp": volume_by_tp}
+
+
+# -- TP bytes per phase, per TP x SP ----------------------------------------------------
+
+VARIANT_ORDER = ("AICB default path", "AICB AIOB path", "Megatron")
+VARIANT_COLOURS = {"AICB default path": "#c44e52", "AICB AIOB path": "#dd8452", "Megatron": "#4c72b0"}
+MiB = 2**20
+
+
+def tp_bytes_by_phase(summary_csv: Path, output: Path) -> None:
+    """TP payload per iteration in each phase, one bar per generator, one panel per TP x SP.
+
+    Panels: one row per model and SP setting, one column per TP size; bars: AICB's default
+    path, AICB's AIOB path and Megatron side by side in each phase. The first network's
+    rows are used (volumes do not depend on it); points that share model, SP, TP and
+    generator (other axes) are averaged.
+    """
+    import pandas as pd
+
+    plt = _pyplot()
+    df = pd.read_csv(summary_csv, dtype={"aiob": str, "sp": str})
+    df = df[df["network"] == df["network"].iloc[0]]
+    df["variant"] = [variant(s, a) for s, a in zip(df["schedule"], df["aiob"])]
+    points = df.drop_duplicates("point")[["point", "model", "sp", "tp", "variant"]]
+    tp_rows = df[df["group"] == "TP"]
+    per_point = tp_rows.groupby(["point", "phase"])["payload_bytes"].sum()
+    models, sps, tps = sorted(points["model"].unique()), sorted(points["sp"].unique()), sorted(points["tp"].unique())
+    variants = [v for v in VARIANT_ORDER if v in set(points["variant"])]
+    phases = [p for p in ("fwd", "ig", "wg") if p in set(tp_rows["phase"])] or ["fwd", "ig"]
+    panel_rows = [(m, sp) for m in models for sp in sps]
+    fig, axes = plt.subplots(
+        len(panel_rows), len(tps), figsize=(2.9 * len(tps) + 0.8, 2.7 * len(panel_rows) + 0.9),
+        squeeze=False, sharey="row",
+    )
+    width = 0.8 / max(len(variants), 1)
+    for r, (model, sp) in enumerate(panel_rows):
+        for c, tp in enumerate(tps):
+            ax = axes[r][c]
+            for k, var in enumerate(variants):
+                chosen = points[(points["model"] == model) & (points["sp"] == sp) & (points["tp"] == tp)
+                                & (points["variant"] == var)]["point"]
+                heights = []
+                for phase in phases:
+                    values = [per_point.get((p, phase), 0) for p in chosen]
+                    heights.append(sum(values) / len(values) / GiB if values else float("nan"))
+                xs = [i + (k - (len(variants) - 1) / 2) * width for i in range(len(phases))]
+                bars = ax.bar(xs, heights, width * 0.92, color=VARIANT_COLOURS[var], edgecolor="black",
+                              linewidth=0.4, label=var)
+                ax.bar_label(bars, fmt="%.2f", fontsize=6, padding=1)
+            ax.set_xticks(range(len(phases)), [PHASE_LABELS[p] for p in phases], fontsize=8)
+            ax.set_title(f"{model}, TP {tp}, SP {'on' if sp == 'True' else 'off'}", fontsize=9)
+            ax.grid(axis="y", alpha=0.3)
+            ax.margins(y=0.15)
+            if c == 0:
+                ax.set_ylabel("TP payload per iteration (GiB)", fontsize=8)
+            ax.set_xlabel("phase", fontsize=8)
+    handles = [plt.Rectangle((0, 0), 1, 1, facecolor=VARIANT_COLOURS[v], edgecolor="black") for v in variants]
+    fig.legend(handles, variants, loc="lower center", ncol=len(variants), frameon=False, fontsize=9)
+    fig.suptitle("Tensor-parallel bytes per phase: AICB's two paths against Megatron")
+    fig.tight_layout(rect=(0, 0.05, 1, 0.96))
+    save(fig, output)
+    plt.close(fig)
+
+
+# -- simulated exposed communication time per group ---------------------------------------
+
+# Exposed times above this (about 11.6 days) are SimAI's overflow sentinels, not times.
+OVERFLOW_US = 1e12
+GROUP_COLOURS = {"TP": "#4c72b0", "DP": "#55a868", "EP": "#8172b3", "DP_EP": "#937860", "PP": "#da8bc3"}
+
+
+def exposed_by_group(summary_csv: Path, output: Path) -> None:
+    """Simulated exposed communication time per iteration, stacked by group.
+
+    Panels: one row per network, one column per SP setting; x: TP size; one bar per
+    generator. Needs the simulate stage's time columns in the summary table
+    (``compare.TIME_QUANTITIES``); without them the figure says so instead of guessing.
+    """
+    import pandas as pd
+
+    from .compare import time_columns
+
+    plt = _pyplot()
+    df = pd.read_csv(summary_csv, dtype={"aiob": str, "sp": str})
+    group_columns = {group: column for column, (quantity, group) in time_columns(df.columns).items()
+                     if quantity == "exposed_us" and group}
+    if not group_columns:
+        fig, ax = plt.subplots(figsize=(7, 2.2))
+        ax.axis("off")
+        ax.text(0.5, 0.5, "No simulated times in the summary table:\nthe simulate stage has not run for this sweep.",
+                ha="center", va="center", fontsize=11)
+        save(fig, output)
+        plt.close(fig)
+        return
+    df["variant"] = [variant(s, a) for s, a in zip(df["schedule"], df["aiob"])]
+    points = df.drop_duplicates("point")
+    networks, sps, tps = sorted(points["network"].unique()), sorted(points["sp"].unique()), sorted(points["tp"].unique())
+    variants = [v for v in VARIANT_ORDER if v in set(points["variant"])]
+    valid = points[(points[list(group_columns.values())] <= OVERFLOW_US).all(axis=1)]
+    groups = [g for g in GROUP_COLOURS if g in group_columns and (valid[group_columns[g]] > 0).any()]
+    groups = groups or [g for g in GROUP_COLOURS if g in group_columns][:1]
+    hatches = {"AICB default path": "", "AICB AIOB path": "//", "Megatron": ".."}
+    fig, axes = plt.subplots(len(networks), len(sps), figsize=(5.2 * len(sps), 3.6 * len(networks) + 0.6),
+                             squeeze=False, sharey="row")
+    width = 0.8 / max(len(variants), 1)
+    for r, net in enumerate(networks):
+        for c, sp in enumerate(sps):
+            ax = axes[r][c]
+            sub = points[(points["network"] == net) & (points["sp"] == sp)]
+            for k, var in enumerate(variants):
+                xs = [i + (k - (len(variants) - 1) / 2) * width for i in range(len(tps))]
+                chosen = [sub[(sub["tp"] == tp) & (sub["variant"] == var)] for tp in tps]
+                # SimAI's overflow sentinels (~9.2e15 us, see the simulate stage) are not times.
+                broken = [bool(len(c)) and bool((c[list(group_columns.values())] > OVERFLOW_US).any().any())
+                          for c in chosen]
+                bottom = [0.0] * len(tps)
+                for group in groups:
+                    heights = [
+                        0.0 if bad or not len(c) else float(c[group_columns[group]].mean()) / 1000
+                        for c, bad in zip(chosen, broken)
+                    ]
+                    ax.bar(xs, heights, width * 0.92, bottom=bottom, color=GROUP_COLOURS[group],
+                           hatch=hatches[var], edgecolor="black", linewidth=0.4)
+                    bottom = [b + h for b, h in zip(bottom, heights)]
+                for x, bad in zip(xs, broken):
+                    if bad:
+                        ax.text(x, 0, "SimAI\noverflow", rotation=90, ha="center", va="bottom", fontsize=7,
+                                color="#c44e52")
+            ax.set_xticks(range(len(tps)), [str(t) for t in tps])
+            ax.set_xlabel("tensor parallel size (TP)")
+            ax.set_ylabel("exposed communication (ms per iteration)")
+            ax.set_title(f"network {net}, SP {'on' if sp == 'True' else 'off'}")
+            ax.grid(axis="y", alpha=0.3)
+            ax.margins(y=0.08)
+    from matplotlib.patches import Patch
+
+    handles = [Patch(facecolor=GROUP_COLOURS[g], edgecolor="black", label=f"{g} group") for g in groups]
+    handles += [Patch(facecolor="white", edgecolor="black", hatch=hatches[v], label=v) for v in variants]
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False, fontsize=8)
+    fig.suptitle("Simulated exposed communication time per iteration, by group")
+    fig.tight_layout(rect=(0, 0.07, 1, 0.96))
+    save(fig, output)
+    plt.close(fig)
+
+
+PLOTS.update({"tp-bytes-by-phase": tp_bytes_by_phase, "exposed-by-group": exposed_by_group})
+
+
+# -- one point's iteration per layer ----------------------------------------------------
+
+
+def timeline(
+    workload_path: Path,
+    times: list,
+    setup,
+    output: Path,
+    *,
+    stage: int = 0,
+    audit_csv: Path | None = None,
+    title: str | None = None,
+) -> None:
+    """A Gantt chart of one simulated iteration, one lane per layer, and the audit beside it.
+
+    ``times`` are the rows' simulated times (``timeline.read_endtoend`` of the point's
+    EndToEnd.csv, or ``timeline.simulate``). Left: compute (grey) and exposed communication (coloured by group) of every row, in
+    the order SimAI runs them, in ms; forward on the left of the dashed line, backward on
+    its right. Right (with an audit): per lane, the bytes the workload is short of
+    Megatron (red) and in excess (orange), in MiB per iteration.
+    """
+    from ..workload import format as wf
+    from . import audit as audit_mod
+    from . import timeline as tl
+
+    plt = _pyplot()
+    workload = wf.read(workload_path)
+    units = audit_mod.segment(workload, setup.layers_per_stage, stage * setup.layers_per_stage)
+    events = tl.events(workload, times, units)
+    by_lane = None
+    if audit_csv is not None:
+        by_lane = tl.audit_by_lane(audit_mod.read_csv(Path(audit_csv).read_text(encoding="utf-8"), source=audit_csv))
+    lanes = tl.lanes(units, by_lane or ())
+    row_of = {lane: i for i, lane in enumerate(lanes)}
+    height = 0.17 * len(lanes) + 1.9
+    if by_lane is not None:
+        fig, (ax, side) = plt.subplots(1, 2, figsize=(12, height), sharey=True,
+                                       gridspec_kw={"width_ratios": [4, 1.3]})
+    else:
+        fig, ax = plt.subplots(figsize=(10, height))
+        side = None
+    colours = {"compute": "#bbbbbb", **GROUP_COLOURS}
+    for what in colours:
+        for lane in lanes:
+            spans = [(e.start_us / 1000, e.duration_us / 1000) for e in events if e.what == what and e.lane == lane]
+            if spans:
+                # Communication gets an edge of its own colour, so that collectives of a few
+                # microseconds stay visible at the scale of a whole iteration.
+                edge = 0 if what == "compute" else 0.8
+                ax.broken_barh(spans, (row_of[lane] - 0.4, 0.8), facecolors=colours[what],
+                               edgecolors=colours[what], linewidth=edge)
+    forward_end = max((e.start_us + e.duration_us for e in events if not e.backward), default=0) / 1000
+    total = max((e.start_us + e.duration_us for e in events), default=0) / 1000
+    exposed = sum(e.duration_us for e in events if e.what != "compute") / 1000
+    ax.axvline(forward_end, color="black", linestyle="--", linewidth=0.8)
+    ax.text(forward_end, -0.9, " backward \u2192", fontsize=8, va="bottom")
+    ax.text(forward_end, -0.9, "\u2190 forward ", fontsize=8, va="bottom", ha="right")
+    ax.set_yticks(range(len(lanes)), lanes, fontsize=7)
+    ax.set_ylim(len(lanes) - 0.5, -1.2)
+    ax.set_xlim(0, max(total, 1e-3) * 1.01)
+    ax.set_xlabel("time since the start of the iteration (ms)")
+    ax.set_ylabel("layer (workload rows grouped by Megatron module)")
+    ax.grid(axis="x", alpha=0.3)
+    from matplotlib.patches import Patch
+
+    present = [w for w in colours if any(e.what == w for e in events)]
+    handles = [Patch(facecolor=colours[w], label="compute" if w == "compute" else f"{w} communication (exposed)")
+               for w in present]
+    if side is not None:
+        short = [by_lane.get(lane, (0, 0))[0] / MiB for lane in lanes]
+        extra = [by_lane.get(lane, (0, 0))[1] / MiB for lane in lanes]
+        ys = range(len(lanes))
+        side.barh([y - 0.2 for y in ys], short, 0.4, color="#c44e52")
+        side.barh([y + 0.2 for y in ys], extra, 0.4, color="#dd8452")
+        side.set_xscale("symlog", linthresh=1)
+        if not any(short) and not any(extra):
+            side.set_xlim(0, 10)
+            side.text(0.5, 0.5, "no findings:\nthe workload issues\nwhat Megatron issues",
+                      ha="center", va="center", fontsize=9, transform=side.transAxes)
+        side.set_xlabel("audit: bytes per iteration (MiB)")
+        side.set_title("against Megatron", fontsize=9)
+        side.grid(axis="x", alpha=0.3)
+        handles += [Patch(facecolor="#c44e52", label="short of Megatron (missing)"),
+                    Patch(facecolor="#dd8452", label="in excess of Megatron (extra)")]
+    fig.legend(handles=handles, loc="lower center", ncol=3, frameon=False, fontsize=8)
+    heading = title or Path(workload_path).parent.name
+    fig.suptitle(f"{heading}\niteration {total:,.1f} ms, exposed communication {exposed:,.1f} ms", fontsize=10)
+    fig.tight_layout(rect=(0, 0.8 / height, 1, 1))
+    save(fig, output)
+    plt.close(fig)
+
+
+# -- the audit at a glance ----------------------------------------------------------------
+
+KIND_COLOURS = {
+    "missing": "#c44e52", "zero_bytes": "#e39b9d", "size": "#dd8452", "extra": "#8c564b",
+    "group": "#8172b3", "size1_group": "#bcbd22", "none_with_size": "#7f7f7f",
+}
+
+
+def audit_by_kind(findings_csv: Path, output: Path) -> None:
+    """Bytes each workload is off from Megatron per iteration, by finding kind.
+
+    One panel per model and SP setting; x: TP size; one bar per generator (the audits of
+    the first network; bytes do not depend on it). Bytes in excess stack upwards, bytes
+    short of Megatron downwards, coloured by kind, in GiB per iteration.
+    """
+    import pandas as pd
+
+    plt = _pyplot()
+    df = pd.read_csv(findings_csv, dtype={"aiob": str, "sp": str})
+    fig_rows = sorted(df["model"].unique()) if len(df) else []
+    if not fig_rows:
+        fig, ax = plt.subplots(figsize=(7, 2.2))
+        ax.axis("off")
+        ax.text(0.5, 0.5, "No findings: every audited workload issues what Megatron issues.",
+                ha="center", va="center", fontsize=11)
+        save(fig, output)
+        plt.close(fig)
+        return
+    df = df[df["network"] == df["network"].iloc[0]]
+    df["variant"] = [variant(s, a) for s, a in zip(df["schedule"], df["aiob"])]
+    sps, tps = sorted(df["sp"].unique()), sorted(df["tp"].unique())
+    variants = [v for v in VARIANT_ORDER if v in set(df["variant"])]
+    # Kinds that move bytes (none_with_size never does: SimAI ignores the size of a NONE).
+    moved = df[df["delta_bytes"] != 0]
+    kinds = [k for k in KIND_COLOURS if k in set(moved["kind"])]
+    sums = df.groupby(["model", "sp", "tp", "variant", "kind"])["delta_bytes"].agg(
+        up=lambda s: s[s > 0].sum(), down=lambda s: s[s < 0].sum())
+    fig, axes = plt.subplots(len(fig_rows), len(sps), figsize=(5.4 * len(sps), 3.8 * len(fig_rows) + 0.7),
+                             squeeze=False, sharey="row")
+    hatches = {"AICB default path": "", "AICB AIOB path": "//", "Megatron": ".."}
+    width = 0.8 / max(len(variants), 1)
+    for r, model in enumerate(fig_rows):
+        for c, sp in enumerate(sps):
+            ax = axes[r][c]
+            for k, var in enumerate(variants):
+                xs = [i + (k - (len(variants) - 1) / 2) * width for i in range(len(tps))]
+                up, down = [0.0] * len(tps), [0.0] * len(tps)
+                for kind in kinds:
+                    ups, downs = [], []
+                    for tp in tps:
+                        key = (model, sp, tp, var, kind)
+                        ups.append(sums["up"].get(key, 0) / GiB)
+                        downs.append(sums["down"].get(key, 0) / GiB)
+                    ax.bar(xs, ups, width * 0.92, bottom=up, color=KIND_COLOURS[kind], hatch=hatches[var],
+                           edgecolor="black", linewidth=0.4)
+                    ax.bar(xs, downs, width * 0.92, bottom=down, color=KIND_COLOURS[kind], hatch=hatches[var],
+                           edgecolor="black", linewidth=0.4)
+                    up = [a + b for a, b in zip(up, ups)]
+                    down = [a + b for a, b in zip(down, downs)]
+            ax.axhline(0, color="black", linewidth=0.8)
+            ax.set_xticks(range(len(tps)), [str(t) for t in tps])
+            ax.set_xlabel("tensor parallel size (TP)")
+            ax.set_ylabel("bytes off from Megatron (GiB per iteration)\n\u2193 short    \u2191 in excess", fontsize=8)
+            ax.set_title(f"{model}, SP {'on' if sp == 'True' else 'off'}")
+            ax.grid(axis="y", alpha=0.3)
+            ax.margins(y=0.06)
+    from matplotlib.patches import Patch
+
+    handles = [Patch(facecolor=KIND_COLOURS[k], edgecolor="black", label=k) for k in kinds]
+    handles += [Patch(facecolor="white", edgecolor="black", hatch=hatches[v], label=v) for v in variants]
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), frameon=False, fontsize=8)
+    fig.suptitle("Audit against Megatron: bytes each workload misses, by kind of finding")
+    fig.tight_layout(rect=(0, 0.09, 1, 0.96))
+    save(fig, output)
+    plt.close(fig)
+
+
+PLOTS["audit-by-kind"] = audit_by_kind

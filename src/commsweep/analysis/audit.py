@@ -1,0 +1,574 @@
+"""The audit: every row of a workload against the collectives Megatron really issues.
+
+The reference is the Megatron schedule generator (``workload/megatron.py``), the one
+description of Megatron in this project: ``schedule(setup).expected()`` lists every
+collective with its module, transformer layer and micro-batch. The audit never looks
+at the reference's row names; it aligns by structure.
+
+Alignment, in three steps:
+
+1. **Units.** Both sides are cut into units: one per micro-batch and module kind
+   (``embedding``, ``output_layer``, ``loss``, ...), one per micro-batch, transformer
+   layer and kind (``attention``, ``mlp``), and once-per-iteration units (``dp`` for the
+   data-parallel gradient and parameter sync, ``sp_grads`` for the sequence-parallel
+   gradients' all-reduce, ``optimizer``, ...). The reference's units come from each
+   block's ``module``, ``layer`` and ``micro_batch``. The workload's come from a row's
+   kind (``ROW_KINDS``: a name pattern gives the module kind, e.g. AICB's
+   ``attention_column`` and the reference's ``layer3_attention_qkv`` are both
+   ``attention``) and from its position (``segment``): a micro-batch begins at each
+   embedding row, or when a transformer layer would be the stage's (L+1)-th, or when a
+   layer follows the output layer or loss; a transformer layer begins when an attention
+   row follows a row that is not attention (or an mlp row follows a row that is neither).
+   Rows of per-micro-batch kinds found after the last layer (AICB writes its
+   ``cross_entropy`` rows once, after the last micro-batch) join the micro-batch before
+   them.
+2. **Matching inside a unit.** Each collective a row issues (a phase whose type is not
+   NONE) is paired with one the reference issues in the same unit, in passes of
+   decreasing strictness: equal phase, collective, group and bytes (no finding); equal
+   phase, collective and group (``size``, or ``zero_bytes`` if the row's size is 0);
+   equal collective only (``group``: it runs on another group or in another phase).
+   A pairing across phases or groups is reported as ``group`` even when the row's group
+   has size 1.
+3. **Leftovers.** A reference collective left unpaired is ``missing``: its row is the
+   unit's first row whose phase is free (NONE), else the unit's first row, else empty
+   when the workload has no row for the unit at all (the layer column names it). A row's
+   collective left unpaired is ``extra``, or ``size1_group`` when its group has one rank
+   (Megatron issues nothing on such a group; SimAI gives it no time), or ``zero_bytes``
+   when it has 0 bytes. A NONE phase with a non-zero size is ``none_with_size`` (SimAI
+   ignores the size).
+
+Pipeline sends are not rows: SimAI derives them from the header (2 * vpp * ga messages
+of ``pp_comm`` bytes), so the header's PP traffic is compared with the reference
+header's as one ``pp`` finding. The tied-embedding all-reduce between pipeline stages,
+which no SimAI group can carry (``Schedule.unexpressed``), is not audited.
+
+Bytes: ``expected_bytes`` is what Megatron sends (the whole tensor, as SimAI's files
+count it), ``found_bytes`` the size field as written, ``delta_bytes`` what SimAI
+executes minus what Megatron sends (forward sizes of 1..4095 bytes count as 4096, as
+SimAI reads them). ``delta_us`` is the same difference in SimAI's time of one
+collective (before overlap), when a network is given.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import InputError
+from ..training import TrainingSetup
+from ..workload import format as wf
+from ..workload import megatron
+
+KINDS = ("missing", "extra", "size", "group", "zero_bytes", "none_with_size", "size1_group")
+COLUMNS = (
+    "row", "layer", "phase", "kind",
+    "expected_collective", "expected_group", "expected_bytes",
+    "found_collective", "found_group", "found_bytes",
+    "delta_bytes", "delta_us",
+)
+PHASE_ORDER = ("fwd", "ig", "wg", "pp")
+ITERATION = "iteration"
+
+# Module kind of a workload row, by name. AICB's names (SPEC.md) and the reference's
+# own row names; the first pattern that matches the whole name wins.
+ROW_KINDS: tuple[tuple[str, str], ...] = (
+    (r"embedding_layer", "embedding"),
+    (r"(layer\d+_)?attention(_.*)?", "attention"),
+    (r"(layer\d+_)?mlp(_.*)?", "mlp"),
+    (r"final_column|output_layer(_.*)?", "output_layer"),
+    (r"cross_entropy.*", "loss"),
+    (r"embedding_norm", "embedding_norm"),
+    (r"embedding_grads", "embedding_grads"),
+    (r"grad_norm|grad_gather|grad_param_comm|grad_param_compute|dp_.*", "dp"),
+    (r"layernorm|sp_grads_allreduce", "sp_grads"),
+    (r"moe_grad_norm\d*", "moe_dp"),
+    (r"optimizer\d*", "optimizer"),
+)
+_ROW_KIND_RES = tuple((re.compile(pattern), kind) for pattern, kind in ROW_KINDS)
+LAYER_KINDS = ("attention", "mlp")
+# Kinds that recur in every micro-batch; the rest occur once per iteration.
+PER_MICROBATCH_KINDS = ("embedding", *LAYER_KINDS, "output_layer", "loss", "embedding_norm")
+# Kinds that close a micro-batch's layers: a layer row after them begins the next one.
+TAIL_KINDS = ("output_layer", "loss", "embedding_norm")
+KIND_ORDER = (
+    "dp", "sp_grads", "embedding_grads", "moe_dp", "optimizer", "other",
+    "embedding", "attention", "mlp", "output_layer", "loss", "embedding_norm", "pipeline",
+)
+
+
+def row_kind(name: str) -> str:
+    """The module kind a workload row stands for, from its name ('other' if unknown)."""
+    for pattern, kind in _ROW_KIND_RES:
+        if pattern.fullmatch(name):
+            return kind
+    return "other"
+
+
+def module_kind(module: str) -> str:
+    """The module kind of a reference block, from its megatron-core module path."""
+    if module == "embedding":
+        return "embedding"
+    if ".self_attention." in module:
+        return "attention"
+    if ".mlp." in module:
+        return "mlp"
+    if module == "output_layer":
+        return "output_layer"
+    if module.startswith("loss."):
+        return "loss"
+    if module.startswith(("optimizer.", "ddp.")):
+        return "dp"
+    if module == "finalize_model_grads.sequence_parallel":
+        return "sp_grads"
+    raise ValueError(f"no audit unit for the Megatron module {module!r}")
+
+
+@dataclass(frozen=True)
+class Unit:
+    """Where a collective belongs: micro-batch (None: once per iteration), layer, kind."""
+
+    micro_batch: int | None
+    layer: int | None
+    kind: str
+
+    def label(self) -> str:
+        parts = [ITERATION if self.micro_batch is None else f"mb{self.micro_batch}"]
+        if self.layer is not None:
+            parts.append(f"layer{self.layer}")
+        parts.append(self.kind)
+        return "/".join(parts)
+
+    def sort_key(self) -> tuple:
+        mb = -1 if self.micro_batch is None else self.micro_batch
+        kind = KIND_ORDER.index(self.kind) if self.kind in KIND_ORDER else len(KIND_ORDER)
+        # Within a micro-batch: embedding, then the layers in order, then the tail.
+        if self.layer is not None:
+            position = (1, self.layer, kind)
+        elif kind < KIND_ORDER.index("attention"):
+            position = (0, 0, kind)
+        else:
+            position = (2, 0, kind)
+        return (mb, *position)
+
+
+@dataclass(frozen=True)
+class Side:
+    """A collective on one side of the comparison (found in a row, or expected)."""
+
+    phase: str
+    collective: str  # allreduce | allgather | reducescatter | alltoall | sendrecv | none
+    group: str  # TP | DP | EP | DP_EP | PP, "" for none
+    bytes: int
+    comm_type: str = ""  # the SimAI comm type (for timing)
+
+
+@dataclass(frozen=True)
+class Finding:
+    row: int | None  # 0-based index among the workload's rows (file line = row + 3)
+    unit: Unit
+    phase: str
+    kind: str
+    expected: Side | None
+    found: Side | None
+    delta_bytes: int
+    delta_us: float | None = None
+    row_name: str = field(default="", compare=False)
+
+    @property
+    def layer(self) -> str:
+        return self.unit.label()
+
+    @property
+    def ratio(self) -> float | None:
+        """found / expected bytes (for ``size`` and ``zero_bytes`` findings)."""
+        if self.expected is None or self.found is None or self.expected.bytes == 0:
+            return None
+        return self.found.bytes / self.expected.bytes
+
+
+# -- segmenting a workload ---------------------------------------------------------------
+
+
+def segment(workload: wf.Workload, layers_per_stage: int, first_layer: int = 0) -> list[Unit]:
+    """The unit of every row, by its kind and position (see the module docstring).
+
+    ``first_layer`` is the global index of the stage's first transformer layer, so that
+    layers are numbered as the reference numbers them.
+    """
+    units: list[Unit] = []
+    mb: int | None = None  # current micro-batch; None before the first
+    layer = -1  # index of the current layer within the stage
+    tail = False  # the current micro-batch has had its output layer or loss
+    previous = ""
+    for row in workload.rows:
+        kind = row_kind(row.name)
+        if kind == "embedding":
+            mb, layer, tail = (0 if mb is None else mb + 1), -1, False
+            units.append(Unit(mb, None, kind))
+        elif kind in LAYER_KINDS:
+            starts_layer = (kind == "attention" and previous != "attention") or (
+                kind == "mlp" and previous not in LAYER_KINDS
+            )
+            if mb is None:
+                mb, layer, tail = 0, -1, False
+            elif starts_layer and (tail or layer + 1 >= layers_per_stage):
+                mb, layer, tail = mb + 1, -1, False
+            if starts_layer:
+                layer += 1
+            units.append(Unit(mb, first_layer + max(layer, 0), kind))
+        elif kind in PER_MICROBATCH_KINDS:
+            if mb is None:
+                mb, layer = 0, -1
+            tail = tail or kind in TAIL_KINDS
+            units.append(Unit(mb, None, kind))
+        else:
+            units.append(Unit(None, None, kind))
+        previous = kind
+    return units
+
+
+def expected_units(schedule: megatron.Schedule) -> dict[Unit, list[Side]]:
+    """The reference's collectives per unit (those a SimAI row can carry)."""
+    out: dict[Unit, list[Side]] = {}
+    for e in schedule.expected():
+        if e.row is None:
+            continue  # not expressible as a row (pipeline sends: see the header check)
+        block = schedule.blocks[e.row]
+        unit = Unit(block.micro_batch, block.layer, module_kind(block.module))
+        side = Side(e.phase, e.comm.collective, e.comm.group, e.comm.bytes, e.comm.comm_type())
+        out.setdefault(unit, []).append(side)
+    return out
+
+
+# -- the audit -------------------------------------------------------------------------
+
+
+def check_header(workload: wf.Workload, setup: TrainingSetup, source: str | Path) -> None:
+    """The workload must describe the setup the audit compares it with."""
+    h = workload.header
+    for key, got, want in (
+        ("model_parallel_NPU_group", h.tp, setup.tp),
+        ("ep", h.ep, setup.ep),
+        ("pp", h.pp, setup.pp),
+        ("ga", h.ga, setup.num_microbatches),
+        ("all_gpus", h.all_gpus, setup.world_size),
+    ):
+        if got != want:
+            raise InputError(
+                f"the workload has {got} where the audited arguments give {want}; "
+                "audit a workload with the arguments it was made from",
+                file=source, line=1, field=key,
+            )
+
+
+TimeFn = Callable[[Side, wf.Header], float]
+
+
+def audit(
+    workload: wf.Workload,
+    setup: TrainingSetup,
+    *,
+    stage: int = 0,
+    gpus: int | None = None,
+    time_us: TimeFn | None = None,
+    source: str | Path = "<workload>",
+) -> list[Finding]:
+    """Every difference between ``workload`` and Megatron's schedule for ``setup``.
+
+    ``stage`` is the pipeline stage whose view the reference takes (0 = first);
+    ``gpus`` SimAI's ``-g`` (sets the DP group size); ``time_us(side, header)`` the
+    time SimAI gives one collective, for ``delta_us`` (left empty without it).
+    """
+    problems = setup.problems() + megatron.unsupported(setup)
+    if problems:
+        from ..errors import ConfigError
+
+        raise ConfigError("; ".join(problems), key="arguments")
+    check_header(workload, setup, source)
+    reference = megatron.schedule(setup, stage=stage)
+    sizes = wf.group_sizes(workload.header, gpus)
+    units = segment(workload, setup.layers_per_stage, stage * setup.layers_per_stage)
+    expected = expected_units(reference)
+
+    findings: list[Finding] = []
+    rows_of: dict[Unit, list[int]] = {}
+    for index, unit in enumerate(units):
+        rows_of.setdefault(unit, []).append(index)
+
+    for unit in _file_order(set(rows_of) | set(expected), rows_of):
+        findings += _audit_unit(workload, unit, rows_of.get(unit, []), expected.get(unit, []), sizes)
+    findings = _audit_pipeline(workload.header, reference.header) + findings
+    if time_us is not None:
+        findings = [_with_time(f, workload.header, reference.header, time_us) for f in findings]
+    return findings
+
+
+def _file_order(units: Iterable[Unit], rows_of: dict[Unit, list[int]]) -> list[Unit]:
+    """Units in the order of the workload's rows; a unit without rows goes right after
+    the unit with rows that precedes it in the reference's order (``Unit.sort_key``)."""
+    anchor: dict[Unit, tuple[int, int]] = {}
+    previous, extra = -1, 0
+    for unit in sorted(units, key=Unit.sort_key):
+        if unit in rows_of:
+            previous, extra = rows_of[unit][0], 0
+            anchor[unit] = (previous, 0)
+        else:
+            extra += 1
+            anchor[unit] = (previous, extra)
+    return sorted(anchor, key=anchor.__getitem__)
+
+
+def _found_side(row: wf.Row, phase: str) -> Side:
+    comm_type, size = row.comm(phase)
+    return Side(
+        phase=phase,
+        collective=wf.collective_name(comm_type) or "none",
+        group=wf.comm_group(comm_type, phase) or "",
+        bytes=size,
+        comm_type=comm_type,
+    )
+
+
+def _audit_unit(
+    workload: wf.Workload, unit: Unit, rows: list[int], expected: list[Side], sizes: dict[str, int]
+) -> list[Finding]:
+    out: list[Finding] = []
+    # The collectives the unit's rows issue, in row and phase order.
+    found: list[tuple[int, Side]] = []
+    free: list[tuple[int, str]] = []  # (row, phase) slots with NONE, for placing what is missing
+    for index in rows:
+        row = workload.rows[index]
+        for phase in wf.PHASES:
+            side = _found_side(row, phase)
+            if side.collective == "none":
+                free.append((index, phase))
+                if side.bytes:
+                    out.append(Finding(index, unit, phase, "none_with_size", None, side, 0, row_name=row.name))
+            else:
+                found.append((index, side))
+
+    left = list(expected)
+
+    def pair(same: Callable[[Side, Side], bool], kind_of: Callable[[Side, Side], str | None]) -> None:
+        for index, side in list(found):
+            match = next((e for e in left if same(e, side)), None)
+            if match is None:
+                continue
+            found.remove((index, side))
+            left.remove(match)
+            kind = kind_of(match, side)
+            if kind is not None:
+                delta = wf.effective_size(side.phase, side.bytes) - match.bytes
+                out.append(Finding(index, unit, side.phase, kind, match, side, delta,
+                                   row_name=workload.rows[index].name))
+
+    def where(e: Side) -> tuple[str, str, str]:
+        return (e.phase, e.collective, e.group)
+
+    # Pass 1: identical. Pass 2: same phase, collective and group, other bytes.
+    # Pass 3: same collective and bytes, then same collective with any bytes, elsewhere.
+    pair(lambda e, f: where(e) == where(f) and e.bytes == f.bytes, lambda e, f: None)
+    pair(lambda e, f: where(e) == where(f), lambda e, f: "zero_bytes" if f.bytes == 0 else "size")
+    pair(lambda e, f: e.collective == f.collective and e.bytes == f.bytes, lambda e, f: "group")
+    pair(lambda e, f: e.collective == f.collective, lambda e, f: "group")
+
+    for index, side in found:
+        if sizes[side.group] == 1:
+            kind = "size1_group"
+        elif side.bytes == 0:
+            kind = "zero_bytes"
+        else:
+            kind = "extra"
+        out.append(Finding(index, unit, side.phase, kind, None, side,
+                           wf.effective_size(side.phase, side.bytes), row_name=workload.rows[index].name))
+    for e in left:
+        slot = next((s for s in free if s[1] == e.phase), None)
+        if slot is not None:
+            free.remove(slot)
+            row: int | None = slot[0]
+        else:
+            row = rows[0] if rows else None
+        out.append(Finding(row, unit, e.phase, "missing", e, None, -e.bytes,
+                           row_name=workload.rows[row].name if row is not None else ""))
+    return sorted(out, key=lambda f: (f.row if f.row is not None else 1 << 62, PHASE_ORDER.index(f.phase)))
+
+
+def pipeline_bytes(header: wf.Header) -> int:
+    """Payload of the pipeline sends SimAI derives from a header: 2 * vpp * ga * pp_comm."""
+    return 2 * header.vpp * header.ga * header.pp_comm if header.pp > 1 else 0
+
+
+def _audit_pipeline(found: wf.Header, expected: wf.Header) -> list[Finding]:
+    got, want = pipeline_bytes(found), pipeline_bytes(expected)
+    if got == want:
+        return []
+    unit = Unit(None, None, "pipeline")
+    exp = Side("pp", "sendrecv", "PP", want) if want else None
+    fnd = Side("pp", "sendrecv", "PP", got) if got else None
+    kind = "missing" if not got else ("extra" if not want else "size")
+    return [Finding(None, unit, "pp", kind, exp, fnd, got - want, row_name="header")]
+
+
+def _with_time(f: Finding, header: wf.Header, reference_header: wf.Header, time_us: TimeFn) -> Finding:
+    import dataclasses
+
+    if f.phase == "pp":
+        return f  # pipeline time is not a collective's time (see simulate.engine)
+    found = time_us(f.found, header) if f.found is not None and f.found.collective != "none" else 0.0
+    expected = time_us(f.expected, reference_header) if f.expected is not None else 0.0
+    return dataclasses.replace(f, delta_us=found - expected)
+
+
+# -- output ----------------------------------------------------------------------------
+
+
+def _cells(f: Finding) -> list[str]:
+    e, g = f.expected, f.found
+    return [
+        "" if f.row is None else str(f.row),
+        f.layer,
+        f.phase,
+        f.kind,
+        e.collective if e else "", e.group if e else "", str(e.bytes) if e else "",
+        g.collective if g else "", g.group if g else "", str(g.bytes) if g else "",
+        str(f.delta_bytes),
+        "" if f.delta_us is None else f"{f.delta_us:.3f}",
+    ]
+
+
+def to_csv(findings: Iterable[Finding]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    for f in findings:
+        writer.writerow(_cells(f))
+    return buf.getvalue()
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.2f}"
+
+
+def to_table(findings: list[Finding]) -> str:
+    """Findings for a reader: sizes in MiB, the size ratio, and totals per kind."""
+    head = ("row", "name", "layer", "phase", "kind", "expected", "found", "ratio", "delta MiB", "delta us")
+    rows = []
+    for f in findings:
+        e, g = f.expected, f.found
+        rows.append((
+            "" if f.row is None else str(f.row), f.row_name, f.layer, f.phase, f.kind,
+            f"{e.collective} {e.group} {_mib(e.bytes)}" if e else "-",
+            f"{g.collective} {g.group} {_mib(g.bytes)}".replace("  ", " ") if g else "-",
+            f"x{f.ratio:.3g}" if f.ratio is not None and f.kind in ("size", "zero_bytes", "group") else "",
+            _mib(f.delta_bytes),
+            "" if f.delta_us is None else f"{f.delta_us:,.1f}",
+        ))
+    widths = [max([len(head[i])] + [len(r[i]) for r in rows]) for i in range(len(head))]
+    right = {0, 7, 8, 9}
+
+    def line(cells):
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    lines = [line(head), line(["-" * w for w in widths]), *(line(r) for r in rows), ""]
+    totals = summarize(findings)
+    if not findings:
+        lines.append("no findings: the workload issues what Megatron issues")
+    for kind, (count, delta, us) in totals.items():
+        time = "" if us is None else f", {us:,.1f} us"
+        lines.append(f"{kind}: {count} finding(s), {_mib(delta)} MiB{time}")
+    return "\n".join(lines) + "\n"
+
+
+def summarize(findings: Iterable[Finding]) -> dict[str, tuple[int, int, float | None]]:
+    """Per kind: (count, summed delta_bytes, summed delta_us or None), in KINDS order."""
+    acc: dict[str, list] = {}
+    for f in findings:
+        entry = acc.setdefault(f.kind, [0, 0, None])
+        entry[0] += 1
+        entry[1] += f.delta_bytes
+        if f.delta_us is not None:
+            entry[2] = (entry[2] or 0.0) + f.delta_us
+    return {k: tuple(acc[k]) for k in KINDS if k in acc}  # type: ignore[misc]
+
+
+def read_csv(text: str, *, source: str | Path = "<audit>") -> list[dict[str, str]]:
+    """Rows of an audit CSV this module wrote (as strings), checking its columns."""
+    reader = csv.DictReader(io.StringIO(text))
+    if tuple(reader.fieldnames or ()) != COLUMNS:
+        raise InputError(f"expected the columns {','.join(COLUMNS)}", file=source, line=1)
+    return list(reader)
+
+
+# -- delta_us: SimAI's time of one collective ----------------------------------------------
+
+
+def add_network_arguments(parser) -> None:
+    """The network flags that give ``delta_us`` (SimAI's names; all four or none)."""
+    n = parser.add_argument_group("network, for delta_us (SimAI's flags; without them delta_us is empty)")
+    n.add_argument("-g_p_s", "--gpus_per_server", type=int, default=None)
+    n.add_argument("-n_p_s", "--nics_per_server", type=int, default=None)
+    n.add_argument("-nv", "--nvlink_gbps", type=float, default=None)
+    n.add_argument("-nic", "--nic_gbps", type=float, default=None)
+    n.add_argument("--ratio_dir", default=None, help="SimAI's ratio tables (default: the engine's own)")
+
+
+def network_from_args(ns, header: wf.Header):
+    """The simulation engine's Network from the parsed flags (None without them)."""
+    from ..errors import ConfigError
+
+    values = [ns.gpus_per_server, ns.nics_per_server, ns.nvlink_gbps, ns.nic_gbps]
+    if all(v is None for v in values):
+        return None
+    if any(v is None for v in values):
+        raise ConfigError("give all four of -g_p_s, -n_p_s, -nv and -nic, or none", key="network")
+    from ..simulate.engine import Network
+
+    return Network(gpus=ns.gpus or header.all_gpus, gpus_per_server=ns.gpus_per_server,
+                   nics_per_server=ns.nics_per_server, nvlink_gbps=ns.nvlink_gbps, nic_gbps=ns.nic_gbps)
+
+
+def time_function(ns) -> TimeFn | None:
+    """SimAI's time of one collective for the network in the parsed flags, or None."""
+    from ..errors import ConfigError
+
+    values = [ns.gpus_per_server, ns.nics_per_server, ns.nvlink_gbps, ns.nic_gbps]
+    if all(v is None for v in values):
+        return None
+    if any(v is None for v in values):
+        raise ConfigError("give all four of -g_p_s, -n_p_s, -nv and -nic, or none", key="network")
+    from ..simulate.engine import load_ratios
+
+    return collective_time(
+        gpus_per_server=ns.gpus_per_server, nics_per_server=ns.nics_per_server,
+        nvlink_gbps=ns.nvlink_gbps, nic_gbps=ns.nic_gbps, gpus=ns.gpus, ratios=load_ratios(ns.ratio_dir),
+    )
+
+
+def collective_time(
+    *, gpus_per_server: int, nics_per_server: int, nvlink_gbps: float, nic_gbps: float,
+    gpus: int | None = None, ratios=None,
+) -> TimeFn:
+    """``time_us(side, header)``: the simulation engine's time of one collective, in us.
+
+    The time before overlap, as SimAI computes it for a workload row (``comm_time_ns``),
+    with the engine's ``fix`` mode: a collective on a group of one GPU costs 0, where
+    SimAI itself would print an overflowed time. ``gpus`` is SimAI's ``-g`` (default:
+    the header's ``all_gpus``).
+    """
+    from ..simulate.engine import Network, comm_time_ns
+
+    networks: dict[int, Network] = {}
+
+    def time_us(side: Side, header: wf.Header) -> float:
+        n = gpus if gpus is not None else header.all_gpus
+        if n not in networks:
+            networks[n] = Network(gpus=n, gpus_per_server=gpus_per_server, nics_per_server=nics_per_server,
+                                  nvlink_gbps=nvlink_gbps, nic_gbps=nic_gbps)
+        comm_type = side.comm_type or megatron.Comm(side.collective, side.group, side.bytes).comm_type()
+        return comm_time_ns(comm_type, side.phase, side.bytes, header, networks[n], ratios, simai_bugs="fix") / 1000
+
+    return time_us

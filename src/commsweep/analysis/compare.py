@@ -1,0 +1,357 @@
+"""The sweep-wide comparison: AICB's two paths against each other and against Megatron.
+
+A *setting* is a point without its generator: the model, the parallel layout, the batch
+and the network. Each setting has up to four *variants*, one per generator:
+
+* ``aicb_default``: AICB's default path (schedule aicb, aiob off);
+* ``aicb_aiob``: AICB's AIOB path (schedule aicb, aiob on);
+* ``megatron`` and ``megatron_aiob``: the Megatron schedule with placeholder or AIOB
+  compute times (the same collectives; only simulated times differ).
+
+Three tables come out of one pass over the sweep:
+
+* ``findings.csv``: every point's audit findings, each row prefixed with the point's
+  columns (those of ``results/sweep.csv``);
+* ``comparison.csv``: per setting, one row per quantity and key, with each variant's value
+  and four differences (see ``DIFFERENCES``). Quantities: ``payload_bytes``, ``count`` and
+  ``wire_bytes_per_rank`` per phase, collective and group (from the summary table); the
+  simulated ``time_us`` and ``exposed_us`` of those collectives; and per point, with empty
+  phase and collective, ``total_us``, ``compute_us``, ``bubble_us`` and ``exposed_us`` (all
+  groups, group empty, and per group), when the summary table carries the simulate
+  stage's times (``SIM_KEY_QUANTITIES``, ``TIME_QUANTITIES``);
+* ``verdicts.csv``: per point, its audit totals (bytes short of Megatron, bytes in
+  excess, their sum ``misses_bytes``, the summed ``delta_us``), whether it matches
+  Megatron, and the setting's verdict in words: which AICB path matches Megatron, and by
+  how many bytes each misses.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import paths
+from ..errors import InputError
+from ..sweep import AXES, TABLE_COLUMNS
+from . import audit
+
+VARIANTS = ("aicb_default", "aicb_aiob", "megatron", "megatron_aiob")
+VARIANT_LABELS = {
+    "aicb_default": "the AICB default path",
+    "aicb_aiob": "the AICB AIOB path",
+    "megatron": "the Megatron schedule",
+    "megatron_aiob": "the Megatron schedule (AIOB times)",
+}
+# (name, minuend, subtrahend). Only COMPUTE_DEPENDENT quantities differ between the two
+# Megatron variants; for the others a missing Megatron variant is stood in for by the other.
+DIFFERENCES = (
+    ("aiob_minus_default", "aicb_aiob", "aicb_default"),
+    ("default_minus_megatron", "aicb_default", "megatron"),
+    ("aiob_minus_megatron", "aicb_aiob", "megatron_aiob"),
+    ("megatron_aiob_minus_megatron", "megatron_aiob", "megatron"),
+)
+SETTING_AXES = tuple(a for a in AXES if a not in ("schedule", "aiob"))
+KEY_COLUMNS = ("quantity", "phase", "collective", "group")
+COMPARISON_COLUMNS = (*SETTING_AXES, *KEY_COLUMNS, *VARIANTS, *(d[0] for d in DIFFERENCES))
+VOLUME_QUANTITIES = ("payload_bytes", "count", "wire_bytes_per_rank")
+# Simulated times in the summary table (added by the simulate stage, ``summary.SIM_COLUMNS``),
+# in us. Per phase, collective and group: the collectives' time before and after overlap.
+SIM_KEY_QUANTITIES = ("time_us", "exposed_us")
+# The quantities that depend on compute times (the rest are the same for aiob on and off).
+COMPUTE_DEPENDENT = ("total_us", "compute_us", "bubble_us")
+# Per point, from SimAI's summary line: (quantity, group) -> the columns that may hold it
+# (first match wins); group "" means all groups.
+TIME_QUANTITIES = {
+    ("total_us", ""): ("sim_total_us",),
+    ("exposed_us", ""): ("sim_exposed_us",),
+    ("exposed_us", "TP"): ("sim_tp_us",),
+    ("exposed_us", "DP"): ("sim_dp_us",),
+    ("exposed_us", "EP"): ("sim_ep_us",),
+    ("exposed_us", "DP_EP"): ("sim_dp_ep_us",),
+    ("exposed_us", "PP"): ("sim_pp_us",),
+    ("compute_us", ""): ("sim_compute_us",),
+    ("bubble_us", ""): ("sim_bubble_us",),
+}
+
+
+def time_columns(header: Iterable[str]) -> dict[str, tuple[str, str]]:
+    """The summary's time columns present: column -> (quantity, group)."""
+    present = set(header)
+    out = {}
+    for key, candidates in TIME_QUANTITIES.items():
+        column = next((c for c in candidates if c in present), None)
+        if column is not None:
+            out[column] = key
+    return out
+
+
+FINDINGS_COLUMNS = (*TABLE_COLUMNS, *audit.COLUMNS)
+VERDICT_COLUMNS = (
+    *TABLE_COLUMNS, "variant", "audited", "findings", "missing_bytes", "extra_bytes", "misses_bytes",
+    "delta_us", "matches_megatron", "verdict",
+)
+
+
+def variant_of(schedule: str, aiob: str | bool) -> str:
+    on = str(aiob) == "True"
+    if schedule == "megatron":
+        return "megatron_aiob" if on else "megatron"
+    return "aicb_aiob" if on else "aicb_default"
+
+
+def setting_of(point: dict[str, str]) -> tuple[str, ...]:
+    return tuple(str(point[a]) for a in SETTING_AXES)
+
+
+# -- reading the sweep's outputs ---------------------------------------------------------
+
+
+def read_csv_rows(path: Path, required: Iterable[str]) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in required if c not in (reader.fieldnames or ())]
+        if missing:
+            raise InputError(f"missing column(s) {', '.join(missing)}", file=path, line=1)
+        return list(reader)
+
+
+def read_audit(results: Path, point: str) -> list[dict[str, str]] | None:
+    """A point's audit findings, or None when the point has no audit (MoE, or not run)."""
+    path = paths.point_dir(results, point) / "audit.csv"
+    if not path.exists():
+        return None
+    return audit.read_csv(path.read_text(encoding="utf-8"), source=path)
+
+
+@dataclass
+class Totals:
+    """A point's audit, summed (``misses_bytes`` = bytes short + bytes in excess)."""
+
+    findings: int = 0
+    missing_bytes: int = 0
+    extra_bytes: int = 0
+    delta_us: float | None = None
+    group_findings: int = 0
+    kinds: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def misses_bytes(self) -> int:
+        return self.missing_bytes + self.extra_bytes
+
+    @property
+    def matches(self) -> bool:
+        """No finding changes what SimAI executes: no bytes off, nothing on a wrong group."""
+        return self.misses_bytes == 0 and self.group_findings == 0 and not self.delta_us
+
+
+def totals(findings: list[dict[str, str]]) -> Totals:
+    t = Totals()
+    for f in findings:
+        t.findings += 1
+        t.kinds[f["kind"]] = t.kinds.get(f["kind"], 0) + 1
+        delta = int(f["delta_bytes"])
+        if delta < 0:
+            t.missing_bytes -= delta
+        else:
+            t.extra_bytes += delta
+        if f["kind"] == "group":
+            t.group_findings += 1
+        if f["delta_us"]:
+            t.delta_us = (t.delta_us or 0.0) + float(f["delta_us"])
+    return t
+
+
+# -- the three tables --------------------------------------------------------------------
+
+
+def _write(columns: Iterable[str], rows: Iterable[Iterable]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(columns)
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
+def findings_csv(points: list[dict[str, str]], audits: dict[str, list[dict[str, str]] | None]) -> str:
+    rows = []
+    for p in points:
+        base = [p[c] for c in TABLE_COLUMNS]
+        for f in audits.get(p["point"]) or []:
+            rows.append(base + [f[c] for c in audit.COLUMNS])
+    return _write(FINDINGS_COLUMNS, rows)
+
+
+def _number(value: str) -> float | int | None:
+    if value in ("", None):
+        return None
+    number = float(value)
+    return int(number) if number.is_integer() and "." not in value and "e" not in value.lower() else number
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
+def comparison_csv(points: list[dict[str, str]], summary: list[dict[str, str]]) -> str:
+    """Each setting's quantities per variant, with the differences between variants."""
+    point_of = {p["point"]: p for p in points}
+    # setting -> variant -> key -> value; and which variants each setting has.
+    values: dict[tuple, dict[str, dict[tuple, float]]] = {}
+    columns = time_columns(summary[0] if summary else ())
+    seen_time: set[str] = set()
+    for r in summary:
+        p = point_of.get(r["point"])
+        if p is None:
+            continue
+        setting, var = setting_of(p), variant_of(p["schedule"], p["aiob"])
+        table = values.setdefault(setting, {}).setdefault(var, {})
+        for q in VOLUME_QUANTITIES:
+            key = (q, r["phase"], r["collective"], r["group"])
+            table[key] = table.get(key, 0) + (_number(r[q]) or 0)
+        for q in SIM_KEY_QUANTITIES:
+            value = _number(r.get(q) or "")
+            if value is not None:
+                key = (q, r["phase"], r["collective"], r["group"])
+                table[key] = table.get(key, 0) + value
+        if r["point"] not in seen_time:
+            seen_time.add(r["point"])
+            for column, (quantity, group) in columns.items():
+                value = _number(r[column])
+                if value is not None:
+                    table[(quantity, "", "", group)] = value
+    # Points without any volume row (nothing communicated) still exist as a variant.
+    for p in points:
+        values.setdefault(setting_of(p), {}).setdefault(variant_of(p["schedule"], p["aiob"]), {})
+
+    rows = []
+    for setting in sorted(values):
+        by_variant = values[setting]
+        keys = sorted({k for table in by_variant.values() for k in table}, key=_key_order)
+        for key in keys:
+            row: dict[str, float | int | None] = {}
+            for var in VARIANTS:
+                if var in by_variant:
+                    default = 0 if key[0] in VOLUME_QUANTITIES else None
+                    row[var] = by_variant[var].get(key, default)
+                else:
+                    row[var] = None
+            # Only the iteration's total, compute and bubble depend on compute times: for every
+            # other quantity one Megatron variant stands in for the other.
+            stand_in = key[0] not in COMPUTE_DEPENDENT
+            diffs = []
+            for name, a, b in DIFFERENCES:
+                use = stand_in and name != "megatron_aiob_minus_megatron"
+                left, right = _value(row, a, use), _value(row, b, use)
+                diffs.append(None if left is None or right is None else left - right)
+            rows.append([*setting, *key, *(_fmt(row[v]) for v in VARIANTS), *(_fmt(d) for d in diffs)])
+    return _write(COMPARISON_COLUMNS, rows)
+
+
+_MEGATRON_PAIR = {"megatron": "megatron_aiob", "megatron_aiob": "megatron"}
+
+
+def _value(row: dict, variant: str, stand_in: bool):
+    value = row[variant]
+    if value is None and stand_in and variant in _MEGATRON_PAIR:
+        value = row[_MEGATRON_PAIR[variant]]
+    return value
+
+
+_QUANTITY_ORDER = (*VOLUME_QUANTITIES, *SIM_KEY_QUANTITIES, "total_us", "compute_us", "bubble_us")
+_PHASES = ("", "fwd", "ig", "wg", "pp")
+_GROUPS = ("", "TP", "EP", "DP", "DP_EP", "PP")
+
+
+def _key_order(key: tuple) -> tuple:
+    quantity, phase, collective, group = key
+
+    def index(seq, value):
+        return seq.index(value) if value in seq else len(seq)
+
+    return (index(_QUANTITY_ORDER, quantity), index(_PHASES, phase), collective, index(_GROUPS, group))
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.3g} GiB"
+
+
+def _misses(label: str, t: Totals) -> str:
+    if t.matches:
+        return f"{label} matches Megatron"
+    text = f"{label} misses {_gib(t.misses_bytes)} ({_gib(t.missing_bytes)} short, {_gib(t.extra_bytes)} extra"
+    if t.group_findings:
+        text += f", {t.group_findings} on a wrong group or phase"
+    return text + ")"
+
+
+def setting_verdict(variants: dict[str, Totals | None]) -> str:
+    """Which AICB path matches Megatron for one setting, and by how many bytes each misses."""
+    aicb = {v: t for v, t in variants.items() if v.startswith("aicb")}
+    parts = []
+    audited = {v: t for v, t in aicb.items() if t is not None}
+    if not aicb:
+        parts.append("no AICB path in this sweep")
+    elif not audited:
+        parts.append("not audited (the Megatron schedule does not cover this setting)")
+    else:
+        matching = [v for v, t in audited.items() if t.matches]
+        if len(matching) == len(audited):
+            parts.append("; ".join(_misses(VARIANT_LABELS[v], audited[v]) for v in audited))
+        else:
+            closest = min(audited, key=lambda v: (not audited[v].matches, audited[v].misses_bytes))
+            head = (f"{VARIANT_LABELS[matching[0]]} matches Megatron" if matching
+                    else f"no AICB path matches Megatron; closest: {VARIANT_LABELS[closest]}")
+            others = "; ".join(_misses(VARIANT_LABELS[v], t) for v, t in audited.items() if not t.matches)
+            parts.append(f"{head}; {others}")
+    for v in ("megatron", "megatron_aiob"):
+        t = variants.get(v)
+        if t is not None and not t.matches:
+            parts.append(f"{VARIANT_LABELS[v]} has {t.findings} finding(s): a defect of the schedule or the audit")
+    return "; ".join(parts)
+
+
+def verdicts_csv(points: list[dict[str, str]], audits: dict[str, list[dict[str, str]] | None]) -> str:
+    by_setting: dict[tuple, dict[str, Totals | None]] = {}
+    point_totals: dict[str, Totals | None] = {}
+    for p in points:
+        findings = audits.get(p["point"])
+        t = totals(findings) if findings is not None else None
+        point_totals[p["point"]] = t
+        by_setting.setdefault(setting_of(p), {})[variant_of(p["schedule"], p["aiob"])] = t
+    rows = []
+    for p in points:
+        t = point_totals[p["point"]]
+        verdict = setting_verdict(by_setting[setting_of(p)])
+        base = [p[c] for c in TABLE_COLUMNS] + [variant_of(p["schedule"], p["aiob"])]
+        if t is None:
+            rows.append(base + ["no", "", "", "", "", "", "", verdict])
+        else:
+            rows.append(base + [
+                "yes", t.findings, t.missing_bytes, t.extra_bytes, t.misses_bytes, _fmt(t.delta_us),
+                "yes" if t.matches else "no", verdict,
+            ])
+    return _write(VERDICT_COLUMNS, rows)
+
+
+def compare(sweep_csv: Path, summary_csv: Path, results: Path) -> tuple[str, str, str]:
+    """(findings.csv, comparison.csv, verdicts.csv) of a finished sweep."""
+    from .summary import read_points
+
+    points = read_points(sweep_csv)
+    summary = read_csv_rows(summary_csv, ("point", "phase", "collective", "group", *VOLUME_QUANTITIES))
+    audits = {p["point"]: read_audit(results, p["point"]) for p in points}
+    return findings_csv(points, audits), comparison_csv(points, summary), verdicts_csv(points, audits)
+
+
+def has_times(summary_csv: Path) -> bool:
+    """Whether the summary table carries simulated times (the simulate stage ran)."""
+    with open(summary_csv, newline="", encoding="utf-8") as fh:
+        header = next(csv.reader(fh), [])
+    return bool(time_columns(header))

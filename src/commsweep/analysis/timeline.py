@@ -1,0 +1,160 @@
+"""One simulated iteration laid out in time, per transformer layer, with the audit beside it.
+
+SimAI's analytical model runs a workload's rows one after the other: forward, rows
+0..N-1, each its compute then its exposed forward communication; backward, rows N-1..0,
+each its input-gradient compute and communication, then its weight-gradient compute and
+communication. The per-row times come from the simulation's ``EndToEnd.csv`` (SimAI's
+format, in microseconds: both simulator backends write it). Rows are gathered into lanes
+by the audit's structural units (``audit.segment``): one lane per transformer layer, one
+for the embedding, the output layer, the loss, and one for the once-per-iteration rows.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import InputError
+from ..workload import format as wf
+from . import audit
+
+ITERATION_LANE = "per iteration"
+_TAIL_LANES = {"output_layer": "output layer", "loss": "loss", "embedding_norm": "embedding_norm"}
+
+
+@dataclass(frozen=True)
+class RowTimes:
+    """One row's times in microseconds (exposed communication, as SimAI adds it up)."""
+
+    name: str
+    fwd_compute: float
+    wg_compute: float
+    ig_compute: float
+    fwd_comm: float
+    wg_comm: float
+    ig_comm: float
+
+
+@dataclass(frozen=True)
+class Event:
+    lane: str
+    start_us: float
+    duration_us: float
+    what: str  # "compute" or a group name (TP, DP, EP, DP_EP)
+    backward: bool
+
+
+def read_endtoend(path: str | Path) -> list[RowTimes]:
+    """The per-row lines of a SimAI ``EndToEnd.csv`` (after its two summary lines and header)."""
+    path = Path(path)
+    with open(path, newline="", encoding="utf-8") as fh:
+        return read_endtoend_lines(list(csv.reader(fh)), path)
+
+
+def read_endtoend_lines(lines: list[list[str]], path: str | Path) -> list[RowTimes]:
+    start = next((i + 1 for i, line in enumerate(lines) if line[:1] == ["layer_name"]), None)
+    if start is None:
+        raise InputError("no 'layer_name' header line: not a SimAI EndToEnd.csv", file=path)
+    out = []
+    for number, line in enumerate(lines[start:], start=start + 1):
+        if len(line) < 8:
+            raise InputError(f"expected at least 8 fields, got {len(line)}", file=path, line=number)
+        try:
+            values = [float(v) for v in line[2:8]]
+        except ValueError:
+            raise InputError(f"expected times in fields 3..8, got {line[2:8]}", file=path, line=number) from None
+        fwd_c, wg_c, ig_c, fwd_e, wg_e, ig_e = values
+        out.append(RowTimes(line[0], fwd_c, wg_c, ig_c, fwd_e, wg_e, ig_e))
+    return out
+
+
+def from_endtoend_text(text: str, *, source: str | Path = "<EndToEnd.csv>") -> list[RowTimes]:
+    return read_endtoend_lines(list(csv.reader(text.splitlines())), source)
+
+
+def simulate(workload: wf.Workload, network, ratios=None) -> list[RowTimes]:
+    """The rows' times from the built-in simulation engine (SimAI's model, ``fix`` mode)."""
+    from ..simulate.engine import simulate as run
+
+    return from_endtoend_text(run(workload, network, ratios).endtoend, source="<simulation>")
+
+
+def lane_of(unit: audit.Unit) -> str:
+    if unit.layer is not None:
+        return f"layer {unit.layer}"
+    if unit.micro_batch is None:
+        return ITERATION_LANE
+    if unit.kind == "embedding":
+        return "embedding"
+    return _TAIL_LANES.get(unit.kind, unit.kind)
+
+
+def lane_of_label(label: str) -> str:
+    """The lane of an audit CSV's ``layer`` label (``mb0/layer3/attention`` -> ``layer 3``)."""
+    parts = label.split("/")
+    for part in parts:
+        if part.startswith("layer") and part[5:].isdigit():
+            return f"layer {int(part[5:])}"
+    if parts[0] == audit.ITERATION:
+        return ITERATION_LANE
+    kind = parts[-1]
+    return "embedding" if kind == "embedding" else _TAIL_LANES.get(kind, kind)
+
+
+def lanes(units: list[audit.Unit], extra: Iterable[str] = ()) -> list[str]:
+    """Lanes top to bottom: per iteration, embedding, layers in order, output layer, loss, others.
+
+    ``extra`` adds lanes that have no row (a module the workload lacks, from the audit).
+    """
+    seen = {lane_of(u) for u in units} | set(extra)
+    layers = sorted((lane for lane in seen if lane.startswith("layer ")), key=lambda s: int(s.split()[1]))
+    head = [lane for lane in (ITERATION_LANE, "embedding") if lane in seen]
+    tail = [lane for lane in _TAIL_LANES.values() if lane in seen]
+    rest = sorted(seen - set(head) - set(layers) - set(tail))
+    return head + layers + tail + rest
+
+
+def events(workload: wf.Workload, times: list[RowTimes], units: list[audit.Unit]) -> list[Event]:
+    """The iteration's compute and exposed communication, in the order SimAI runs them."""
+    if len(times) != len(workload.rows):
+        raise InputError(
+            f"the simulation has {len(times)} rows but the workload {len(workload.rows)}: not its simulation"
+        )
+    out: list[Event] = []
+    clock = 0.0
+
+    def add(lane: str, duration: float, what: str, backward: bool) -> None:
+        nonlocal clock
+        if duration > 0:
+            out.append(Event(lane, clock, duration, what, backward))
+            clock += duration
+
+    def group(row: wf.Row, phase: str) -> str:
+        return wf.comm_group(row.comm(phase)[0], phase) or "TP"
+
+    for row, t, unit in zip(workload.rows, times, units):
+        lane = lane_of(unit)
+        add(lane, t.fwd_compute, "compute", False)
+        add(lane, t.fwd_comm, group(row, "fwd"), False)
+    for row, t, unit in reversed(list(zip(workload.rows, times, units))):
+        lane = lane_of(unit)
+        add(lane, t.ig_compute, "compute", True)
+        add(lane, t.ig_comm, group(row, "ig"), True)
+        add(lane, t.wg_compute, "compute", True)
+        add(lane, t.wg_comm, group(row, "wg"), True)
+    return out
+
+
+def audit_by_lane(findings: list[dict[str, str]]) -> dict[str, tuple[int, int]]:
+    """Per lane: (bytes short of Megatron, bytes in excess) from an audit CSV's rows."""
+    out: dict[str, list[int]] = {}
+    for f in findings:
+        entry = out.setdefault(lane_of_label(f["layer"]), [0, 0])
+        delta = int(f["delta_bytes"])
+        if delta < 0:
+            entry[0] -= delta
+        else:
+            entry[1] += delta
+    return {lane: (short, extra) for lane, (short, extra) in out.items()}

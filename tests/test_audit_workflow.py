@@ -1,0 +1,57 @@
+"""The audit stage in the Snakemake workflow: per-point audits, the comparison, the figures
+and the HTML report with their captions."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from conftest import REPO
+from test_workflow import snakemake
+
+
+def test_dry_run_plans_an_audit_per_point_and_the_figures(tmp_path):
+    result = snakemake(tmp_path, "--configfile", str(REPO / "config" / "config.yaml"), "--dry-run")
+    for rule in ("audit", "compare", "plot_tp_bytes_by_phase", "plot_exposed_by_group", "plot_timeline",
+                 "plot_audit_by_kind"):
+        assert rule in result.stdout
+
+
+def test_an_unknown_timeline_point_fails_before_any_job(tmp_path):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("sweep:\n  tp: [2]\n  global_batch: [8]\nanalysis:\n  timeline_point: nowhere\n")
+    result = snakemake(tmp_path, "--configfile", str(cfg), "--dry-run", check=False)
+    assert result.returncode != 0
+    assert "analysis.timeline_point: 'nowhere' is not a point of this sweep" in result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_small_sweep_audits_compares_and_reports(tmp_path):
+    cfg = tmp_path / "small.yaml"
+    cfg.write_text(
+        "sweep:\n  model: [gpt-13b]\n  world_size: [16]\n  sp: [false, true]\n  global_batch: [16]\n"
+        "  tp: [1, 2]\n  network: [netA]\n"
+        "analysis:\n  timeline_point: gpt-13b_ws16_tp2_pp1_ep1_sp1_mb1_gb16_seq2048_megatron__netA\n"
+    )
+    snakemake(tmp_path, "--configfile", str(cfg))
+    results = tmp_path / "results"
+    audits = sorted(results.glob("points/*/audit.csv"))
+    assert len(audits) == 4
+    # The Megatron schedule audits clean: only the header in every audit and in findings.csv.
+    for path in [*audits, results / "findings.csv"]:
+        assert len(path.read_text().splitlines()) == 1
+    with open(results / "verdicts.csv", newline="") as fh:
+        verdicts = list(csv.DictReader(fh))
+    assert len(verdicts) == 4 and {v["matches_megatron"] for v in verdicts} == {"yes"}
+    with open(results / "comparison.csv", newline="") as fh:
+        comparison = list(csv.DictReader(fh))
+    assert {r["tp"] for r in comparison} == {"1", "2"} and all(r["megatron"] for r in comparison
+                                                             if r["quantity"] == "payload_bytes")
+    for name in ("tp_bytes_by_phase", "exposed_by_group", "timeline", "audit_by_kind"):
+        assert (results / "plots" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert list((results / "logs" / "audit").glob("*.log")) and list((results / "benchmarks" / "audit").glob("*.tsv"))
+    snakemake(tmp_path, "--configfile", str(cfg), "--report", str(results / "report.html"))
+    html = (results / "report.html").read_text()
+    for caption in ("Tensor-parallel bytes per iteration", "One simulated iteration", "Every finding of the audit"):
+        assert caption in html

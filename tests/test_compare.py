@@ -1,0 +1,323 @@
+"""The sweep-wide comparison and the figures, on a sweep made of the AICB reference workloads.
+
+The fixture lays out a results directory as the pipeline does: the 16 reference files as
+the aicb points (default and AIOB paths, TP 1/2/4/8, SP off/on), the Megatron schedule of
+the same setups, both on the two reference networks; volumes, audits, simulations (the
+built-in engine with SimAI's ratio tables, as the simulate rule runs it) and the summary
+table made by the package. The Megatron points on network B are left unsimulated, as when
+a simulation is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from commsweep import cli, paths
+from commsweep.analysis import audit, compare, plots, summary, timeline, volumes
+from commsweep.arguments import add_aiob_arguments, add_training_arguments, setup_from_args
+from commsweep.simulate import run as simulate_run
+from commsweep.simulate.engine import load_ratios
+from commsweep.sweep import TABLE_COLUMNS
+from commsweep.workload import format as wf
+from commsweep.workload import megatron
+
+from conftest import REFERENCE
+
+NETWORKS = {
+    "netA": {"gpus_per_server": 8, "nics_per_server": 8, "nvlink_gbps": 360, "nic_gbps": 48.5},
+    "netB": {"gpus_per_server": 8, "nics_per_server": 4, "nvlink_gbps": 200, "nic_gbps": 25},
+}
+
+
+def endtoend_total(path: Path) -> float:
+    """The Total time of a SimAI EndToEnd.csv's summary line (us)."""
+    with open(path, newline="") as fh:
+        fields = list(csv.reader(fh))[1]
+    return float(re.match(r"\s*([-0-9.e+]+)", fields[-1]).group(1))
+
+
+def _setup(args: str):
+    parser = argparse.ArgumentParser()
+    add_training_arguments(parser)
+    add_aiob_arguments(parser)
+    return setup_from_args(parser.parse_args(shlex.split(args)))
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    manifest = REFERENCE / "aicb" / "workloads" / "MANIFEST.csv"
+    if not manifest.exists():
+        pytest.skip(f"reference material not found at {manifest.parent} (set COMMSWEEP_REFERENCE to its folder)")
+    results = tmp_path_factory.mktemp("sweep") / "results"
+    with open(manifest, newline="") as fh:
+        entries = [r for r in csv.DictReader(fh) if r["status"] == "ok"]
+    points = []
+    for entry in entries:
+        setup = _setup(entry["command_args"])
+        aiob = entry["path"] == "aiob"
+        stem = entry["file_name"][: -len(".txt")]
+        setting = f"gpt7b_ws16_tp{setup.tp}_sp{int(setup.sp)}"
+        variants = [("aicb", aiob, wf.read(REFERENCE / "aicb" / "workloads" / entry["file_name"]))]
+        if not aiob:
+            variants.append(("megatron", False, megatron.schedule(setup).workload()))
+        for schedule, on, workload in variants:
+            key = f"{setting}_{schedule}" + ("_aiob" if on else "")
+            wf.write(workload, paths.workload_file(results, key))
+            paths.volumes_file(results, key).write_text(volumes.to_csv(volumes.tally(workload)))
+            for net, fields in NETWORKS.items():
+                point = f"{key}__{net}"
+                findings = audit.audit(workload, setup, time_us=audit.collective_time(
+                    **fields, ratios=load_ratios(REFERENCE / "simai" / "ratio")))
+                paths.point_dir(results, point).mkdir(parents=True, exist_ok=True)
+                (paths.point_dir(results, point) / "audit.csv").write_text(audit.to_csv(findings))
+                points.append({
+                    "point": point, "workload": key, "profile": "", "model": "gpt-7b", "world_size": 16,
+                    "tp": setup.tp, "pp": 1, "ep": 1, "sp": setup.sp, "aiob": on, "schedule": schedule,
+                    "micro_batch": 1, "global_batch": setup.global_batch, "seq_length": 2048, "recompute": False,
+                    "network": net, "dp": setup.dp, "ga": setup.num_microbatches, **fields,
+                })
+                if schedule == "aicb" or net == "netA":
+                    simulate_run.run(simulate_run.Options(
+                        workload=str(paths.workload_file(results, key)), gpus=16,
+                        gpus_per_server=fields["gpus_per_server"], nics_per_server=fields["nics_per_server"],
+                        nvlink=str(fields["nvlink_gbps"]), nic=str(fields["nic_gbps"]), prefix=f"{point}-",
+                        ratio_dir=str(REFERENCE / "simai" / "ratio"),
+                        endtoend=str(paths.endtoend_file(results, point)),
+                        collectives=str(paths.collectives_file(results, point)),
+                    ))
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=[*TABLE_COLUMNS, "status"], lineterminator="\n")
+    writer.writeheader()
+    for p in points:
+        writer.writerow({**p, "status": "ok"})
+    (results / "sweep.csv").write_text(buf.getvalue())
+    (results / "summary.csv").write_text(summary.summarize(results / "sweep.csv", results))
+    return results
+
+
+def _tables_text(results: Path) -> tuple[str, str, str]:
+    return compare.compare(results / "sweep.csv", results / "summary.csv", results)
+
+
+def _tables(results: Path):
+    findings, comparison, verdicts = compare.compare(results / "sweep.csv", results / "summary.csv", results)
+    return (list(csv.DictReader(io.StringIO(findings))), list(csv.DictReader(io.StringIO(comparison))),
+            list(csv.DictReader(io.StringIO(verdicts))))
+
+
+def test_findings_table_holds_every_audit_row_with_its_point(sweep):
+    findings, _, _ = _tables(sweep)
+    assert tuple(findings[0]) == compare.FINDINGS_COLUMNS
+    expected = 0
+    for path in (sweep / "points").glob("*/audit.csv"):
+        expected += len(audit.read_csv(path.read_text()))
+    assert len(findings) == expected > 0
+    assert {f["schedule"] for f in findings} == {"aicb"}  # the Megatron points audit clean
+
+
+def test_audit_bytes_add_up_to_the_volume_difference_with_megatron(sweep):
+    """Two independent paths to one number: the audit's summed delta_bytes of an AICB point
+    equals its payload minus the Megatron point's payload in the comparison table."""
+    findings, comparison, _ = _tables(sweep)
+    audited: dict[tuple, int] = {}
+    for f in findings:
+        if f["network"] == "netA":
+            key = (f["tp"], f["sp"], f["aiob"])
+            audited[key] = audited.get(key, 0) + int(f["delta_bytes"])
+    diff: dict[tuple, int] = {}
+    for r in comparison:
+        if r["quantity"] == "payload_bytes" and r["network"] == "netA":
+            for column, aiob in (("default_minus_megatron", "False"), ("aiob_minus_megatron", "True")):
+                key = (r["tp"], r["sp"], aiob)
+                diff[key] = diff.get(key, 0) + int(r[column])
+    assert len(diff) == 16 and diff == audited
+
+
+def test_comparison_of_the_two_aicb_paths_shows_the_dropped_backward_allreduces(sweep):
+    _, comparison, _ = _tables(sweep)
+    u = 2 * 1 * 2048 * 4096
+    row = next(r for r in comparison if r["quantity"] == "count" and r["tp"] == "4" and r["sp"] == "False"
+               and r["network"] == "netA" and (r["phase"], r["collective"], r["group"]) == ("ig", "allreduce", "TP"))
+    # Default path: 32 layers x 2 + the embedding; AIOB path: layernorm + embedding_grads; Megatron: 64 + output layer.
+    assert (int(row["aicb_default"]), int(row["aicb_aiob"]), int(row["megatron"])) == (66, 2, 65)
+    assert int(row["aiob_minus_default"]) == -64
+    payload = next(r for r in comparison if r["quantity"] == "payload_bytes" and r["tp"] == "4" and r["sp"] == "False"
+                   and r["network"] == "netA" and (r["phase"], r["collective"], r["group"]) == ("fwd", "allreduce", "TP"))
+    assert int(payload["megatron"]) == 65 * u + 3 * 4 * 2048  # embedding + 2 per layer, and cross entropy
+
+
+def test_time_rows_come_from_the_summary_and_stay_empty_where_a_simulation_is_missing(sweep):
+    _, comparison, _ = _tables(sweep)
+    totals = [r for r in comparison if r["quantity"] == "total_us" and r["group"] == ""]
+    assert len(totals) == 16  # 8 settings x 2 networks
+    for r in totals:
+        assert r["aicb_default"] and r["aicb_aiob"]
+        assert float(r["aiob_minus_default"]) == pytest.approx(float(r["aicb_aiob"]) - float(r["aicb_default"]))
+        if r["network"] == "netA":
+            assert float(r["default_minus_megatron"]) == pytest.approx(float(r["aicb_default"]) - float(r["megatron"]))
+        else:
+            assert r["megatron"] == "" and r["default_minus_megatron"] == ""
+    groups = {r["group"] for r in comparison if r["quantity"] == "exposed_us" and r["phase"] == ""}
+    assert groups == {"", "TP", "DP", "EP", "DP_EP", "PP"}
+    # A clean SimAI run (TP 2, network A) and the engine agree on the AICB point's total.
+    stem = "gpt7b_ws16_tp2_pp1_seq2048_mbs1_ga1_sp1_aiob"
+    r = next(r for r in totals if (r["tp"], r["sp"], r["network"]) == ("2", "True", "netA"))
+    assert float(r["aicb_aiob"]) == pytest.approx(endtoend_total(REFERENCE / "simai" / "endtoend" / f"{stem}__netA-EndToEnd.csv"), abs=1)
+    # The collectives' own times: the AIOB path's missing backward all-reduces cost time.
+    ig = next(r for r in comparison if r["quantity"] == "time_us" and (r["tp"], r["sp"], r["network"]) == ("4", "False", "netA")
+              and (r["phase"], r["collective"], r["group"]) == ("ig", "allreduce", "TP"))
+    assert float(ig["megatron"]) > 0
+    # ... and the audit's delta_us of those collectives adds up to the same difference.
+    findings, _, _ = _tables(sweep)
+    audited = sum(float(f["delta_us"] or 0) for f in findings
+                  if (f["tp"], f["sp"], f["aiob"], f["network"]) == ("4", "False", "True", "netA") and f["phase"] == "ig"
+                  and "allreduce" in (f["expected_collective"], f["found_collective"]))
+    assert float(ig["aiob_minus_megatron"]) == pytest.approx(audited, abs=0.01)
+
+
+def test_verdicts_name_the_path_that_matches_and_what_each_misses(sweep):
+    _, _, verdicts = _tables(sweep)
+    assert tuple(verdicts[0]) == compare.VERDICT_COLUMNS
+    by = {(v["tp"], v["sp"], v["variant"], v["network"]): v for v in verdicts}
+    megatron_rows = [v for v in verdicts if v["variant"] == "megatron"]
+    assert megatron_rows and all(v["matches_megatron"] == "yes" and v["findings"] == "0" for v in megatron_rows)
+    v = by[("2", "False", "aicb_aiob", "netA")]
+    assert v["matches_megatron"] == "no"
+    assert int(v["misses_bytes"]) == int(v["missing_bytes"]) + int(v["extra_bytes"]) > 0
+    assert v["verdict"].startswith("no AICB path matches Megatron; closest: ")
+    assert "the AICB default path misses" in v["verdict"] and "the AICB AIOB path misses" in v["verdict"]
+    # One verdict per setting: every point of the setting carries the same sentence.
+    assert by[("2", "False", "megatron", "netA")]["verdict"] == v["verdict"]
+
+
+def test_cli_compare_writes_the_three_tables(sweep, tmp_path):
+    outs = [tmp_path / n for n in ("findings.csv", "comparison.csv", "verdicts.csv")]
+    argv = ["compare", "--sweep", str(sweep / "sweep.csv"), "--summary", str(sweep / "summary.csv"),
+            "--results", str(sweep), "--findings", str(outs[0]), "--comparison", str(outs[1]), "--verdicts", str(outs[2])]
+    assert cli.main(argv) == 0
+    for out, columns in zip(outs, (compare.FINDINGS_COLUMNS, compare.COMPARISON_COLUMNS, compare.VERDICT_COLUMNS)):
+        assert out.read_text().split("\n", 1)[0] == ",".join(columns)
+
+
+def test_a_summary_without_volume_columns_is_refused(sweep, tmp_path):
+    bad = tmp_path / "summary.csv"
+    bad.write_text("point,phase\nx,fwd\n")
+    with pytest.raises(Exception, match="missing column"):
+        compare.compare(sweep / "sweep.csv", bad, sweep)
+
+
+# -- figures ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["volume-by-tp", "tp-bytes-by-phase", "exposed-by-group", "audit-by-kind"])
+def test_figures_are_png_and_deterministic(sweep, tmp_path, kind):
+    a, b = tmp_path / "a.png", tmp_path / "b.png"
+    source = sweep / "summary.csv"
+    if kind == "audit-by-kind":
+        source = tmp_path / "findings.csv"
+        source.write_text(_tables_text(sweep)[0])
+    assert cli.main(["plot", kind, str(source), "-o", str(a)]) == 0
+    plots.PLOTS[kind](source, b)
+    assert a.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert a.read_bytes() == b.read_bytes()
+
+
+def test_exposed_figure_without_times_says_so(sweep, tmp_path):
+    rows = list(csv.DictReader(open(sweep / "summary.csv", newline="")))
+    columns = [c for c in rows[0] if c not in compare.time_columns(rows[0])]
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    plain = tmp_path / "summary.csv"
+    plain.write_text(buf.getvalue())
+    assert not compare.has_times(plain) and compare.has_times(sweep / "summary.csv")
+    plots.exposed_by_group(plain, tmp_path / "e.png")
+    assert (tmp_path / "e.png").stat().st_size > 0
+
+
+def test_timeline_lays_out_simai_rows_in_execution_order(sweep, tmp_path):
+    stem = "gpt7b_ws16_tp2_pp1_seq2048_mbs1_ga1_sp1_aiob"
+    e2e = REFERENCE / "simai" / "endtoend" / f"{stem}__netA-EndToEnd.csv"
+    workload = wf.read(paths.workload_file(sweep, "gpt7b_ws16_tp2_sp1_aicb_aiob"))
+    rows = timeline.read_endtoend(e2e)
+    setup = _setup(next(r["command_args"] for r in csv.DictReader(open(REFERENCE / "aicb/workloads/MANIFEST.csv"))
+                        if r["file_name"] == stem + ".txt"))
+    units = audit.segment(workload, setup.layers_per_stage)
+    events = timeline.events(workload, rows, units)
+    # Every microsecond of the rows is laid out once, back to back.
+    assert sum(e.duration_us for e in events) == pytest.approx(
+        sum(r.fwd_compute + r.wg_compute + r.ig_compute + r.fwd_comm + r.wg_comm + r.ig_comm for r in rows))
+    assert all(a.start_us + a.duration_us == pytest.approx(b.start_us) for a, b in zip(events, events[1:]))
+    # SimAI's summary: total time = comp + exposed comm (pp = 1, no bubble).
+    total = endtoend_total(e2e)
+    assert events[-1].start_us + events[-1].duration_us == pytest.approx(total, abs=len(rows))
+    # Forward runs layer 0 first; backward ends with the once-per-iteration rows (DP sync).
+    first_layer = next(e for e in events if e.lane.startswith("layer"))
+    assert first_layer.lane == "layer 0" and not first_layer.backward
+    assert events[-1].lane == timeline.ITERATION_LANE and events[-1].what == "DP"
+    out = tmp_path / "t.png"
+    argv = ["timeline", str(paths.workload_file(sweep, "gpt7b_ws16_tp2_sp1_aicb_aiob")), str(e2e),
+            *shlex.split(next(r["command_args"] for r in csv.DictReader(open(REFERENCE / "aicb/workloads/MANIFEST.csv"))
+                              if r["file_name"] == stem + ".txt")),
+            "--audit", str(paths.point_dir(sweep, "gpt7b_ws16_tp2_sp1_aicb_aiob__netA") / "audit.csv"), "-o", str(out)]
+    assert cli.main(argv) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_timeline_refuses_a_simulation_of_another_workload(sweep, tmp_path, capsys):
+    e2e = REFERENCE / "simai" / "endtoend" / "gpt7b_ws16_tp2_pp1_seq2048_mbs1_ga1_sp1_aiob__netA-EndToEnd.csv"
+    workload = paths.workload_file(sweep, "gpt7b_ws16_tp2_sp0_aicb_aiob")
+    argv = ["timeline", str(workload), str(e2e), "--world_size=16", "--tensor_model_parallel_size=2",
+            "--global_batch=8", "--num_layers=32", "--hidden_size=4096", "--num_attention_heads=32", "-o",
+            str(tmp_path / "t.png")]
+    assert cli.main(argv) == 2
+    assert "not its simulation" in capsys.readouterr().err
+
+
+def test_timeline_simulates_with_the_engine_as_simai_did(sweep, tmp_path):
+    """Without an EndToEnd.csv the timeline simulates the workload itself: the row times
+    equal those of SimAI's own run on the same workload and network."""
+    from commsweep.simulate.engine import Network, load_ratios
+
+    stem = "gpt7b_ws16_tp2_pp1_seq2048_mbs1_ga1_sp1_aiob"
+    workload = wf.read(paths.workload_file(sweep, "gpt7b_ws16_tp2_sp1_aicb_aiob"))
+    simai = timeline.read_endtoend(REFERENCE / "simai" / "endtoend" / f"{stem}__netA-EndToEnd.csv")
+    ratio_dir = REFERENCE / "simai" / "ratio"  # SimAI's efficiency tables, which its run used
+    ours = timeline.simulate(workload, Network(gpus=16, **NETWORKS["netA"]), load_ratios(ratio_dir))
+    assert ours == simai
+    args = next(r["command_args"] for r in csv.DictReader(open(REFERENCE / "aicb/workloads/MANIFEST.csv"))
+                if r["file_name"] == stem + ".txt")
+    out = tmp_path / "t.png"
+    argv = ["timeline", str(paths.workload_file(sweep, "gpt7b_ws16_tp2_sp1_aicb_aiob")), *shlex.split(args),
+            "-g_p_s", "8", "-n_p_s", "8", "-nv", "360", "-nic", "48.5", "--ratio_dir", str(ratio_dir), "-o", str(out)]
+    assert cli.main(argv) == 0 and out.stat().st_size > 0
+
+
+def test_time_columns_are_the_simulate_stages_per_point_columns():
+    assert compare.time_columns(["point", "time_us", "exposed_us", "sim_total_us", "sim_tp_us"]) == {
+        "sim_total_us": ("total_us", ""), "sim_tp_us": ("exposed_us", "TP"),
+    }
+    assert compare.time_columns(["point", "phase"]) == {}
+
+
+def test_setting_verdicts_in_words():
+    clean, off = compare.Totals(), compare.Totals(findings=2, missing_bytes=2**30, extra_bytes=2**29)
+    moved = compare.Totals(findings=1, group_findings=1)
+    assert compare.setting_verdict({"aicb_default": clean, "aicb_aiob": clean}) == (
+        "the AICB default path matches Megatron; the AICB AIOB path matches Megatron")
+    assert compare.setting_verdict({"aicb_default": off, "aicb_aiob": clean, "megatron": clean}) == (
+        "the AICB AIOB path matches Megatron; the AICB default path misses 1.5 GiB (1 GiB short, 0.5 GiB extra)")
+    text = compare.setting_verdict({"aicb_default": off, "aicb_aiob": moved})
+    assert text.startswith("no AICB path matches Megatron; closest: the AICB AIOB path;")
+    assert "1 on a wrong group or phase" in text
+    assert compare.setting_verdict({"aicb_aiob": None}).startswith("not audited")
+    assert compare.setting_verdict({"megatron": clean}) == "no AICB path in this sweep"
+    assert "a defect of the schedule or the audit" in compare.setting_verdict({"megatron": off})
