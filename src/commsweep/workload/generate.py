@@ -79,6 +79,10 @@ def from_arguments(ns) -> tuple[str, list[str]]:
     if aicb and ns.context_parallel_size != 1:
         notes.append("AICB ignores --context-parallel-size in its Megatron workloads; so does the aicb schedule")
         ns.context_parallel_size = 1
+    if aicb and str(ns.pp_stage) != "first":
+        notes.append("--pp_stage is for the megatron schedule; AICB writes the same file for every stage")
+    if getattr(ns, "aicb_python", None) and getattr(ns, "aicb_root", None) is None:
+        notes.append("--aicb-python is only used with --aicb-root")
     setup = setup_from_args(ns)
     profile = None
     if ns.aiob_enable:
@@ -96,7 +100,15 @@ def from_arguments(ns) -> tuple[str, list[str]]:
             raise ConfigError("runs AICB itself, so it needs --schedule aicb", key="--aicb-root")
         from . import aicb_runner
 
-        return aicb_runner.run(aicb_root, setup, profile_path=profile, python=getattr(ns, "aicb_python", None)), notes
+        # The arguments AICB's asserts read beyond the setup travel along.
+        extra = [f"--dtype={ns.dtype}"] if ns.dtype else []
+        extra += ["--moe_grouped_gemm"] if ns.moe_grouped_gemm else []
+        if not setup.model.is_moe and ns.num_experts is not None:
+            extra.append(f"--num_experts={ns.num_experts}")
+        text = aicb_runner.run(
+            aicb_root, setup, profile_path=profile, python=getattr(ns, "aicb_python", None), extra_argv=extra
+        )
+        return text, notes
     checks = None
     if aicb:
         checks = {
