@@ -9,7 +9,6 @@ import csv
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
