@@ -24,6 +24,16 @@ _IGNORED_FLAGS = (
     "--computation_enable", "--enable_visual", "--workload_only", "--use_flash_attn",
     "--use-distributed-optimizer", "--overlap_grad_reduce", "--bias_gelu_fusion", "--openai_gelu",
     "--onnx_safe", "--squared_relu", "--moe_grouped_gemm", "--overlap_version",
+    "--amp_enabled", "--contiguous_gradients",
+)
+# AICB's DeepSpeed, collective-test and DeepSeek options (integers in AICB too): its parser
+# accepts them on every command line, and they do not touch a Megatron workload.
+_IGNORED_INTS = (
+    "--stage", "--reduce_bucket_size", "--allgather_bucket_size", "--param_persistence_threshold",
+    "--model_persistence_threshold", "--max_live_parameters", "--prefetch_bucket_size",
+    "--begin_size", "--end_size", "--iter_num", "--multi_all_reduce_enable",
+    "--n_dense_layers", "--n_shared_expert", "--qk_rope_dim", "--qk_nope_dim", "--q_lora_rank",
+    "--kv_lora_rank", "--v_head_dim",
 )
 
 
@@ -59,6 +69,10 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
         a.add_argument(name, default=None, help=argparse.SUPPRESS)
     for name in _IGNORED_FLAGS:
         a.add_argument(name, action="store_true", help=argparse.SUPPRESS)
+    for name in _IGNORED_INTS:
+        a.add_argument(name, type=int, default=None, help=argparse.SUPPRESS,
+                       **({"choices": (1, 2, 3)} if name == "--stage" else {}))
+    a.add_argument("--test_comm", default=None, help=argparse.SUPPRESS)
     x = parser.add_argument_group("architecture beyond AICB's arguments (Megatron schedule)")
     x.add_argument("--num_query_groups", type=int, default=None, help="GQA key/value heads")
     x.add_argument("--position_embedding", choices=("learned", "rope"), default=None)
@@ -148,7 +162,10 @@ def setup_from_args(ns: argparse.Namespace) -> TrainingSetup:
 def to_aicb_argv(setup: TrainingSetup) -> list[str]:
     """The setup as AICB's own command line (what ``scripts/megatron_gpt.sh`` would pass).
 
-    Only fields AICB knows are written: GQA, RoPE, norms and biases are invisible to it.
+    Only fields AICB knows are written: GQA, RoPE and norms are invisible to it. Biases
+    are passed (``--add_bias_linear``: AICB then counts them in its parameter total), and so
+    is EP whenever it is not 1, so that AICB sees, and checks, exactly what the aicb
+    schedule's emulation models.
     """
     m = setup.model
     argv = [
@@ -177,6 +194,8 @@ def to_aicb_argv(setup: TrainingSetup) -> list[str]:
         argv.append("--enable_sequence_parallel")
     if setup.recompute:
         argv.append("--recompute_activations")
+    if m.add_bias_linear:
+        argv.append("--add_bias_linear")
     if m.is_moe:
         argv += [
             "--moe_enable",
@@ -184,6 +203,8 @@ def to_aicb_argv(setup: TrainingSetup) -> list[str]:
             f"--moe_router_topk={m.moe_topk}",
             f"--expert_model_parallel_size={setup.ep}",
         ]
+    elif setup.ep != 1:
+        argv.append(f"--expert_model_parallel_size={setup.ep}")
     return argv
 
 
@@ -194,8 +215,6 @@ def to_commsweep_argv(setup: TrainingSetup) -> list[str]:
     """
     m = setup.model
     argv = to_aicb_argv(setup)
-    if m.add_bias_linear:
-        argv.append("--add_bias_linear")
     if m.num_query_groups is not None:
         argv.append(f"--num_query_groups={m.num_query_groups}")
     argv.append(f"--position_embedding={m.position_embedding}")

@@ -28,21 +28,12 @@ def _emit(text: str, output: str | None) -> None:
 
 
 def cmd_generate(ns: argparse.Namespace) -> None:
-    from .arguments import setup_from_args
-    from .workload import format as wformat
-    from .workload.generate import build
+    from .workload.generate import from_arguments
 
-    setup = setup_from_args(ns)
-    profile = None
-    if ns.aiob_enable:
-        if ns.comp_filepath is None:
-            raise CommsweepError(
-                "--aiob_enable needs --comp_filepath: AICB would profile on a GPU here; "
-                "make a profile with 'commsweep profile' or pass AICB's output file"
-            )
-        profile = ns.comp_filepath
-    workload = build(setup, ns.schedule, profile_path=profile, pp_stage=ns.pp_stage)
-    _emit(workload.render(), ns.output)
+    text, notes = from_arguments(ns)
+    for note in notes:
+        print(f"commsweep generate: note: {note}", file=sys.stderr)
+    _emit(text, ns.output)
 
 
 def cmd_profile(ns: argparse.Namespace) -> None:
@@ -258,6 +249,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                         "megatron: what Megatron-LM really communicates")
     p.add_argument("--pp_stage", default="first",
                    help="megatron schedule with pp > 1: the stage whose view the file holds (first, last or an index)")
+    p.add_argument("--aicb-root", metavar="PATH",
+                   help="aicb schedule: run the AICB checkout at PATH instead of the emulation")
+    p.add_argument("--aicb-python", metavar="PYTHON",
+                   help="the Python that runs AICB (needs numpy and pandas; default: this one)")
     p.add_argument("-o", "--output", help="output file (default: stdout)")
     p.set_defaults(func=cmd_generate)
 

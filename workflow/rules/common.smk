@@ -94,6 +94,9 @@ def workload_args(wildcards):
     argv = to_commsweep_argv(point.setup) + ["--schedule", point.schedule]
     if point.schedule == "megatron":
         argv += ["--pp_stage", config["generator"]["megatron_pp_stage"]]
+    if point.schedule == "aicb" and config["generator"].get("aicb_root"):
+        # The user's AICB writes the file instead of the emulation (aicb_runner.py).
+        argv += ["--aicb-root", config["generator"]["aicb_root"]]
     if point.aiob:
         argv += ["--aiob_enable", f"--comp_filepath={profile_path(point)}"]
     return shlex.join(argv)

@@ -210,7 +210,9 @@ def parse_header(line: str, *, source: str | Path = "<workload>") -> Header:
             name = _HEADER_KEYS[key]
             if name in values:
                 raise InputError("given twice", file=source, line=1, field=key.rstrip(":"))
-            values[name] = take_int(key.rstrip(":"), minimum=1)
+            # AICB writes ga 0 (global batch below micro_batch * dp) and vpp 0 (more stages
+            # than layers); SimAI reads them, so the reader does too.
+            values[name] = take_int(key.rstrip(":"), minimum=0 if name in ("ga", "vpp") else 1)
         elif key in ("checkpoints:", "checkpoint_initiates:"):
             name = key.rstrip(":")
             count = take_int(name, minimum=0)

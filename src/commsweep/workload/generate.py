@@ -30,15 +30,26 @@ def build(
     *,
     profile_path: str | Path | None = None,
     pp_stage: str | int = "first",
+    aicb_checks: dict | None = None,
 ) -> wformat.Workload:
     """The workload of ``setup`` under ``schedule`` ("aicb" or "megatron").
 
     ``profile_path`` is an AIOB file: AICB's ``--comp_filepath`` (the aicb schedule then
     follows AICB's AIOB path), or the compute times of the megatron schedule.
+
+    The aicb schedule accepts what AICB accepts (its own asserts, its floor divisions of the
+    batch and the layers), not Megatron's stricter rules; ``aicb_checks`` carries the AICB
+    arguments those asserts read beyond the setup (see ``aicb.problems``). Sweeps stay
+    strict: ``sweep.expand`` applies Megatron's rules to every point first.
     """
     from ..sweep import schedule_problems
 
-    problems = setup.problems() + schedule_problems(setup, schedule)
+    if schedule == "aicb":
+        from . import aicb
+
+        problems = aicb.problems(setup, **(aicb_checks or {}))
+    else:
+        problems = setup.problems() + schedule_problems(setup, schedule)
     if problems:
         raise ConfigError("; ".join(problems), key="arguments")
     profile = profile_file.read(profile_path) if profile_path is not None else None
@@ -49,5 +60,62 @@ def build(
     if schedule == "aicb":
         from . import aicb
 
-        return aicb.generate(setup, profile)
+        return aicb.generate(setup, profile, **(aicb_checks or {}))
     raise ConfigError(f"unknown schedule {schedule!r}", key="--schedule")
+
+
+def from_arguments(ns) -> tuple[str, list[str]]:
+    """``commsweep generate``: the workload text of parsed AICB-style arguments, and notes.
+
+    With ``--aicb-root`` the aicb schedule runs the user's AICB instead of the emulation.
+    Arguments AICB accepts but ignores (``--comp_filepath`` without ``--aiob_enable``,
+    ``--context-parallel-size``) are ignored the same way under the aicb schedule, with a note.
+    """
+    from ..arguments import setup_from_args
+    from ..errors import CommsweepError
+
+    notes: list[str] = []
+    aicb = ns.schedule == "aicb"
+    if aicb and ns.context_parallel_size != 1:
+        notes.append("AICB ignores --context-parallel-size in its Megatron workloads; so does the aicb schedule")
+        ns.context_parallel_size = 1
+    if aicb and str(ns.pp_stage) != "first":
+        notes.append("--pp_stage is for the megatron schedule; AICB writes the same file for every stage")
+    if getattr(ns, "aicb_python", None) and getattr(ns, "aicb_root", None) is None:
+        notes.append("--aicb-python is only used with --aicb-root")
+    setup = setup_from_args(ns)
+    profile = None
+    if ns.aiob_enable:
+        if ns.comp_filepath is None:
+            raise CommsweepError(
+                "--aiob_enable needs --comp_filepath: AICB would profile on a GPU here; "
+                "make a profile with 'commsweep profile' or pass AICB's output file"
+            )
+        profile = ns.comp_filepath
+    elif ns.comp_filepath is not None:
+        notes.append("--comp_filepath is ignored without --aiob_enable (as AICB ignores it)")
+    aicb_root = getattr(ns, "aicb_root", None)
+    if aicb_root is not None:
+        if not aicb:
+            raise ConfigError("runs AICB itself, so it needs --schedule aicb", key="--aicb-root")
+        from . import aicb_runner
+
+        # The arguments AICB's asserts read beyond the setup travel along.
+        extra = [f"--dtype={ns.dtype}"] if ns.dtype else []
+        extra += ["--moe_grouped_gemm"] if ns.moe_grouped_gemm else []
+        if not setup.model.is_moe and ns.num_experts is not None:
+            extra.append(f"--num_experts={ns.num_experts}")
+        text = aicb_runner.run(
+            aicb_root, setup, profile_path=profile, python=getattr(ns, "aicb_python", None), extra_argv=extra
+        )
+        return text, notes
+    checks = None
+    if aicb:
+        checks = {
+            # AICB checks --num_experts against EP even for a dense model (default 1).
+            "num_experts": None if setup.model.is_moe else ns.num_experts,
+            "dtype": ns.dtype or "bfloat16",
+            "moe_grouped_gemm": bool(ns.moe_grouped_gemm),
+        }
+    workload = build(setup, ns.schedule, profile_path=profile, pp_stage=ns.pp_stage, aicb_checks=checks)
+    return workload.render(), notes
