@@ -26,4 +26,5 @@ include: "workflow/rules/summary.smk"
 rule all:
     input:
         final_outputs(),
+        f"{RESULTS}/status.txt",
     default_target: True
