@@ -82,3 +82,14 @@ def test_sweep_on_slurm_equals_local_run(tmp_path, slurm):
     assert output.count("has been submitted with SLURM jobid") == 3
     assert (remote / "results" / "status.txt").read_text() == "all 4 point(s) ok\n"
     assert sweeps.differences(sweeps.result_files(local), sweeps.result_files(remote)) == []
+
+
+def test_slurm_profile_plans_the_sweep_without_a_cluster(tmp_path):
+    """The profile parses and groups the per-point jobs (a dry run needs no Slurm)."""
+    pytest.importorskip("snakemake_executor_plugin_slurm", reason="pip install -e '.[slurm]'")
+    config = sweeps.write_config(tmp_path)
+    result = sweeps.run(tmp_path, "--configfile", str(config), "--dry-run", profile="slurm")
+    counts = dict(line.split() for line in result.stdout.splitlines() if line.startswith(("workload ", "volumes ")))
+    assert counts == {"workload": "4", "volumes": "4"}
+    # One group job holds the 8 per-point jobs of the 4 workloads (group-components: 50).
+    assert result.stdout.count("Group job point") == 1

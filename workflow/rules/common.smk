@@ -109,6 +109,18 @@ def all_volumes(wildcards):
 # * the leaf stages' status files are inputs of the summary: add them in all_status();
 # * the command is a `commsweep` subcommand (guard runs it in-process); it must raise
 #   (CommsweepError for bad input) rather than write partial outputs.
+#
+# Resources: every rule declares mem_mb, runtime (minutes) and threads; the cluster
+# profiles turn them into the job's request (workflow/profiles/slurm). A rule that needs
+# a GPU declares `gpu` only when it will use one, e.g. for torch AIOB profiling:
+#
+#         resources:
+#             mem_mb=16000,
+#             runtime=30,
+#             gpu=lambda wildcards: 1 if <the AIOB backend runs on CUDA> else 0,
+#
+# (Slurm: --gpus=1, gpu_model via the profile's set-resources; Kubernetes: nvidia.com/gpu
+# with gpu_manufacturer=nvidia; a local run ignores it unless --resources gpu=N is given.)
 
 
 def guarded(command):
