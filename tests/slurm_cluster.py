@@ -30,7 +30,7 @@ from pathlib import Path
 
 CONF = Path("/etc/slurm/slurm.conf")
 MARKER = "# written by commsweep's tests (tests/slurm_cluster.py); removed when they stop"
-DAEMONS = ("slurmctld", "slurmd", "munged", "sbatch", "squeue", "srun", "scancel")
+DAEMONS = ("slurmctld", "slurmd", "munged", "munge", "unmunge", "sbatch", "squeue", "sinfo", "srun", "scancel")
 PARTITION = "commsweep"
 # Ports of this test cluster (Slurm's defaults + 100, to keep clear of a real one).
 CTLD_PORT = 6917

@@ -166,3 +166,10 @@ def test_check_counts_a_point_without_any_status_as_failed(tmp_path):
         f.unlink()
     with pytest.raises(CommsweepError, match="no status file: its jobs never ran"):
         status.check(points[:1], results)
+
+
+def test_guard_records_an_unreadable_upstream_status_as_a_failure(tmp_path):
+    upstream = tmp_path / "workload.status"
+    upstream.write_text("edited by hand")
+    st = status.guard("volumes", lambda: None, status_path=tmp_path / "volumes.status", after=[upstream])
+    assert not st.ok and st.error.startswith(f"unreadable upstream status: {upstream}:1: not a status file")

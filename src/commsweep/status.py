@@ -158,7 +158,10 @@ def guard(
     outs = tuple(str(o) for o in outputs if Path(o) != status_path)
     status: Status | None = None
     for upstream in after:
-        before = read(upstream)
+        try:
+            before = read(upstream)
+        except (OSError, InputError) as err:  # only by hand: guard writes them atomically
+            before = Status(ok=False, stage=stage, error=f"unreadable upstream status: {describe_exception(err)}")
         if not before.ok:
             status = Status(
                 ok=False, stage=before.stage, error=before.error, upstream=str(upstream), outputs=outs, attempt=attempt
