@@ -60,14 +60,20 @@ def workload_inputs(wildcards):
 
 
 def workload_args(wildcards):
-    """The `commsweep generate` arguments of a workload: its setup, schedule and profile."""
+    """The `commsweep generate` arguments of a workload: its setup and schedule."""
     point = workload_point(wildcards)
     argv = to_commsweep_argv(point.setup) + ["--schedule", point.schedule]
     if point.schedule == "megatron":
         argv += ["--pp_stage", config["generator"]["megatron_pp_stage"]]
-    if point.aiob:
-        argv += ["--aiob_enable", f"--comp_filepath={profile_path(point)}"]
     return shlex.join(argv)
+
+
+def workload_profile_args(wildcards, input):
+    """`--aiob_enable --comp_filepath=PROFILE` with aiob on, the profile named by the job's
+    input (a local copy where a storage plugin stands in for a shared filesystem)."""
+    if not workload_point(wildcards).aiob:
+        return ""
+    return shlex.join(["--aiob_enable", f"--comp_filepath={input.profile}"])
 
 
 def all_volumes(wildcards):

@@ -11,6 +11,7 @@ rule workload:
         status=f"{RESULTS}/workloads/{{workload}}/workload.status",
     params:
         args=workload_args,
+        profile=workload_profile_args,
         attempt=attempt(f"{RESULTS}/workloads/{{workload}}/workload.status"),
     log:
         f"{RESULTS}/logs/workload/{{workload}}.log",
@@ -21,7 +22,7 @@ rule workload:
         runtime=5,
     threads: 1
     shell:
-        guarded("generate {params.args} -o {output.workload}")
+        guarded("generate {params.args} {params.profile} -o {output.workload}")
 
 
 rule volumes:
