@@ -14,7 +14,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[test,torch,megatron]"
+	$(BIN)/python -m pip install --quiet -e ".[test,torch,megatron,slurm]"
 	touch $(STAMP)
 
 ## run: the default sweep end to end (config/config.yaml) into results/

@@ -30,4 +30,5 @@ include: "workflow/rules/audit.smk"
 rule all:
     input:
         final_outputs(),
+        f"{RESULTS}/status.txt",
     default_target: True

@@ -181,6 +181,30 @@ def cmd_timeline(ns: argparse.Namespace) -> None:
     )
 
 
+def cmd_guard(ns: argparse.Namespace) -> None:
+    from . import status
+
+    argv = list(ns.argv)
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if not argv or argv[0] in ("guard", "check"):
+        raise CommsweepError("guard needs a commsweep command after '--', e.g. -- generate ...")
+    parser = build_parser()
+
+    def run() -> None:
+        inner = status.parse_quietly(lambda: parser.parse_args(argv))
+        inner.func(inner)
+
+    status.guard(argv[0], run, status_path=ns.status, outputs=ns.outputs, after=ns.after, attempt=ns.attempt)
+
+
+def cmd_check(ns: argparse.Namespace) -> None:
+    from . import status
+    from .analysis import summary
+
+    _emit(status.check(summary.read_points(Path(ns.sweep)), Path(ns.results)), ns.output)
+
+
 # -- parser ----------------------------------------------------------------------------
 
 
@@ -341,6 +365,25 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_summarize)
 
     add_simulate_parser(sub)
+
+    p = sub.add_parser(
+        "guard", help="run a per-point command and record its outcome (how the pipeline runs each point)",
+        description="Run a commsweep command for one point and write a status file: ok, or its error. "
+                    "On failure the declared outputs become one-line markers and the exit status is 0, "
+                    "so the other points go on; 'commsweep check' fails the run at the end.",
+    )
+    p.add_argument("--status", required=True, help="the status file to write")
+    p.add_argument("--outputs", nargs="*", default=[], help="the job's declared outputs")
+    p.add_argument("--after", nargs="*", default=[], help="status files of the jobs this one needs")
+    p.add_argument("--attempt", type=int, default=1, help="which run of the job this is (recorded in the status)")
+    p.add_argument("argv", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...: the commsweep command to run")
+    p.set_defaults(func=cmd_guard)
+
+    p = sub.add_parser("check", help="fail if a point of the sweep failed (and let the next run retry it)")
+    p.add_argument("--sweep", required=True, help="the points table (results/sweep.csv)")
+    p.add_argument("--results", default="results", help="the results directory")
+    p.add_argument("-o", "--output", help="write 'all N point(s) ok' here when none failed")
+    p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("plot", help="draw a figure from the summary table")
     p.add_argument("kind", choices=("volume-by-tp", "tp-bytes-by-phase", "exposed-by-group", "audit-by-kind"))

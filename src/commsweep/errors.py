@@ -59,3 +59,9 @@ class ConfigError(CommsweepError):
     def __str__(self) -> str:
         parts = [p for p in (self.source, self.key) if p]
         return ": ".join([*parts, self.message])
+
+
+def not_utf8(path: str | Path, err: UnicodeDecodeError) -> InputError:
+    """The InputError for a file that is not UTF-8 text, naming the line of the bad byte."""
+    line = err.object[: err.start].count(b"\n") + 1
+    return InputError(f"not a UTF-8 text file ({err.reason} at byte {err.start})", file=path, line=line)

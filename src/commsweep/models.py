@@ -116,7 +116,7 @@ def model_from_dict(name: str, values: dict[str, Any], *, key: str = "models") -
     values = dict(values)
     base_name = values.pop("base", None)
     if base_name is not None:
-        if base_name not in PRESETS:
+        if not isinstance(base_name, str) or base_name not in PRESETS:
             raise ConfigError(f"unknown base model {base_name!r}; presets: {', '.join(PRESETS)}", key=f"{key}.{name}.base")
         start = dataclasses.asdict(PRESETS[base_name])
     else:
@@ -129,10 +129,18 @@ def model_from_dict(name: str, values: dict[str, Any], *, key: str = "models") -
     if missing:
         raise ConfigError(f"missing model fields: {', '.join(missing)}", key=f"{key}.{name}")
     model = ModelSpec(**merged)
-    for field_name in ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "vocab_size"):
+    for field_name in ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "vocab_size",
+                       "max_position_embeddings", "moe_topk", "num_query_groups", "num_experts"):
         value = getattr(model, field_name)
+        if value is None and field_name in ("num_query_groups", "num_experts"):
+            continue
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ConfigError(f"must be a positive integer, got {value!r}", key=f"{key}.{name}.{field_name}")
+    for field_name in ("swiglu", "add_bias_linear", "tie_embeddings"):
+        if not isinstance(getattr(model, field_name), bool):
+            raise ConfigError(f"must be true or false, got {getattr(model, field_name)!r}", key=f"{key}.{name}.{field_name}")
+    if model.aicb_name is not None and not isinstance(model.aicb_name, str):
+        raise ConfigError(f"must be a string, got {model.aicb_name!r}", key=f"{key}.{name}.aicb_name")
     if model.position_embedding not in ("learned", "rope"):
         raise ConfigError("must be 'learned' or 'rope'", key=f"{key}.{name}.position_embedding")
     if model.normalization not in ("layernorm", "rmsnorm"):
@@ -147,4 +155,4 @@ def resolve_model(name: str, custom: dict[str, ModelSpec] | None = None) -> Mode
     if name in PRESETS:
         return PRESETS[name]
     known = sorted({*PRESETS, *(custom or {})})
-    raise ConfigError(f"unknown model {name!r}; known: {', '.join(known)}")
+    raise ConfigError(f"unknown model {name!r}; known: {', '.join(known)}", key="sweep.model")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import itertools
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -130,6 +131,8 @@ def _axis(config: dict, name: str) -> list:
 def networks_from_config(config: dict) -> dict[str, Network]:
     out = {}
     for name, values in (config.get("networks") or {}).items():
+        if not isinstance(name, str):
+            raise ConfigError(f"network names must be strings, got {name!r}", key=f"networks.{name}")
         if not isinstance(values, dict):
             raise ConfigError("must be a mapping of " + ", ".join(NETWORK_FIELDS), key=f"networks.{name}")
         for f in NETWORK_FIELDS:
@@ -151,6 +154,8 @@ def custom_models(config: dict) -> dict[str, ModelSpec]:
         raise ConfigError("must be a mapping from model name to fields", key="models")
     out = {}
     for name, values in models.items():
+        if not isinstance(name, str):
+            raise ConfigError(f"model names must be strings, got {name!r}", key=f"models.{name}")
         if not isinstance(values, dict):
             raise ConfigError("must be a mapping of model fields", key=f"models.{name}")
         out[name] = model_from_dict(name, values)
@@ -251,18 +256,28 @@ def load_config(path: str | Path) -> dict:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise ConfigError(f"cannot read the file: {err.strerror}", source=path) from None
-    except UnicodeDecodeError:
-        raise ConfigError("not UTF-8 text", source=path) from None
+    except UnicodeDecodeError as err:
+        line = err.object[: err.start].count(b"\n") + 1
+        raise ConfigError(f"not UTF-8 text (byte {err.start})", source=f"{path}:{line}") from None
     try:
         config = yaml.safe_load(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else path
+        if mark is not None:
+            line = mark.line + 1
+        else:  # a reader error (a character YAML forbids) has a position instead
+            line = text[: getattr(err, "position", 0)].count("\n") + 1
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise ConfigError(f"invalid YAML: {problem}", source=where) from None
+        raise ConfigError(f"invalid YAML: {problem}", source=f"{path}:{line}") from None
+    except ValueError:  # PyYAML's int() of a number with more than 4300 digits
+        long = re.search(r"[0-9_]{4000,}", text)
+        line = text[: long.start()].count("\n") + 1 if long else 1
+        raise ConfigError("invalid YAML: a number with thousands of digits", source=f"{path}:{line}") from None
+    except RecursionError:
+        raise ConfigError("invalid YAML: nested too deeply", source=f"{path}:1") from None
     if config is None:
         config = {}
     if not isinstance(config, dict):
-        raise ConfigError("the config must be a mapping at the top level", source=path)
+        raise ConfigError("the config must be a mapping at the top level", key="<top level>", source=path)
     validate_config(config, source=path)
     return config

@@ -6,7 +6,7 @@ import sys
 
 from snakemake.exceptions import WorkflowError
 
-from commsweep import sweep
+from commsweep import status, sweep
 from commsweep.arguments import to_commsweep_argv
 from commsweep.errors import CommsweepError
 from commsweep.trace.scale import pipeline_dp, trace_setups
@@ -84,12 +84,14 @@ def profile_path(point):
 
 
 def workload_inputs(wildcards):
+    """The profile of a point with aiob on; ``after``: status files the job waits on."""
     point = workload_point(wildcards)
-    return {"profile": profile_path(point)} if point.aiob else {}
+    # When the AIOB rule is guarded, add its status file to "after" (see guarded()).
+    return {"profile": profile_path(point), "after": []} if point.aiob else {"after": []}
 
 
 def workload_args(wildcards):
-    """The `commsweep generate` arguments of a workload: its setup, schedule and profile."""
+    """The `commsweep generate` arguments of a workload: its setup and schedule."""
     point = workload_point(wildcards)
     argv = to_commsweep_argv(point.setup) + ["--schedule", point.schedule]
     if point.schedule == "megatron":
@@ -97,9 +99,15 @@ def workload_args(wildcards):
     if point.schedule == "aicb" and config["generator"].get("aicb_root"):
         # The user's AICB writes the file instead of the emulation (aicb_runner.py).
         argv += ["--aicb-root", config["generator"]["aicb_root"]]
-    if point.aiob:
-        argv += ["--aiob_enable", f"--comp_filepath={profile_path(point)}"]
     return shlex.join(argv)
+
+
+def workload_profile_args(wildcards, input):
+    """`--aiob_enable --comp_filepath=PROFILE` with aiob on, the profile named by the job's
+    input (a local copy where a storage plugin stands in for a shared filesystem)."""
+    if not workload_point(wildcards).aiob:
+        return ""
+    return shlex.join(["--aiob_enable", f"--comp_filepath={input.profile}"])
 
 
 def all_volumes(wildcards):
@@ -255,3 +263,74 @@ def timeline_inputs(wildcards):
 def timeline_args(wildcards):
     point = timeline_point()
     return shlex.join(point_args(point) + ["--title", point.point_key])
+
+
+# -- one bad point never loses the others ------------------------------------------------
+#
+# Every per-point rule (one job per point, workload or profile) runs its command through
+# guarded(): the job then always succeeds for Snakemake and writes `output.status` beside
+# its outputs, saying ok or the error. A failed job leaves one-line markers in place of
+# its outputs, and the jobs after it (those listing its status file in `input.after`)
+# record the same failure without running. The summary lists failed points with their
+# error; `rule check` runs last and fails the run if any point failed. `params.attempt`
+# grows after a failure, so the next run retries exactly the failed jobs (Snakemake's
+# params rerun trigger). The logic lives in commsweep.status.
+#
+# The pattern for a per-point rule (simulate, audit, AIOB profiling ...):
+#
+#     rule simulate:
+#         input:
+#             workload=f"{RESULTS}/workloads/{{workload}}/workload.txt",
+#             after=f"{RESULTS}/workloads/{{workload}}/workload.status",   # upstream statuses
+#         output:
+#             times=f"{RESULTS}/points/{{point}}/times.csv",
+#             status=f"{RESULTS}/points/{{point}}/simulate.status",        # <stage>.status
+#         params:
+#             attempt=attempt(f"{RESULTS}/points/{{point}}/simulate.status"),  # = output.status
+#         log: ...
+#         shell:
+#             guarded("simulate {input.workload} ... -o {output.times}")
+#
+# Rules:
+# * `input.after` lists the status files of the guarded jobs this one reads (a list,
+#   possibly empty: `after=[]`);
+# * `output.status` lives in the workload's folder (results/workloads/<workload>/) or the
+#   point's (results/points/<point>/), where the summary and the check look; a per-profile
+#   job keeps it beside the profile, and the workload rule lists it in `input.after`;
+# * the leaf stages' status files are inputs of the summary: add them in all_status();
+# * the command is a `commsweep` subcommand (guard runs it in-process); it must raise
+#   (CommsweepError for bad input) rather than write partial outputs.
+#
+# Resources: every rule declares mem_mb, runtime (minutes) and threads; the cluster
+# profiles turn them into the job's request (workflow/profiles/slurm). A rule that needs
+# a GPU declares `gpu` only when it will use one, e.g. for torch AIOB profiling:
+#
+#         resources:
+#             mem_mb=16000,
+#             runtime=30,
+#             gpu=lambda wildcards: 1 if <the AIOB backend runs on CUDA> else 0,
+#
+# (Slurm: --gpus=1, gpu_model via the profile's set-resources; Kubernetes: nvidia.com/gpu
+# with gpu_manufacturer=nvidia; a local run ignores it unless --resources gpu=N is given.)
+
+
+def guarded(command):
+    """The shell command of a per-point rule: `commsweep COMMAND` run by `commsweep guard`."""
+    return (
+        "commsweep guard --status {output.status} --outputs {output} --after {input.after}"
+        " --attempt {params.attempt} -- " + command + " > {log} 2>&1"
+    )
+
+
+def attempt(status_file):
+    """`params.attempt` of a guarded rule whose `output.status` is `status_file`.
+
+    One more than the job's last failed run, so Snakemake's params trigger reruns it. (A
+    function of the wildcards alone: Snakemake ignores params derived from the outputs.)
+    """
+    return lambda wildcards: status.next_attempt(status_file.format(**dict(wildcards.items())))
+
+
+def all_status(wildcards):
+    """The status files of every per-point job the summary must wait for (and read)."""
+    return [f"{RESULTS}/workloads/{w}/{stage}.status" for w in WORKLOADS for stage in ("workload", "volumes")]

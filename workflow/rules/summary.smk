@@ -25,6 +25,7 @@ rule summary:
         sweep=f"{RESULTS}/sweep.csv",
         volumes=all_volumes,
         simulations=all_simulations,
+        status=all_status,
     output:
         f"{RESULTS}/summary.csv",
     log:
@@ -58,3 +59,24 @@ rule plot_volume_by_tp:
     threads: 1
     shell:
         "commsweep plot volume-by-tp {input} -o {output} > {log} 2>&1"
+
+
+rule check:
+    # Last: fail the run if a point failed (the summary lists it and why) and let the
+    # next run retry the failed points (common.smk, "one bad point never loses the others").
+    input:
+        sweep=f"{RESULTS}/sweep.csv",
+        outputs=final_outputs(),
+    output:
+        f"{RESULTS}/status.txt",
+    log:
+        f"{RESULTS}/logs/check.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/check.tsv"
+    resources:
+        mem_mb=512,
+        runtime=5,
+    threads: 1
+    localrule: True
+    shell:
+        "commsweep check --sweep {input.sweep} --results {RESULTS} -o {output} > {log} 2>&1"

@@ -1,14 +1,18 @@
 # Workload generation and its communication volumes, one job per workload
-# (points that differ only in their network share it).
+# (points that differ only in their network share it). Both are guarded (common.smk):
+# a failed workload is recorded in its status file and the other points go on.
 
 
 rule workload:
     input:
         unpack(workload_inputs),
     output:
-        f"{RESULTS}/workloads/{{workload}}/workload.txt",
+        workload=f"{RESULTS}/workloads/{{workload}}/workload.txt",
+        status=f"{RESULTS}/workloads/{{workload}}/workload.status",
     params:
         args=workload_args,
+        profile=workload_profile_args,
+        attempt=attempt(f"{RESULTS}/workloads/{{workload}}/workload.status"),
     log:
         f"{RESULTS}/logs/workload/{{workload}}.log",
     benchmark:
@@ -18,14 +22,18 @@ rule workload:
         runtime=5,
     threads: 1
     shell:
-        "commsweep generate {params.args} -o {output} > {log} 2>&1"
+        guarded("generate {params.args} {params.profile} -o {output.workload}")
 
 
 rule volumes:
     input:
-        f"{RESULTS}/workloads/{{workload}}/workload.txt",
+        workload=f"{RESULTS}/workloads/{{workload}}/workload.txt",
+        after=f"{RESULTS}/workloads/{{workload}}/workload.status",
     output:
-        f"{RESULTS}/workloads/{{workload}}/volumes.csv",
+        volumes=f"{RESULTS}/workloads/{{workload}}/volumes.csv",
+        status=f"{RESULTS}/workloads/{{workload}}/volumes.status",
+    params:
+        attempt=attempt(f"{RESULTS}/workloads/{{workload}}/volumes.status"),
     log:
         f"{RESULTS}/logs/volumes/{{workload}}.log",
     benchmark:
@@ -35,4 +43,4 @@ rule volumes:
         runtime=5,
     threads: 1
     shell:
-        "commsweep volumes {input} --format csv -o {output} > {log} 2>&1"
+        guarded("volumes {input.workload} --format csv -o {output.volumes}")

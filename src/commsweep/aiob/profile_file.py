@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import InputError, not_utf8
 from ..files import write_text
 
 # The operator sections AICB's AiobMegatron measures for a dense Megatron layer, in its order.
@@ -77,7 +77,7 @@ def read(path: str | Path, *, require_standard: bool = False) -> AiobProfile:
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
-        raise InputError(f"not a UTF-8 text file ({err.reason} at byte {err.start})", file=path) from None
+        raise not_utf8(path, err) from None
     return parse(text, source=path, require_standard=require_standard)
 
 
@@ -85,7 +85,10 @@ def _number(token: str, *, source, line: int, key: str) -> Number:
     if not _NUMBER.fullmatch(token):
         what = "a negative value" if token.startswith("-") else repr(token)
         raise InputError(f"expected a non-negative number of microseconds, got {what}", file=source, line=line, field=key)
-    value = float(token) if not token.isdigit() else int(token)
+    try:
+        value = float(token) if not token.isdigit() else int(token)
+    except ValueError:  # Python refuses integers of more than 4300 digits
+        raise InputError(f"expected a finite number, got {len(token)} digits", file=source, line=line, field=key) from None
     if isinstance(value, float) and not math.isfinite(value):
         raise InputError(f"expected a finite number, got {token!r}", file=source, line=line, field=key)
     return value
@@ -96,7 +99,10 @@ def parse(text: str, *, source: str | Path = "<aiob>", require_standard: bool = 
     if not lines or not _TRAIN_ITER.fullmatch(lines[0]):
         got = lines[0] if lines else ""
         raise InputError(f"expected 'train_iter:<N>' on the first line, got {got!r}", file=source, line=1, field="train_iter")
-    train_iter = int(_TRAIN_ITER.fullmatch(lines[0]).group(1))  # type: ignore[union-attr]
+    digits = _TRAIN_ITER.fullmatch(lines[0]).group(1)  # type: ignore[union-attr]
+    if len(digits) > 18:
+        raise InputError(f"expected an iteration count, got {len(digits)} digits", file=source, line=1, field="train_iter")
+    train_iter = int(digits)
     sections: list[tuple[str, OpTime]] = []
     seen: dict[str, int] = {}
     current: str | None = None
@@ -152,7 +158,9 @@ def parse(text: str, *, source: str | Path = "<aiob>", require_standard: bool = 
     if require_standard:
         missing = [s for s in STANDARD_SECTIONS if profile.get(s) is None]
         if missing:
-            raise InputError(f"missing sections: {', '.join(missing)}", file=source, field=missing[0])
+            raise InputError(
+                f"missing sections: {', '.join(missing)}", file=source, line=len(lines), field=missing[0]
+            )
     return profile
 
 

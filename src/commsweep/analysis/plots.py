@@ -42,7 +42,15 @@ def volume_by_tp(summary_csv: Path, output: Path) -> None:
     import pandas as pd
 
     plt = _pyplot()
-    df = pd.read_csv(summary_csv, dtype={"aiob": str, "sp": str})
+    df = pd.read_csv(summary_csv, dtype={"aiob": str, "sp": str, "status": str})
+    if "status" in df.columns:
+        df = df[df["status"] == "ok"]  # failed points have no volumes (see commsweep.status)
+    if df.empty:
+        fig = plt.figure(figsize=(6, 2))
+        fig.text(0.5, 0.5, "no point of the sweep has volumes", ha="center", va="center")
+        save(fig, output)
+        plt.close(fig)
+        return
     df = df[df["network"] == df["network"].iloc[0]]
     df["variant"] = [variant(s, a) for s, a in zip(df["schedule"], df["aiob"])]
     models = sorted(df["model"].unique())

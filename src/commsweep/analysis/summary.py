@@ -1,7 +1,9 @@
 """The sweep's summary table: one row per point x phase x collective x group.
 
-Each row carries the point's parameters (the columns of the points table) followed by
-the volume columns, so the table can be filtered and pivoted without joins.
+Each row carries the point's parameters (the columns of the points table), its status
+and the volume columns, so the table can be filtered and pivoted without joins. A point
+whose stage failed (see ``commsweep.status``) has one row, ``status`` saying
+``failed: <stage>: <error>`` and the other columns empty; the other points are complete.
 
 Then the simulation (``results/points/<point>/``): ``time_us`` and ``exposed_us``, the
 simulated time of the row's collectives before and after overlap (summed; the ``pp`` row
@@ -17,7 +19,7 @@ import csv
 import io
 from pathlib import Path
 
-from .. import paths
+from .. import paths, status
 from ..errors import InputError
 from ..sweep import TABLE_COLUMNS
 from . import volumes
@@ -27,7 +29,7 @@ SIM_COMPONENTS = {
     "sim_pp_us": "exposed_pp", "sim_bubble_us": "bubble", "sim_compute_us": "compute", "sim_exposed_us": "exposed",
 }
 SIM_COLUMNS = ("time_us", "exposed_us", "sim_total_us", *SIM_COMPONENTS)
-COLUMNS = (*TABLE_COLUMNS, *volumes.COLUMNS, *SIM_COLUMNS)
+COLUMNS = (*TABLE_COLUMNS, "status", *volumes.COLUMNS, *SIM_COLUMNS)
 
 
 def read_points(sweep_csv: Path) -> list[dict[str, str]]:
@@ -44,8 +46,12 @@ def summarize(sweep_csv: Path, results: Path) -> str:
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(COLUMNS)
     for point in read_points(sweep_csv):
-        table = volumes.read_csv(paths.volumes_file(results, point["workload"]).read_text(encoding="utf-8"))
         base = [point[c] for c in TABLE_COLUMNS]
+        failed = status.failures(results, point["workload"], point["point"])
+        if failed:
+            writer.writerow(base + [f"failed: {status.reasons(failed)}"] + [""] * (len(COLUMNS) - len(base) - 1))
+            continue
+        table = volumes.read_csv(paths.volumes_file(results, point["workload"]).read_text(encoding="utf-8"))
         times, totals = simulated(results, point["point"])
         for v in table:
             if v.phase == "pp":
@@ -54,7 +60,7 @@ def summarize(sweep_csv: Path, results: Path) -> str:
                 found = times.get((v.phase, v.collective, v.group))
                 time, exposed = (_us(found[0]), _us(found[1])) if found else ("", "")
             sim = [totals.get(c, "") for c in SIM_COLUMNS[2:]]
-            writer.writerow(base + [getattr(v, c) for c in volumes.COLUMNS] + [time, exposed] + sim)
+            writer.writerow(base + ["ok"] + [getattr(v, c) for c in volumes.COLUMNS] + [time, exposed] + sim)
     return buf.getvalue()
 
 

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import InputError, not_utf8
 from ..files import write_text
 
 MODE = "HYBRID_TRANSFORMER_FWD_IN_BCKWD"
@@ -41,7 +41,7 @@ ROW_FIELDS = (
 MIN_FWD_SIZE = 4096
 _MAX_INT = 2**63 - 1
 _UINT = re.compile(r"0|[1-9][0-9]*")
-_INT = re.compile(r"-?(0|[1-9][0-9]*)")
+_INT = re.compile(r"0|-?[1-9][0-9]*")  # no "-0": it would not be written back as read
 _PP_COMM = re.compile(r"(0|[1-9][0-9]*)(\.[0-9]*)?")
 _CANONICAL_SEPS = ("",) + ("\t",) * 11 + ("",)
 _NON_SPACE = re.compile(r"\S+")
@@ -143,8 +143,16 @@ def read(path: str | Path) -> Workload:
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
-        raise InputError(f"not a UTF-8 text file ({err.reason} at byte {err.start})", file=path) from None
+        raise not_utf8(path, err) from None
     return parse(text, source=path)
+
+
+def _int(token: str, *, source, line: int, field: str | None) -> int:
+    """``int(token)`` for a token the patterns accepted; Python refuses > 4300 digits."""
+    try:
+        return int(token)
+    except ValueError:
+        raise InputError(f"a {len(token)}-digit number does not fit in 64 bits", file=source, line=line, field=field) from None
 
 
 def parse(text: str, *, source: str | Path = "<workload>") -> Workload:
@@ -164,7 +172,7 @@ def parse(text: str, *, source: str | Path = "<workload>") -> Workload:
     count_text = lines[1]
     if not _UINT.fullmatch(count_text.strip()):
         raise InputError(f"expected the number of rows, got {count_text.strip()!r}", file=source, line=2, field="row_count")
-    count = int(count_text)
+    count = _int(count_text.strip(), source=source, line=2, field="row_count")
     body = lines[2:]
     if len(body) != count:
         raise InputError(
@@ -199,7 +207,7 @@ def parse_header(line: str, *, source: str | Path = "<workload>") -> Header:
             raise InputError("missing its value", file=source, line=1, field=key)
         token = tokens[i]
         i += 1
-        if not _UINT.fullmatch(token) or int(token) < minimum:
+        if not _UINT.fullmatch(token) or _int(token, source=source, line=1, field=key) < minimum:
             raise InputError(f"expected an integer >= {minimum}, got {token!r}", file=source, line=1, field=key)
         return int(token)
 
@@ -222,7 +230,7 @@ def parse_header(line: str, *, source: str | Path = "<workload>") -> Header:
             if i >= len(tokens) or not _PP_COMM.fullmatch(tokens[i]):
                 got = tokens[i] if i < len(tokens) else ""
                 raise InputError(f"expected a byte count, got {got!r}", file=source, line=1, field="pp_comm")
-            values["pp_comm"] = int(tokens[i].split(".")[0])
+            values["pp_comm"] = _int(tokens[i].split(".")[0], source=source, line=1, field="pp_comm")
             i += 1
         else:
             raise InputError(f"unknown header key {key!r}", file=source, line=1, field="header")
@@ -265,14 +273,14 @@ def parse_row(line: str, *, source: str | Path = "<workload>", line_no: int = 0)
         elif name == "dependency":
             if not _INT.fullmatch(token):
                 raise InputError(f"expected an integer, got {token!r}", file=source, line=line_no, field=name)
-            values[name] = int(token)
+            values[name] = _int(token, source=source, line=line_no, field=name)
         else:
             if not _UINT.fullmatch(token):
                 what = "a negative value" if token.startswith("-") else repr(token)
                 raise InputError(
                     f"expected a non-negative integer, got {what}", file=source, line=line_no, field=name
                 )
-            value = int(token)
+            value = _int(token, source=source, line=line_no, field=name)
             if value > _MAX_INT:
                 raise InputError(f"{value} does not fit in 64 bits", file=source, line=line_no, field=name)
             values[name] = value

@@ -1,0 +1,272 @@
+"""Per-point outcomes: one bad point is recorded, never fatal to the others.
+
+Snakemake cannot run the summary when one of its inputs failed, so a sweep of thousands
+of points would lose its table to a single bad point. Every per-point rule therefore runs
+its ``commsweep`` command through ``commsweep guard``, which always leaves a *status
+file* beside the rule's outputs:
+
+* ``ok``: the command succeeded and wrote every declared output;
+* ``failed``: the command raised; the status holds the stage (the subcommand) and its
+  one-line error, and every other declared output is replaced by a one-line marker
+  (``MARKER``) so that Snakemake sees a complete job and goes on with the other points.
+  No reader of the project accepts a marker as data (each rejects its first line);
+* a guarded rule whose upstream status (``--after``) failed does not run its command: it
+  records the same stage and error, with ``upstream`` naming the status it came from, so
+  the root cause travels to the summary whatever stage it happened in.
+
+The summary lists the failed points with their error (``failures``); ``commsweep check``
+runs last and fails the run when a point failed. Each status also records its attempt
+number, which the rules pass to the job as a parameter (``next_attempt``): it changes
+after a failure, so Snakemake's ``params`` rerun trigger retries exactly the failed jobs
+on the next run, and the summary after them.
+
+A job that is killed (out of memory, time limit, node failure) writes no status: it
+fails in Snakemake as usual and is rerun, and ``--keep-going`` lets the other points go on.
+The status is written last and atomically, so a status file always speaks for outputs
+that are complete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import sys
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import paths
+from .errors import CommsweepError, InputError
+from .files import write_text
+
+SUFFIX = ".status"
+MARKER = "commsweep: no result:"
+
+
+@dataclass(frozen=True)
+class Status:
+    """The outcome of one per-point job."""
+
+    ok: bool
+    stage: str
+    error: str = ""
+    # The status file this failure was copied from (a failed upstream job), if any.
+    upstream: str | None = None
+    # The job's declared outputs (besides the status file).
+    outputs: tuple[str, ...] = field(default=())
+    # Which run of the job this was (see next_attempt).
+    attempt: int = 1
+
+    def render(self) -> str:
+        record = {
+            "status": "ok" if self.ok else "failed",
+            "stage": self.stage,
+            "error": self.error,
+            "upstream": self.upstream,
+            "outputs": list(self.outputs),
+            "attempt": self.attempt,
+        }
+        return json.dumps(record, sort_keys=True) + "\n"
+
+    def reason(self) -> str:
+        """``stage: error`` on one line, as the summary shows it."""
+        lines = [line.strip() for line in self.error.splitlines() if line.strip()]
+        return f"{self.stage}: " + "; ".join(lines)
+
+
+def write(path: str | Path, status: Status) -> None:
+    write_text(path, status.render())
+
+
+def read(path: str | Path) -> Status:
+    """Read a status file; raise InputError naming the file for anything else."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InputError("not a status file (not UTF-8 text)", file=path, line=1) from None
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputError(f"not a status file ({err.msg})", file=path, line=err.lineno) from None
+    if not isinstance(record, dict) or record.get("status") not in ("ok", "failed"):
+        raise InputError("not a status file (expected a JSON object with status ok or failed)", file=path, line=1)
+    outputs = record.get("outputs") or []
+    if not isinstance(outputs, list) or not all(isinstance(o, str) for o in outputs):
+        raise InputError("expected a list of paths", file=path, line=1, field="outputs")
+    upstream = record.get("upstream")
+    attempt = record.get("attempt", 1)
+    if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
+        raise InputError(f"expected a positive integer, got {attempt!r}", file=path, line=1, field="attempt")
+    return Status(
+        ok=record["status"] == "ok",
+        stage=str(record.get("stage", "")),
+        error=str(record.get("error", "")),
+        upstream=upstream if isinstance(upstream, str) else None,
+        outputs=tuple(outputs),
+        attempt=attempt,
+    )
+
+
+def marker_text(status: Status, status_path: str | Path) -> str:
+    return f"{MARKER} {status.reason()} (see {status_path})\n"
+
+
+def is_marker(path: str | Path) -> bool:
+    """Whether a file is a failed job's marker rather than a result."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(len(MARKER)) == MARKER.encode()
+    except OSError:
+        return False
+
+
+# -- running a per-point command -------------------------------------------------------
+
+
+def describe_exception(err: BaseException) -> str:
+    """The one-line error of a failed command, as the CLI would print it."""
+    if isinstance(err, CommsweepError):
+        return str(err)
+    if isinstance(err, FileNotFoundError) and err.filename:
+        return f"{err.filename}: no such file"
+    if isinstance(err, OSError) and err.filename:
+        return f"{err.filename}: {err.strerror}"
+    return f"internal error: {type(err).__name__}: {err}"
+
+
+def guard(
+    stage: str,
+    run: Callable[[], None],
+    *,
+    status_path: str | Path,
+    outputs: Sequence[str | Path] = (),
+    after: Iterable[str | Path] = (),
+    attempt: int = 1,
+) -> Status:
+    """Run one per-point command and record its outcome in ``status_path``.
+
+    ``run`` is the command (it raises on failure); ``outputs`` are the job's declared
+    outputs (the status file among them is skipped); ``after`` are the status files of
+    the jobs this one depends on; ``attempt`` is recorded (see ``next_attempt``). Returns
+    the status written. Only a failure to write
+    the status itself (or an interruption) escapes.
+    """
+    status_path = Path(status_path)
+    outs = tuple(str(o) for o in outputs if Path(o) != status_path)
+    status: Status | None = None
+    for upstream in after:
+        try:
+            before = read(upstream)
+        except (OSError, InputError) as err:  # only by hand: guard writes them atomically
+            before = Status(ok=False, stage=stage, error=f"unreadable upstream status: {describe_exception(err)}")
+        if not before.ok:
+            status = Status(
+                ok=False, stage=before.stage, error=before.error, upstream=str(upstream), outputs=outs, attempt=attempt
+            )
+            print(f"commsweep {stage}: not run: {before.reason()} (from {upstream})", file=sys.stderr)
+            break
+    if status is None:
+        try:
+            run()
+        except Exception as err:  # noqa: BLE001 - any failure of one point is recorded, not raised
+            message = describe_exception(err)
+            if message.startswith("internal error"):
+                traceback.print_exc(file=sys.stderr)
+            print(f"commsweep {stage}: error: {message}", file=sys.stderr)
+            status = Status(ok=False, stage=stage, error=message, outputs=outs, attempt=attempt)
+        else:
+            missing = [o for o in outs if not Path(o).exists()]
+            if missing:
+                message = f"did not write {', '.join(missing)}"
+                print(f"commsweep {stage}: error: {message}", file=sys.stderr)
+                status = Status(ok=False, stage=stage, error=message, outputs=outs, attempt=attempt)
+            else:
+                status = Status(ok=True, stage=stage, outputs=outs, attempt=attempt)
+    if not status.ok:
+        for out in outs:
+            write_text(out, marker_text(status, status_path))
+    write(status_path, status)
+    return status
+
+
+def parse_quietly(parse: Callable[[], object]) -> object:
+    """Run an argparse parse, turning its usage error into a CommsweepError."""
+    buffer = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(buffer):
+            return parse()
+    except SystemExit as exit_:
+        text = buffer.getvalue().strip()
+        sys.stderr.write(buffer.getvalue())
+        if exit_.code in (0, None):
+            raise
+        last = text.splitlines()[-1] if text else f"exit status {exit_.code}"
+        raise CommsweepError(f"invalid arguments: {last}") from None
+
+
+# -- what the summary and the check read ------------------------------------------------
+
+
+def status_files(results: Path, workload: str, point: str) -> list[Path]:
+    """Every status file of one point: its workload's stages and its own."""
+    found: list[Path] = []
+    for folder in (paths.workload_dir(results, workload), paths.point_dir(results, point)):
+        if folder.is_dir():
+            found += sorted(folder.glob(f"*{SUFFIX}"))
+    return found
+
+
+def failures(results: Path, workload: str, point: str) -> list[tuple[Path, Status]]:
+    """The failed jobs of one point (a failure copied downstream appears once per job)."""
+    found = [(path, read(path)) for path in status_files(results, workload, point)]
+    return [(path, st) for path, st in found if not st.ok]
+
+
+def reasons(found: Iterable[tuple[Path, Status]]) -> str:
+    """The distinct ``stage: error`` of a point's failed jobs, joined by `` | ``."""
+    unique: list[str] = []
+    for _, st in found:
+        if st.reason() not in unique:
+            unique.append(st.reason())
+    return " | ".join(unique)
+
+
+def next_attempt(path: str | Path) -> int:
+    """The attempt number a guarded job runs with next.
+
+    The rules pass it as a parameter: after a failure it grows by one, so Snakemake's
+    ``params`` rerun trigger reruns exactly the failed jobs on the next run (their outputs
+    exist, as markers, so nothing else would); after a success it stays, so a finished
+    job is not rerun. No status yet (or an unreadable one) means the first attempt.
+    """
+    try:
+        status = read(path)
+    except (OSError, InputError):
+        return 1
+    return status.attempt if status.ok else status.attempt + 1
+
+
+def check(points: Iterable[dict[str, str]], results: Path) -> str:
+    """Fail when a point of the sweep failed; otherwise the line ``all N point(s) ok``.
+
+    ``points`` are the valid rows of the points table. A point with no status file at all
+    counts as failed too: its results were never made (or were removed by hand).
+    """
+    points = list(points)
+    failed: list[str] = []
+    for point in points:
+        if not status_files(results, point["workload"], point["point"]):
+            failed.append(f"  {point['point']}: no status file: its jobs never ran")
+            continue
+        found = failures(results, point["workload"], point["point"])
+        if found:
+            failed.append(f"  {point['point']}: {reasons(found)}")
+    if failed:
+        raise CommsweepError(
+            f"{len(failed)} of {len(points)} point(s) failed (results/summary.csv lists them; "
+            "the next run retries them):\n" + "\n".join(failed)
+        )
+    return f"all {len(points)} point(s) ok\n"

@@ -1,0 +1,95 @@
+"""The sweep through a real Slurm (workflow/profiles/slurm): same results as a local run.
+
+A single-node Slurm is started on this machine for the module (tests/slurm_cluster.py)
+and stopped by PID afterwards. Without the Debian packages (or without root) the tests
+skip with the reason; under CI (CI=true, where .ci/run installs the packages) they fail
+instead, so a broken setup cannot pass silently.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+import pytest
+
+import slurm_cluster
+import sweeps
+
+# Hard limits: the whole Slurm run, and starting the daemons.
+RUN_TIMEOUT_S = 420
+START_TIMEOUT_S = 90
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    reason = slurm_cluster.unavailable()
+    if reason is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{reason} (CI must run the Slurm tests; .ci/run installs the packages)")
+        pytest.skip(reason)
+    try:
+        import snakemake_executor_plugin_slurm  # noqa: F401
+    except ImportError:
+        message = "snakemake-executor-plugin-slurm is not installed (pip install -e '.[slurm]')"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    cluster = slurm_cluster.start(timeout=START_TIMEOUT_S)
+    try:
+        yield cluster
+    finally:
+        slurm_cluster.stop(cluster)
+        # Stopped by PID, and really gone (not even a zombie).
+        assert not [name for name, pid in cluster.pids.items() if slurm_cluster.alive(pid)]
+
+
+# The settings a test cluster needs on top of the profile (see slurm_cluster.py): accounting
+# is off, so the status comes from squeue; poll soon, or every wave waits 40 s.
+SLURM_ARGS = (
+    "--slurm-status-command", "squeue",
+    "--slurm-init-seconds-before-status-checks", "2",
+)
+
+
+@pytest.mark.slow
+def test_sweep_on_slurm_equals_local_run(tmp_path, slurm):
+    local, remote = tmp_path / "local", tmp_path / "slurm"
+    for workdir in (local, remote):
+        sweeps.write_config(workdir)
+    sweeps.run(local, "--configfile", str(local / "sweep.yaml"))
+
+    started = time.monotonic()
+    try:
+        result = sweeps.run(
+            remote, "--configfile", str(remote / "sweep.yaml"), *SLURM_ARGS,
+            "--default-resources", f"slurm_partition={slurm.partition}",
+            "--cores", str(slurm.cpus),  # a bundled job may not ask for more CPUs than the node has
+            profile="slurm", timeout=RUN_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the Slurm run did not finish in {RUN_TIMEOUT_S} s\n{slurm.diagnostics()}")
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{slurm.diagnostics()}") from None
+    wall = time.monotonic() - started
+    print(f"\nSlurm run: {wall:.1f} s wall")
+
+    output = result.stdout + result.stderr
+    # The per-point jobs went through sbatch, bundled into one group job by the profile,
+    # and so did the summary and the plot; only sweep_table and check ran locally.
+    assert "Group job point" in output
+    assert output.count("has been submitted with SLURM jobid") == 3
+    assert (remote / "results" / "status.txt").read_text() == "all 4 point(s) ok\n"
+    assert sweeps.differences(sweeps.result_files(local), sweeps.result_files(remote)) == []
+
+
+def test_slurm_profile_plans_the_sweep_without_a_cluster(tmp_path):
+    """The profile parses and groups the per-point jobs (a dry run needs no Slurm)."""
+    pytest.importorskip("snakemake_executor_plugin_slurm", reason="pip install -e '.[slurm]'")
+    config = sweeps.write_config(tmp_path)
+    result = sweeps.run(tmp_path, "--configfile", str(config), "--dry-run", profile="slurm")
+    counts = dict(line.split() for line in result.stdout.splitlines() if line.startswith(("workload ", "volumes ")))
+    assert counts == {"workload": "4", "volumes": "4"}
+    # One group job holds the 8 per-point jobs of the 4 workloads (group-components: 50).
+    assert result.stdout.count("Group job point") == 1
