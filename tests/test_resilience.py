@@ -19,11 +19,12 @@ from commsweep.workload import format as wf
 # -- one bad point never loses the others ----------------------------------------------
 
 # gpt-huge passes the sweep's validation, but its sizes do not fit the 64-bit fields of a
-# SimAI workload, which the pipeline finds at run time. The AIOB profile of gpt-7b with
-# tp=2 is corrupted below (min > max), which generation finds when it reads it.
+# SimAI workload, which generation finds at run time. The user's AIOB file for gpt-7b
+# with tp=2 is corrupted below (min > max), which the AIOB stage finds when it checks it.
 BAD_SWEEP = """\
 models:
   gpt-huge: {base: gpt-7b, num_layers: 2, hidden_size: 4294967296, ffn_hidden_size: 4294967296}
+aiob: {backend: file, file: "profiles/{profile}.txt"}
 sweep:
   model: [gpt-7b, gpt-huge]
   world_size: [16]
@@ -34,14 +35,15 @@ sweep:
 """
 GOOD_SWEEP = BAD_SWEEP.replace("model: [gpt-7b, gpt-huge]", "model: [gpt-7b]")
 CORRUPT_PROFILE = "train_iter:10\nEmb:\n    time_gpu_max: 5\n    time_gpu_min: 7\n    time_gpu_avg: 6\n"
+PER_POINT_RULES = ("aiob_file", "workload", "volumes", "simulate", "audit")
 
 
 def place_profiles(workdir: Path, config: Path, corrupt: str | None = None) -> None:
-    """AIOB profiles for the points with aiob on, as the AIOB stage would leave them."""
+    """The user's AIOB files (aiob.file) for the points with aiob on."""
     good = pf.AiobProfile(sections=tuple((n, pf.OpTime(max=12, min=10, avg=11)) for n in pf.STANDARD_SECTIONS))
     points, _ = sweep.points_from_config(sweep.load_config(config))
     for key in {p.profile_key for p in points if p.aiob}:
-        path = workdir / "results" / "aiob" / "roofline" / f"{key}.txt"
+        path = workdir / "profiles" / f"{key}.txt"
         path.parent.mkdir(parents=True, exist_ok=True)
         if key == corrupt:
             path.write_text(CORRUPT_PROFILE)
@@ -82,20 +84,20 @@ def test_failed_points_leave_the_others_intact_and_are_retried(tmp_path):
     config = sweeps.write_config(run, BAD_SWEEP)
     place_profiles(run, config, corrupt=corrupt)
     first = sweeps.run(run, "--configfile", str(config), check=False)
-    output = first.stdout + first.stderr
     # The run fails, at the very end, naming the failed points.
     assert first.returncode != 0
-    assert "5 of 8 point(s) failed" in output and bad_point in output
+    check_log = (run / "results" / "logs" / "check.log").read_text()
+    assert "5 of 8 point(s) failed" in check_log and bad_point in check_log
 
     rows = summary_rows(run)
     failed = {r["point"]: r["status"] for r in rows if r["status"] != "ok"}
     assert len(failed) == 5
     reason = failed.pop(bad_point)
-    assert reason.startswith(f"failed: generate: results/aiob/roofline/{corrupt}.txt:5: field 'time_gpu_avg'")
+    assert reason.startswith(f"failed: profile: profiles/{corrupt}.txt:5: field 'time_gpu_avg'")
     assert "needs time_gpu_min <= time_gpu_avg <= time_gpu_max" in reason
     for point, reason in failed.items():
         assert point.startswith("gpt-huge_"), point
-        assert reason.startswith("failed: volumes: results/workloads/gpt-huge_") and "does not fit in 64 bits" in reason
+        assert reason.startswith("failed: generate: arguments: the model is too large for a SimAI workload")
     for r in rows:
         if r["status"] != "ok":
             assert r["phase"] == r["payload_bytes"] == ""  # one row, no volumes
@@ -109,19 +111,24 @@ def test_failed_points_leave_the_others_intact_and_are_retried(tmp_path):
             assert run_files[f"workloads/{w}/{name}"] == ref_files[f"workloads/{w}/{name}"]
     ok_rows = [r for r in rows if r["status"] == "ok"]
     assert ok_rows == [r for r in summary_rows(ref) if r["point"] != bad_point]
-    assert (run / "results" / "plots" / "volume_by_tp.png").exists()
+    for name in ("volume_by_tp.png", "tp_bytes_by_phase.png", "exposed_by_group.png"):
+        assert (run / "results" / "plots" / name).exists()
+    verdicts = (run / "results" / "verdicts.csv").read_text()
+    assert bad_point not in verdicts and "gpt-huge" not in verdicts  # failed points carry no verdict
 
     # A failed job's outputs are markers, which no reader takes for data.
     marker = run / "results" / "workloads" / bad_point.split("__")[0] / "workload.txt"
-    assert marker.read_text().startswith("commsweep: no result: generate:")
+    assert marker.read_text().startswith("commsweep: no result: profile:")
     with pytest.raises(Exception, match="expected the mode"):
         wf.read(marker)
 
-    # The next run retries exactly the failed jobs (one generation, five volumes: those of
-    # gpt-huge failed, its generation did not), then the tables; the good points stay.
-    assert jobs_to_run(run, config) == {
-        "workload": 1, "volumes": 5, "summary": 1, "plot_volume_by_tp": 1, "check": 1, "all": 1,
+    # The next run retries exactly the failed jobs: the corrupt profile and, for each of
+    # the 5 failed points, its workload, volumes, simulation and audit; then the tables.
+    todo = jobs_to_run(run, config)
+    assert {rule: todo.get(rule, 0) for rule in PER_POINT_RULES} == {
+        "aiob_file": 1, "workload": 5, "volumes": 5, "simulate": 5, "audit": 5,
     }
+    assert todo["summary"] == todo["check"] == 1
     # Fixed input and the model dropped: everything runs, equal to the clean run.
     place_profiles(run, config)
     config.write_text(GOOD_SWEEP)

@@ -77,9 +77,9 @@ def test_sweep_on_slurm_equals_local_run(tmp_path, slurm):
 
     output = result.stdout + result.stderr
     # The per-point jobs went through sbatch, bundled into one group job by the profile,
-    # and so did the summary and the plot; only sweep_table and check ran locally.
-    assert "Group job point" in output
-    assert output.count("has been submitted with SLURM jobid") == 3
+    # and so did the sweep-wide tables and figures; only sweep_table and check ran locally.
+    assert "Group job point" in output and "Group job tables" in output
+    assert output.count("has been submitted with SLURM jobid") == 2
     assert (remote / "results" / "status.txt").read_text() == "all 4 point(s) ok\n"
     assert sweeps.differences(sweeps.result_files(local), sweeps.result_files(remote)) == []
 
@@ -89,7 +89,10 @@ def test_slurm_profile_plans_the_sweep_without_a_cluster(tmp_path):
     pytest.importorskip("snakemake_executor_plugin_slurm", reason="pip install -e '.[slurm]'")
     config = sweeps.write_config(tmp_path)
     result = sweeps.run(tmp_path, "--configfile", str(config), "--dry-run", profile="slurm")
-    counts = dict(line.split() for line in result.stdout.splitlines() if line.startswith(("workload ", "volumes ")))
-    assert counts == {"workload": "4", "volumes": "4"}
-    # One group job holds the 8 per-point jobs of the 4 workloads (group-components: 50).
+    stages = ("workload", "volumes", "simulate", "audit")
+    counts = dict(line.split() for line in result.stdout.splitlines() if line.startswith(tuple(s + " " for s in stages)))
+    assert counts == {stage: "4" for stage in stages}
+    # One group job holds the 16 per-point jobs of the 4 points (group-components: 50),
+    # another the sweep-wide tables and figures.
     assert result.stdout.count("Group job point") == 1
+    assert result.stdout.count("Group job tables") == 1

@@ -1,8 +1,9 @@
-"""Atomic output files.
+"""Reading inputs and writing outputs atomically.
 
 Every output of the pipeline is written to a temporary file in the same directory and
 renamed into place, so a killed job never leaves a half-written file that a later run
-(or Snakemake) could mistake for a complete one.
+(or Snakemake) could mistake for a complete one. Every text input is read through
+``read_text``, so a binary or mis-encoded file is an error naming its line.
 """
 
 from __future__ import annotations
@@ -51,3 +52,14 @@ def write_bytes(path: str | Path, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically."""
     with atomic_open(path, "wb") as fh:
         fh.write(data)
+
+
+def read_text(path: str | Path) -> str:
+    """A UTF-8 text input; InputError naming the line of the first byte that is not UTF-8."""
+    from .errors import not_utf8
+
+    path = Path(path)
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise not_utf8(path, err) from None

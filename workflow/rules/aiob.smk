@@ -11,11 +11,15 @@ TORCH_ON_GPU = shutil.which("nvidia-smi") is not None
 
 
 rule aiob_roofline:
+    input:
+        after=[],
     output:
         profile=f"{RESULTS}/aiob/roofline/{{profile}}.txt",
         table=f"{RESULTS}/aiob/roofline/{{profile}}.csv",
+        status=f"{RESULTS}/aiob/roofline/{{profile}}.status",
     params:
         args=profile_args,
+        attempt=attempt(f"{RESULTS}/aiob/roofline/{{profile}}.status"),
     log:
         f"{RESULTS}/logs/aiob/roofline/{{profile}}.log",
     benchmark:
@@ -25,15 +29,19 @@ rule aiob_roofline:
         runtime=5,
     threads: 1
     shell:
-        "commsweep profile --backend roofline {params.args} -o {output.profile} --csv {output.table} > {log} 2>&1"
+        guarded("profile --backend roofline {params.args} -o {output.profile} --csv {output.table}")
 
 
 rule aiob_torch:
+    input:
+        after=[],
     output:
         profile=f"{RESULTS}/aiob/torch/{{profile}}.txt",
         table=f"{RESULTS}/aiob/torch/{{profile}}.csv",
+        status=f"{RESULTS}/aiob/torch/{{profile}}.status",
     params:
         args=profile_args,
+        attempt=attempt(f"{RESULTS}/aiob/torch/{{profile}}.status"),
     log:
         f"{RESULTS}/logs/aiob/torch/{{profile}}.log",
     benchmark:
@@ -44,18 +52,20 @@ rule aiob_torch:
         gpu=1 if TORCH_ON_GPU else 0,
     threads: 1 if TORCH_ON_GPU else 2
     shell:
-        "commsweep profile --backend torch --threads {threads} {params.args}"
-        " -o {output.profile} --csv {output.table} > {log} 2>&1"
+        guarded("profile --backend torch --threads {threads} {params.args} -o {output.profile} --csv {output.table}")
 
 
 rule aiob_file:
     input:
-        profile_user_file,
+        user=profile_user_file,
+        after=[],
     output:
         profile=f"{RESULTS}/aiob/file/{{profile}}.txt",
         table=f"{RESULTS}/aiob/file/{{profile}}.csv",
+        status=f"{RESULTS}/aiob/file/{{profile}}.status",
     params:
         args=profile_args,
+        attempt=attempt(f"{RESULTS}/aiob/file/{{profile}}.status"),
     log:
         f"{RESULTS}/logs/aiob/file/{{profile}}.log",
     benchmark:
@@ -65,4 +75,4 @@ rule aiob_file:
         runtime=5,
     threads: 1
     shell:
-        "commsweep profile --backend file --file {input} {params.args} -o {output.profile} --csv {output.table} > {log} 2>&1"
+        guarded("profile --backend file --file {input.user} {params.args} -o {output.profile} --csv {output.table}")

@@ -4,11 +4,13 @@
 
 rule audit:
     input:
-        audit_workload,
+        unpack(audit_inputs),
     output:
-        f"{RESULTS}/points/{{point}}/audit.csv",
+        audit=f"{RESULTS}/points/{{point}}/audit.csv",
+        status=f"{RESULTS}/points/{{point}}/audit.status",
     params:
         args=audit_args,
+        attempt=attempt(f"{RESULTS}/points/{{point}}/audit.status"),
     log:
         f"{RESULTS}/logs/audit/{{point}}.log",
     benchmark:
@@ -18,7 +20,7 @@ rule audit:
         runtime=5,
     threads: 1
     shell:
-        "commsweep audit {input} {params.args} --format csv -o {output} > {log} 2>&1"
+        guarded("audit {input.workload} {params.args} --format csv -o {output.audit}")
 
 
 rule compare:

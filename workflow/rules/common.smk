@@ -83,11 +83,20 @@ def profile_path(point):
     return f"{RESULTS}/aiob/{config['aiob']['backend']}/{point.profile_key}.txt"
 
 
+def profile_status(point):
+    return profile_path(point).removesuffix(".txt") + ".status"
+
+
 def workload_inputs(wildcards):
     """The profile of a point with aiob on; ``after``: status files the job waits on."""
     point = workload_point(wildcards)
-    # When the AIOB rule is guarded, add its status file to "after" (see guarded()).
-    return {"profile": profile_path(point), "after": []} if point.aiob else {"after": []}
+    if point.aiob:
+        return {"profile": profile_path(point), "after": [profile_status(point)]}
+    return {"after": []}
+
+
+def workload_status(point):
+    return f"{RESULTS}/workloads/{point.workload_key}/workload.status"
 
 
 def workload_args(wildcards):
@@ -154,7 +163,7 @@ def simulator_ratio_dir():
 
 def simulate_inputs(wildcards):
     point = point_of(wildcards)
-    inputs = {"workload": f"{RESULTS}/workloads/{point.workload_key}/workload.txt"}
+    inputs = {"workload": f"{RESULTS}/workloads/{point.workload_key}/workload.txt", "after": [workload_status(point)]}
     ratio_dir = simulator_ratio_dir()
     if ratio_dir:
         inputs["ratios"] = [os.path.join(ratio_dir, f"{t}_ratio.csv") for t in ("nvlink", "nic", "ata")]
@@ -218,8 +227,9 @@ def point_args(point):
     return to_commsweep_argv(point.setup) + ["--pp_stage", config["generator"]["megatron_pp_stage"]]
 
 
-def audit_workload(wildcards):
-    return f"{RESULTS}/workloads/{point_of(wildcards).workload_key}/workload.txt"
+def audit_inputs(wildcards):
+    point = point_of(wildcards)
+    return {"workload": f"{RESULTS}/workloads/{point.workload_key}/workload.txt", "after": [workload_status(point)]}
 
 
 def audit_args(wildcards):
@@ -333,4 +343,7 @@ def attempt(status_file):
 
 def all_status(wildcards):
     """The status files of every per-point job the summary must wait for (and read)."""
-    return [f"{RESULTS}/workloads/{w}/{stage}.status" for w in WORKLOADS for stage in ("workload", "volumes")]
+    out = [f"{RESULTS}/workloads/{w}/{stage}.status" for w in WORKLOADS for stage in ("workload", "volumes")]
+    out += [f"{RESULTS}/points/{p}/simulate.status" for p in sorted(POINT_BY_KEY)]
+    out += [f"{RESULTS}/points/{p.point_key}/audit.status" for p in AUDITED]
+    return out

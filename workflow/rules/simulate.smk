@@ -8,8 +8,10 @@ rule simulate:
     output:
         endtoend=f"{RESULTS}/points/{{point}}/EndToEnd.csv",
         collectives=f"{RESULTS}/points/{{point}}/collectives.csv",
+        status=f"{RESULTS}/points/{{point}}/simulate.status",
     params:
         args=simulate_args,
+        attempt=attempt(f"{RESULTS}/points/{{point}}/simulate.status"),
     log:
         f"{RESULTS}/logs/simulate/{{point}}.log",
     benchmark:
@@ -19,5 +21,4 @@ rule simulate:
         runtime=lambda wc: 120 if config["simulator"]["backend"] == "simai" else 5,
     threads: 1
     shell:
-        "commsweep simulate -w {input.workload} {params.args} "
-        "--endtoend {output.endtoend} --collectives {output.collectives} > {log} 2>&1"
+        guarded("simulate -w {input.workload} {params.args} --endtoend {output.endtoend} --collectives {output.collectives}")

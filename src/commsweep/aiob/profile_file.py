@@ -22,8 +22,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import InputError, not_utf8
-from ..files import write_text
+from ..errors import InputError
+from ..files import read_text, write_text
 
 # The operator sections AICB's AiobMegatron measures for a dense Megatron layer, in its order.
 STANDARD_SECTIONS = (
@@ -73,12 +73,7 @@ class AiobProfile:
 
 def read(path: str | Path, *, require_standard: bool = False) -> AiobProfile:
     """Read and validate an AIOB file; raise InputError naming file, line and field."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise not_utf8(path, err) from None
-    return parse(text, source=path, require_standard=require_standard)
+    return parse(read_text(path), source=path, require_standard=require_standard)
 
 
 def _number(token: str, *, source, line: int, key: str) -> Number:

@@ -346,6 +346,10 @@ def compare(sweep_csv: Path, summary_csv: Path, results: Path) -> tuple[str, str
 
     points = read_points(sweep_csv)
     summary = read_csv_rows(summary_csv, ("point", "phase", "collective", "group", *VOLUME_QUANTITIES))
+    # A point whose stage failed has no numbers (its summary row says why): leave it out.
+    failed = {r["point"] for r in summary if r.get("status", "ok") != "ok"}
+    points = [p for p in points if p["point"] not in failed]
+    summary = [r for r in summary if r["point"] not in failed]
     audits = {p["point"]: read_audit(results, p["point"]) for p in points}
     return findings_csv(points, audits), comparison_csv(points, summary), verdicts_csv(points, audits)
 

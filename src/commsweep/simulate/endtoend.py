@@ -19,6 +19,7 @@ import math
 from pathlib import Path
 
 from ..errors import InputError
+from ..files import read_text
 from .cfloat import fixed
 
 SUMMARY_HEADER = (
@@ -127,7 +128,7 @@ def parse(text: str, *, source: str | Path = "<EndToEnd.csv>") -> EndToEnd:
     if text == "":
         return EndToEnd(None, {}, {}, None, (), complete=False, empty=True)
     if not text.endswith("\n"):
-        raise InputError("the last line has no newline: the file is cut short", file=source)
+        raise InputError("the last line has no newline: the file is cut short", file=source, line=text.count("\n") + 1)
     lines = text[:-1].split("\n")
     index = 0
     name, components, percents, total = None, {}, {}, None
@@ -178,9 +179,4 @@ def _parse_summary(line: str, *, source) -> tuple[str, dict, dict, float]:
 
 
 def read(path: str | Path) -> EndToEnd:
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise InputError(f"not a UTF-8 text file ({err.reason} at byte {err.start})", file=path) from None
-    return parse(text, source=path)
+    return parse(read_text(path), source=path)

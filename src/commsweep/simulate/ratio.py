@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import InputError, not_utf8
 from .cfloat import div, f32
 
 TABLES = ("nvlink", "nic", "ata")
@@ -131,7 +131,7 @@ def read_table(path: str | Path, name: str) -> RatioTable:
         raise InputError("ratio table not found (SimAI needs nvlink_ratio.csv, nic_ratio.csv, ata_ratio.csv)",
                          file=path) from None
     except UnicodeDecodeError as err:
-        raise InputError(f"not a UTF-8 text file ({err.reason} at byte {err.start})", file=path) from None
+        raise not_utf8(path, err) from None
     sizes: list[float] = []
     rows: list[tuple[float, ...]] = []
     for line_no, line in enumerate(text.split("\n")[1:], start=2):

@@ -20,8 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import InputError, not_utf8
-from ..files import write_text
+from ..errors import InputError
+from ..files import read_text, write_text
 
 MODE = "HYBRID_TRANSFORMER_FWD_IN_BCKWD"
 PHASES = ("fwd", "ig", "wg")
@@ -139,12 +139,7 @@ def _same_header(header: Header) -> bool:
 
 def read(path: str | Path) -> Workload:
     """Read and validate a workload file; raise InputError naming file, line and field."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise not_utf8(path, err) from None
-    return parse(text, source=path)
+    return parse(read_text(path), source=path)
 
 
 def _int(token: str, *, source, line: int, field: str | None) -> int:
@@ -246,7 +241,7 @@ def parse_header(line: str, *, source: str | Path = "<workload>") -> Header:
 # rows. Anything else takes the field-by-field path below, which names what is wrong.
 _U = r"(0|[1-9][0-9]{0,17})"
 _C = "(" + "|".join(sorted(COMM_TYPES, key=len, reverse=True)) + ")"
-_FAST_ROW = re.compile("\t".join([r"(\S+)", r"(-?(?:0|[1-9][0-9]{0,17}))", _U, _C, _U, _U, _C, _U, _U, _C, _U, _U]))
+_FAST_ROW = re.compile("\t".join([r"(\S+)", r"(0|-?[1-9][0-9]{0,17})", _U, _C, _U, _U, _C, _U, _U, _C, _U, _U]))
 
 
 def parse_row(line: str, *, source: str | Path = "<workload>", line_no: int = 0) -> Row:
@@ -290,6 +285,20 @@ def parse_row(line: str, *, source: str | Path = "<workload>", line_no: int = 0)
 
 
 # -- writing ---------------------------------------------------------------------------
+
+
+def oversized(workload: Workload) -> str | None:
+    """The first size or time SimAI could not hold in 64 bits, described; None if all fit.
+
+    A generator can compute such numbers for an absurd model; the file would then be one
+    no reader (SimAI's nor ours) accepts, so generation refuses it instead.
+    """
+    for i, row in enumerate(workload.rows):
+        for name in ROW_FIELDS[2:]:
+            value = getattr(row, name)
+            if isinstance(value, int) and value > _MAX_INT:
+                return f"row {i + 1} ({row.name}): {name} = {value} does not fit in SimAI's 64-bit fields"
+    return None
 
 
 def write(workload: Workload, path: str | Path) -> None:

@@ -56,12 +56,17 @@ def build(
     if schedule == "megatron":
         from . import megatron
 
-        return megatron.schedule(setup, profile, stage=pipeline_stage(pp_stage, setup.pp)).workload()
-    if schedule == "aicb":
+        workload = megatron.schedule(setup, profile, stage=pipeline_stage(pp_stage, setup.pp)).workload()
+    elif schedule == "aicb":
         from . import aicb
 
-        return aicb.generate(setup, profile, **(aicb_checks or {}))
-    raise ConfigError(f"unknown schedule {schedule!r}", key="--schedule")
+        workload = aicb.generate(setup, profile, **(aicb_checks or {}))
+    else:
+        raise ConfigError(f"unknown schedule {schedule!r}", key="--schedule")
+    too_large = wformat.oversized(workload)
+    if too_large:
+        raise ConfigError(f"the model is too large for a SimAI workload: {too_large}", key="arguments")
+    return workload
 
 
 def from_arguments(ns) -> tuple[str, list[str]]:
