@@ -27,7 +27,8 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
 # Several models, TP 1-8, SP, PP, AIOB, both schedules, two networks: the large sweep has
-# 4 x 4 x 2 x 2 x 2 x 2 x 2 = 1,024 points (every combination valid).
+# 4 models x 4 TP x 2 PP x 2 SP x 2 AIOB x 2 schedules x 2 micro batches x 2 networks
+# = 1,024 points (every combination valid).
 SWEEPS = {
     10: """\
 sweep:
@@ -60,6 +61,7 @@ sweep:
   sp: [false, true]
   aiob: [false, true]
   schedule: [aicb, megatron]
+  micro_batch: [1, 2]
   global_batch: [128]
   network: [netA, netB]
 """,
@@ -106,6 +108,8 @@ def measure(size: int) -> dict[str, float | int]:
 
 
 def main() -> None:
+    # As `make run` does: the package's modules byte-compiled once, not in every job.
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "src")], check=True)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=sorted(SWEEPS), choices=sorted(SWEEPS))
     parser.add_argument("--record", action="store_true", help="append the results to bench/sweep_scale.md")

@@ -156,13 +156,11 @@ def cmd_compare(ns: argparse.Namespace) -> None:
 
 
 def cmd_timeline(ns: argparse.Namespace) -> None:
-    from .analysis import plots
+    from .analysis import audit, plots, timeline
     from .arguments import setup_from_args
-    from .workload.generate import pipeline_stage
-
-    from .analysis import audit, timeline
     from .errors import ConfigError
     from .workload import format as wformat
+    from .workload.generate import pipeline_stage
 
     setup = setup_from_args(ns)
     if ns.simulation is not None:
@@ -189,7 +187,7 @@ def cmd_guard(ns: argparse.Namespace) -> None:
         argv = argv[1:]
     if not argv or argv[0] in ("guard", "check"):
         raise CommsweepError("guard needs a commsweep command after '--', e.g. -- generate ...")
-    parser = build_parser()
+    parser = build_parser(only=argv[0] if argv[0] in COMMANDS else None)
 
     def run() -> None:
         inner = status.parse_quietly(lambda: parser.parse_args(argv))
@@ -248,17 +246,7 @@ def add_simulate_parser(sub) -> None:
     p.set_defaults(func=cmd_simulate)
 
 
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="commsweep",
-        description="Sweep LLM-training communication through AICB-style workloads and SimAI's model.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    if only == "simulate":  # the per-point command starts without the other commands' imports
-        add_simulate_parser(sub)
-        return parser
-
-    from .analysis.audit import add_network_arguments
+def add_generate_parser(sub) -> None:
     from .arguments import add_aiob_arguments, add_training_arguments
 
     p = sub.add_parser(
@@ -279,6 +267,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="the Python that runs AICB (needs numpy and pandas; default: this one)")
     p.add_argument("-o", "--output", help="output file (default: stdout)")
     p.set_defaults(func=cmd_generate)
+
+
+def add_profile_parser(sub) -> None:
+    from .arguments import add_aiob_arguments, add_training_arguments
 
     p = sub.add_parser(
         "profile", allow_abbrev=False,
@@ -305,6 +297,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--csv", help="also write the tidy CSV of the same numbers here")
     p.set_defaults(func=cmd_profile)
 
+
+def add_trace_parser(sub) -> None:
+    from .arguments import add_aiob_arguments, add_training_arguments
+
     p = sub.add_parser(
         "trace", allow_abbrev=False,
         help="run megatron-core on CPU processes and record every collective (needs .[megatron])",
@@ -327,6 +323,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="output file (default: stdout)")
     p.set_defaults(func=cmd_trace)
 
+
+def add_volumes_parser(sub) -> None:
     p = sub.add_parser("volumes", help="communication volumes of a workload per phase, collective and group")
     p.add_argument("workload", help="a SimAI workload file")
     p.add_argument("--format", choices=("csv", "json", "table"), default="table")
@@ -334,6 +332,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="SimAI's -g (sets the DP group size); default: the header's all_gpus")
     p.add_argument("-o", "--output", help="output file (default: stdout)")
     p.set_defaults(func=cmd_volumes)
+
+
+def add_audit_parser(sub) -> None:
+    from .arguments import add_aiob_arguments, add_training_arguments
+    from .analysis.audit import add_network_arguments
 
     p = sub.add_parser(
         "audit", allow_abbrev=False,
@@ -353,19 +356,23 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="output file (default: stdout)")
     p.set_defaults(func=cmd_audit)
 
+
+def add_sweep_parser(sub) -> None:
     p = sub.add_parser("sweep", help="validate a sweep config and list its points")
     p.add_argument("config", help="a sweep config YAML (see config/config.yaml)")
     p.add_argument("--table", help="write the points table (CSV) to this file")
     p.set_defaults(func=cmd_sweep)
 
+
+def add_summarize_parser(sub) -> None:
     p = sub.add_parser("summarize", help="join every point's results into one table")
     p.add_argument("--sweep", required=True, help="the points table (results/sweep.csv)")
     p.add_argument("--results", default="results", help="the results directory")
     p.add_argument("-o", "--output", help="output CSV (default: stdout)")
     p.set_defaults(func=cmd_summarize)
 
-    add_simulate_parser(sub)
 
+def add_guard_parser(sub) -> None:
     p = sub.add_parser(
         "guard", help="run a per-point command and record its outcome (how the pipeline runs each point)",
         description="Run a commsweep command for one point and write a status file: ok, or its error. "
@@ -379,12 +386,16 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("argv", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...: the commsweep command to run")
     p.set_defaults(func=cmd_guard)
 
+
+def add_check_parser(sub) -> None:
     p = sub.add_parser("check", help="fail if a point of the sweep failed (and let the next run retry it)")
     p.add_argument("--sweep", required=True, help="the points table (results/sweep.csv)")
     p.add_argument("--results", default="results", help="the results directory")
     p.add_argument("-o", "--output", help="write 'all N point(s) ok' here when none failed")
     p.set_defaults(func=cmd_check)
 
+
+def add_plot_parser(sub) -> None:
     p = sub.add_parser("plot", help="draw a figure from the summary table")
     p.add_argument("kind", choices=("volume-by-tp", "tp-bytes-by-phase", "exposed-by-group", "audit-by-kind"))
     # audit-by-kind reads results/findings.csv; the others results/summary.csv
@@ -392,6 +403,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="output PNG")
     p.set_defaults(func=cmd_plot)
 
+
+def add_compare_parser(sub) -> None:
     p = sub.add_parser("compare", help="sweep-wide findings, comparison of the generators, and verdicts")
     p.add_argument("--sweep", required=True, help="the points table (results/sweep.csv)")
     p.add_argument("--summary", required=True, help="the summary table (results/summary.csv)")
@@ -400,6 +413,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--comparison", required=True, help="output: the generators compared per setting (CSV)")
     p.add_argument("--verdicts", required=True, help="output: per point, its audit totals and verdict (CSV)")
     p.set_defaults(func=cmd_compare)
+
+
+def add_timeline_parser(sub) -> None:
+    from .arguments import add_aiob_arguments, add_training_arguments
+    from .analysis.audit import add_network_arguments
 
     p = sub.add_parser(
         "timeline", allow_abbrev=False,
@@ -417,12 +435,45 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--title", help="the figure's title (default: the workload's folder name)")
     p.add_argument("-o", "--output", required=True, help="output PNG")
     p.set_defaults(func=cmd_timeline)
+
+
+COMMANDS = {
+    "generate": add_generate_parser,
+    "profile": add_profile_parser,
+    "volumes": add_volumes_parser,
+    "simulate": add_simulate_parser,
+    "audit": add_audit_parser,
+    "sweep": add_sweep_parser,
+    "summarize": add_summarize_parser,
+    "compare": add_compare_parser,
+    "plot": add_plot_parser,
+    "timeline": add_timeline_parser,
+    "trace": add_trace_parser,
+    "guard": add_guard_parser,
+    "check": add_check_parser,
+}
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line; with ``only``, just that command's parser (and its imports).
+
+    The pipeline runs the per-point commands thousands of times: building the other
+    commands' parsers would import their modules for nothing.
+    """
+    parser = argparse.ArgumentParser(
+        prog="commsweep",
+        description="Sweep LLM-training communication through AICB-style workloads and SimAI's model.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, add in COMMANDS.items():
+        if only is None or only == name:
+            add(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(only="simulate" if argv[:1] == ["simulate"] else None)
+    parser = build_parser(only=argv[0] if argv[:1] and argv[0] in COMMANDS else None)
     ns = parser.parse_args(argv)
     try:
         ns.func(ns)

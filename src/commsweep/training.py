@@ -59,17 +59,18 @@ class TrainingSetup:
         return self.dp // self.ep
 
     # -- validity ------------------------------------------------------------------
-    def problems(self) -> list[str]:
-        """Every rule of Megatron's this setup breaks, as sentences (empty when valid)."""
+    def shard_problems(self) -> list[str]:
+        """The rules one rank's model shard breaks: how TP, PP and EP split the model.
+
+        What an AIOB profile needs; ``problems`` adds the rules of the whole job.
+        """
         m, t, p = self.model, self.tp, self.pp
-        out: list[str] = []
-        for name, value in (
-            ("world_size", self.world_size), ("tp", t), ("pp", p), ("ep", self.ep),
-            ("micro_batch", self.micro_batch), ("global_batch", self.global_batch),
-            ("seq_length", self.seq_length),
-        ):
-            if value < 1:
-                out.append(f"{name} must be at least 1 (got {value})")
+        out = [
+            f"{name} must be at least 1 (got {value})"
+            for name, value in (("tp", t), ("pp", p), ("ep", self.ep), ("micro_batch", self.micro_batch),
+                                ("seq_length", self.seq_length))
+            if value < 1
+        ]
         if out:
             return out
         if m.num_attention_heads % t:
@@ -80,11 +81,30 @@ class TrainingSetup:
             out.append(f"tp={t} does not divide hidden_size={m.hidden_size}")
         if m.ffn_hidden_size % t:
             out.append(f"tp={t} does not divide ffn_hidden_size={m.ffn_hidden_size}")
+        if m.num_layers % p:
+            out.append(f"pp={p} does not divide num_layers={m.num_layers}")
+        if m.is_moe:
+            assert m.num_experts is not None
+            if m.num_experts % self.ep:
+                out.append(f"ep={self.ep} does not divide the {m.num_experts} experts")
+        elif self.ep != 1:
+            out.append(f"ep={self.ep} needs an MoE model ({m.name} is dense)")
+        return out
+
+    def problems(self) -> list[str]:
+        """Every rule of Megatron's this setup breaks, as sentences (empty when valid)."""
+        m, t, p = self.model, self.tp, self.pp
+        out = [
+            f"{name} must be at least 1 (got {value})"
+            for name, value in (("world_size", self.world_size), ("global_batch", self.global_batch))
+            if value < 1
+        ]
+        out += self.shard_problems()
+        if out and any("must be at least 1" in line for line in out):
+            return out
         if self.world_size % (t * p):
             out.append(f"world_size={self.world_size} is not divisible by tp*pp={t * p}")
             return out
-        if m.num_layers % p:
-            out.append(f"pp={p} does not divide num_layers={m.num_layers}")
         per_iteration = self.micro_batch * self.dp
         if self.global_batch < per_iteration:
             out.append(
@@ -97,12 +117,6 @@ class TrainingSetup:
             )
         if self.sp and t > 1 and self.seq_length % t:
             out.append(f"sequence parallelism needs tp={t} to divide seq_length={self.seq_length}")
-        if m.is_moe:
-            assert m.num_experts is not None
-            if m.num_experts % self.ep:
-                out.append(f"ep={self.ep} does not divide the {m.num_experts} experts")
-            if self.dp % self.ep:
-                out.append(f"ep={self.ep} does not divide dp={self.dp}")
-        elif self.ep != 1:
-            out.append(f"ep={self.ep} needs an MoE model ({m.name} is dense)")
+        if m.is_moe and self.dp % self.ep:
+            out.append(f"ep={self.ep} does not divide dp={self.dp}")
         return out

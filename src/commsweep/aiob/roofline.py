@@ -132,35 +132,8 @@ class Shard:
         return int(self.s * self.b * self.topk * self.ep / self.experts)
 
 
-def shard_problems(setup: TrainingSetup) -> list[str]:
-    """Why a rank's shard cannot be formed (the subset of ``setup.problems`` a profile needs)."""
-    m, t = setup.model, setup.tp
-    out = []
-    for name, value in (("tp", t), ("pp", setup.pp), ("ep", setup.ep), ("micro_batch", setup.micro_batch),
-                        ("seq_length", setup.seq_length)):
-        if value < 1:
-            out.append(f"{name} must be at least 1 (got {value})")
-    if out:
-        return out
-    if m.num_attention_heads % t:
-        out.append(f"tp={t} does not divide the {m.num_attention_heads} attention heads")
-    if m.num_query_groups is not None and m.num_query_groups % t:
-        out.append(f"tp={t} does not divide the {m.num_query_groups} query groups (GQA)")
-    if m.hidden_size % t:
-        out.append(f"tp={t} does not divide hidden_size={m.hidden_size}")
-    if m.ffn_hidden_size % t:
-        out.append(f"tp={t} does not divide ffn_hidden_size={m.ffn_hidden_size}")
-    if m.num_layers % setup.pp:
-        out.append(f"pp={setup.pp} does not divide num_layers={m.num_layers}")
-    if m.is_moe and m.num_experts % setup.ep:  # type: ignore[operator]
-        out.append(f"ep={setup.ep} does not divide the {m.num_experts} experts")
-    if not m.is_moe and setup.ep != 1:
-        out.append(f"ep={setup.ep} needs an MoE model ({m.name} is dense)")
-    return out
-
-
 def check_shard(setup: TrainingSetup) -> Shard:
-    problems = shard_problems(setup)
+    problems = setup.shard_problems()
     if problems:
         raise ConfigError("; ".join(problems), key="arguments")
     return Shard.of(setup)

@@ -55,22 +55,24 @@ def wire_fraction(collective: str, group_size: int) -> Fraction:
 
 def tally(workload: Workload, gpus: int | None = None) -> list[Volume]:
     """The volumes table of a workload, in a stable order."""
-    counts: dict[tuple[str, str, str, int], list] = {}
+    # Sum sizes per key first: the wire share is the same for every collective of a key,
+    # so one exact multiplication per key gives the same bytes as one per collective.
+    counts: dict[tuple[str, str, str, int], list[int]] = {}
     for c in collectives(workload, gpus):
-        entry = counts.setdefault((c.phase, c.collective, c.group, c.group_size), [0, 0, Fraction(0)])
-        entry[0] += 1
-        entry[1] += c.size
-        entry[2] += c.size * wire_fraction(c.collective, c.group_size)
+        entry = counts.get((c.phase, c.collective, c.group, c.group_size))
+        if entry is None:
+            counts[(c.phase, c.collective, c.group, c.group_size)] = [1, c.size]
+        else:
+            entry[0] += 1
+            entry[1] += c.size
     header = workload.header
     if header.pp > 1:
         messages = 2 * header.vpp * header.ga
-        payload = messages * header.pp_comm
-        size = group_sizes(header, gpus)["PP"]
-        counts[("pp", "sendrecv", "PP", size)] = [messages, payload, Fraction(payload)]
+        counts[("pp", "sendrecv", "PP", group_sizes(header, gpus)["PP"])] = [messages, messages * header.pp_comm]
     return sorted(
         (
-            Volume(phase, coll, group, size, n, payload, round(wire))
-            for (phase, coll, group, size), (n, payload, wire) in counts.items()
+            Volume(phase, coll, group, size, n, payload, round(payload * wire_fraction(coll, size)))
+            for (phase, coll, group, size), (n, payload) in counts.items()
         ),
         key=lambda v: (
             PHASE_ORDER.index(v.phase), GROUP_ORDER.index(v.group), COLLECTIVE_ORDER.index(v.collective), v.group_size,

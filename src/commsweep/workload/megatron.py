@@ -40,6 +40,7 @@ Compute times: the AIOB profile when given (see ``_compute_times``), else 0 ever
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from ..aiob.profile_file import AiobProfile
 from ..training import TrainingSetup
@@ -103,7 +104,7 @@ class Schedule:
     # Collectives the SimAI format cannot carry: (module, phase, comm, why).
     unexpressed: tuple[tuple[str, str, Comm, str], ...] = field(default=())
 
-    @property
+    @cached_property
     def header(self) -> Header:
         s = self.setup
         pp_comm = 0
