@@ -15,7 +15,7 @@ from commsweep.errors import ConfigError
 from commsweep.models import PRESETS
 from commsweep.training import TrainingSetup
 
-from conftest import reference_path
+
 
 
 def parse(argv):

@@ -62,7 +62,6 @@ def sweep(tmp_path_factory):
     for entry in entries:
         setup = _setup(entry["command_args"])
         aiob = entry["path"] == "aiob"
-        stem = entry["file_name"][: -len(".txt")]
         setting = f"gpt7b_ws16_tp{setup.tp}_sp{int(setup.sp)}"
         variants = [("aicb", aiob, wf.read(REFERENCE / "aicb" / "workloads" / entry["file_name"]))]
         if not aiob:

@@ -14,7 +14,6 @@ import io
 import os
 import stat
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest

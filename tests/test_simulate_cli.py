@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -94,13 +93,7 @@ def test_bad_flags(tmp_path, capsys):
 # -- the workflow ------------------------------------------------------------------------------
 
 
-def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    return subprocess.run(
-        [str(Path(sys.executable).with_name("snakemake")), "-s", str(REPO / "Snakefile"), "--directory",
-         str(workdir), "--cores", "2", *args],
-        capture_output=True, text=True, env=env, timeout=600, check=True,
-    )
+from test_workflow import snakemake  # noqa: E402
 
 
 def test_one_simulate_job_per_point(tmp_path):

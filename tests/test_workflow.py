@@ -3,24 +3,18 @@
 from __future__ import annotations
 
 import csv
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+import sweeps
 from conftest import REPO
-
-SNAKEMAKE = Path(sys.executable).with_name("snakemake")
 
 
 def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    return subprocess.run(
-        [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(workdir), "--cores", "2", *args],
-        capture_output=True, text=True, check=check, env=env, timeout=600,
-    )
+    """Run the project's workflow in ``workdir`` (see tests/sweeps.py)."""
+    return sweeps.run(workdir, *args, check=check)
 
 
 def test_default_sweep_dry_run(tmp_path):

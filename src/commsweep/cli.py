@@ -270,7 +270,7 @@ def add_generate_parser(sub) -> None:
 
 
 def add_profile_parser(sub) -> None:
-    from .arguments import add_aiob_arguments, add_training_arguments
+    from .arguments import add_training_arguments
 
     p = sub.add_parser(
         "profile", allow_abbrev=False,
@@ -299,7 +299,7 @@ def add_profile_parser(sub) -> None:
 
 
 def add_trace_parser(sub) -> None:
-    from .arguments import add_aiob_arguments, add_training_arguments
+    from .arguments import add_training_arguments
 
     p = sub.add_parser(
         "trace", allow_abbrev=False,

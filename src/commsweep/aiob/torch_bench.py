@@ -122,7 +122,7 @@ def _builders(setup: TrainingSetup, torch, device, dtype) -> dict[str, Callable[
 
     sh = Shard.of(setup)
     m = setup.model
-    n, h, t, s, b = sh.tokens, sh.h, sh.t, sh.s, sh.b
+    h, t, s, b = sh.h, sh.t, sh.s, sh.b
     heads, groups, d = sh.heads // t, sh.kv_groups // t, sh.head_dim
     torch.manual_seed(0)
 

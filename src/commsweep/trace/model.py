@@ -163,14 +163,14 @@ def trace_step(setup: TrainingSetup, *, seed: int = 1234) -> tuple[list, dict]:
     optimizer's parameter gather) of ``setup`` on this process: its collectives, and
     facts about this rank (``meta``: its stage, parameter count, and the padding
     megatron's gradient buffer adds to it, which the DP collectives carry)."""
-    from . import collectives
+    from . import collectives  # noqa: F401 - its wrappers must be in place before megatron is imported
 
     with CudaFactoriesOnCpu():
         return _trace_step(setup, seed)
 
 
 def _trace_step(setup: TrainingSetup, seed: int) -> tuple[list, dict]:
-    from . import collectives
+    from . import collectives  # noqa: F401 - its wrappers must be in place before megatron is imported
 
     rank = dist.get_rank()
     ps.initialize_model_parallel(
