@@ -38,9 +38,11 @@ def test_small_sweep_audits_compares_and_reports(tmp_path):
     results = tmp_path / "results"
     audits = sorted(results.glob("points/*/audit.csv"))
     assert len(audits) == 4
-    # The Megatron schedule audits clean: only the header in every audit and in findings.csv.
-    for path in [*audits, results / "findings.csv"]:
+    # The Megatron schedule audits clean: only the header in every audit, in findings.csv
+    # (the point's key, then the audit's columns) and in the totals per point and kind.
+    for path in [*audits, results / "findings.csv", results / "findings_by_kind.csv"]:
         assert len(path.read_text().splitlines()) == 1
+    assert (results / "findings.csv").read_text().startswith("point,row,layer,phase,kind,")
     with open(results / "verdicts.csv", newline="") as fh:
         verdicts = list(csv.DictReader(fh))
     assert len(verdicts) == 4 and {v["matches_megatron"] for v in verdicts} == {"yes"}
@@ -53,5 +55,6 @@ def test_small_sweep_audits_compares_and_reports(tmp_path):
     assert list((results / "logs" / "audit").glob("*.log")) and list((results / "benchmarks" / "audit").glob("*.tsv"))
     snakemake(tmp_path, "--configfile", str(cfg), "--report", str(results / "report.html"))
     html = (results / "report.html").read_text()
-    for caption in ("Tensor-parallel bytes per iteration", "One simulated iteration", "Every finding of the audit"):
+    for caption in ("Tensor-parallel bytes per iteration", "One simulated iteration", "Every finding of the audit",
+                    "The audit summed per point and kind"):
         assert caption in html

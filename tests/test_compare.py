@@ -23,6 +23,7 @@ from commsweep import cli, paths
 from commsweep.analysis import audit, compare, plots, summary, timeline, volumes
 from commsweep.arguments import add_aiob_arguments, add_training_arguments, setup_from_args
 from commsweep.simulate import run as simulate_run
+from commsweep.simulate.collectives import csv_field
 from commsweep.simulate.engine import load_ratios
 from commsweep.sweep import TABLE_COLUMNS
 from commsweep.workload import format as wf
@@ -90,6 +91,7 @@ def sweep(tmp_path_factory):
                         ratio_dir=str(REFERENCE / "simai" / "ratio"),
                         endtoend=str(paths.endtoend_file(results, point)),
                         collectives=str(paths.collectives_file(results, point)),
+                        times=str(paths.times_file(results, point)),
                     ))
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=[*TABLE_COLUMNS, "status"], lineterminator="\n")
@@ -101,24 +103,126 @@ def sweep(tmp_path_factory):
     return results
 
 
-def _tables_text(results: Path) -> tuple[str, str, str]:
-    return compare.compare(results / "sweep.csv", results / "summary.csv", results)
+def _tables_text(results: Path) -> tuple[str, str, str, str]:
+    """(findings.csv, comparison.csv, verdicts.csv, findings_by_kind.csv)."""
+    findings = io.StringIO()
+    tables = compare.compare(results / "sweep.csv", results / "summary.csv", results, findings)
+    return findings.getvalue(), tables.comparison, tables.verdicts, tables.by_kind
+
+
+def _points(results: Path) -> dict[str, dict[str, str]]:
+    with open(results / "sweep.csv", newline="") as fh:
+        return {r["point"]: r for r in csv.DictReader(fh)}
 
 
 def _tables(results: Path):
-    findings, comparison, verdicts = compare.compare(results / "sweep.csv", results / "summary.csv", results)
-    return (list(csv.DictReader(io.StringIO(findings))), list(csv.DictReader(io.StringIO(comparison))),
-            list(csv.DictReader(io.StringIO(verdicts))))
+    """The tables as rows; each finding joined with its point's parameters (sweep.csv)."""
+    findings, comparison, verdicts, _ = _tables_text(results)
+    points = _points(results)
+    joined = [{**points[f["point"]], **f} for f in csv.DictReader(io.StringIO(findings))]
+    return joined, list(csv.DictReader(io.StringIO(comparison))), list(csv.DictReader(io.StringIO(verdicts)))
+
+
+def test_summary_times_equal_the_full_simulation_files(sweep):
+    """The summary reads only each point's times.csv; its times are those of the point's
+    collectives.csv (summed exactly) and EndToEnd.csv (its summary line), the files the
+    summary table was made from before."""
+    from decimal import Decimal
+
+    from commsweep.simulate import endtoend
+
+    rows = list(csv.DictReader(open(sweep / "summary.csv", newline="")))
+    simulated = 0
+    for point in {r["point"] for r in rows}:
+        mine = [r for r in rows if r["point"] == point]
+        e2e = paths.endtoend_file(sweep, point)
+        if not e2e.exists():
+            assert all(r[c] == "" for r in mine for c in summary.SIM_COLUMNS)
+            continue
+        simulated += 1
+        parsed = endtoend.read(e2e)
+        sums: dict[tuple, list[Decimal]] = {}
+        with open(paths.collectives_file(sweep, point), newline="") as fh:
+            for c in csv.DictReader(fh):
+                entry = sums.setdefault((c["phase"], c["collective"], c["group"]), [Decimal(0), Decimal(0)])
+                entry[0] += Decimal(c["time_us"])
+                entry[1] += Decimal(c["exposed_us"])
+        for r in mine:
+            assert r["sim_total_us"] == f"{parsed.total:.0f}"
+            for column, key in summary.SIM_COMPONENTS.items():
+                assert r[column] == f"{parsed.components[key]:.0f}"
+            if r["phase"] == "pp":
+                assert (r["time_us"], r["exposed_us"]) == ("", r["sim_pp_us"])
+            else:
+                time, exposed = sums.get((r["phase"], r["collective"], r["group"]), (None, None))
+                assert (r["time_us"], r["exposed_us"]) == ((f"{time:.3f}", f"{exposed:.3f}") if time is not None
+                                                           else ("", ""))
+    assert simulated == 40  # 16 AICB workloads x 2 networks, the 8 Megatron workloads on network A
 
 
 def test_findings_table_holds_every_audit_row_with_its_point(sweep):
+    text = _tables_text(sweep)[0]
+    lean = list(csv.DictReader(io.StringIO(text)))
+    assert tuple(lean[0]) == compare.FINDINGS_COLUMNS  # the point's key and the audit's columns only
+    expected = []
+    for point in _points(sweep):
+        path = paths.point_dir(sweep, point) / "audit.csv"
+        expected += [{"point": point, **row} for row in audit.read_csv(path.read_text())]
+    assert lean == expected and len(lean) > 0
     findings, _, _ = _tables(sweep)
-    assert tuple(findings[0]) == compare.FINDINGS_COLUMNS
-    expected = 0
-    for path in (sweep / "points").glob("*/audit.csv"):
-        expected += len(audit.read_csv(path.read_text()))
-    assert len(findings) == expected > 0
     assert {f["schedule"] for f in findings} == {"aicb"}  # the Megatron points audit clean
+
+
+def test_findings_by_kind_sum_every_finding_of_a_point(sweep):
+    findings, _, verdicts = _tables(sweep)
+    by_kind = list(csv.DictReader(io.StringIO(_tables_text(sweep)[3])))
+    assert tuple(by_kind[0]) == compare.BY_KIND_COLUMNS
+    sums: dict[tuple, list] = {}
+    for f in findings:
+        entry = sums.setdefault((f["point"], f["kind"]), [0, 0, 0, 0.0])
+        delta = int(f["delta_bytes"])
+        entry[0] += 1
+        entry[1] += -delta if delta < 0 else 0
+        entry[2] += delta if delta > 0 else 0
+        entry[3] += float(f["delta_us"] or 0)
+    assert {(r["point"], r["kind"]) for r in by_kind} == set(sums) and len(by_kind) == len(sums)
+    for r in by_kind:
+        n, missing, extra, us = sums[(r["point"], r["kind"])]
+        assert (int(r["findings"]), int(r["missing_bytes"]), int(r["extra_bytes"])) == (n, missing, extra)
+        assert float(r["delta_us"]) == pytest.approx(us, abs=1e-3 * n)
+    # ... and per point they add up to the verdicts' totals.
+    for v in verdicts:
+        rows = [r for r in by_kind if r["point"] == v["point"]]
+        assert sum(int(r["findings"]) for r in rows) == int(v["findings"] or 0)
+        assert sum(int(r["missing_bytes"]) for r in rows) == int(v["missing_bytes"] or 0)
+        assert sum(int(r["extra_bytes"]) for r in rows) == int(v["extra_bytes"] or 0)
+
+
+def test_a_damaged_audit_is_an_error_naming_its_line(sweep, tmp_path):
+    import shutil
+
+    copy = tmp_path / "results"
+    shutil.copytree(sweep, copy)
+    point = next(p for p in _points(copy) if "aicb" in p)
+    path = paths.point_dir(copy, point) / "audit.csv"
+    lines = path.read_text().split("\n")
+    cells = lines[2].split(",")
+    cells[audit.COLUMNS.index("delta_bytes")] = "lots"
+    lines[2] = ",".join(cells)
+    path.write_text("\n".join(lines))
+    with pytest.raises(compare.InputError, match=rf"{re.escape(str(path))}:3: field 'delta_bytes': expected an integer"):
+        compare.compare(copy / "sweep.csv", copy / "summary.csv", copy, io.StringIO())
+    # A layer name that must be quoted takes the csv module's path; the row is copied as it was.
+    cells = lines[1].split(",")
+    cells[audit.COLUMNS.index("layer")] = 'a "quoted", layer'
+    lines[1] = ",".join(csv_field(c) for c in cells)
+    lines[2] = lines[1]
+    path.write_text("\n".join(lines))
+    out = io.StringIO()
+    compare.compare(copy / "sweep.csv", copy / "summary.csv", copy, out)
+    rows = [r for r in csv.DictReader(io.StringIO(out.getvalue())) if r["point"] == point]
+    assert rows[0]["layer"] == rows[1]["layer"] == 'a "quoted", layer'
+    assert [list(r.values())[1:] for r in rows] == [list(r.values()) for r in audit.read_csv(path.read_text())]
 
 
 def test_audit_bytes_add_up_to_the_volume_difference_with_megatron(sweep):
@@ -196,13 +300,21 @@ def test_verdicts_name_the_path_that_matches_and_what_each_misses(sweep):
     assert by[("2", "False", "megatron", "netA")]["verdict"] == v["verdict"]
 
 
-def test_cli_compare_writes_the_three_tables(sweep, tmp_path):
-    outs = [tmp_path / n for n in ("findings.csv", "comparison.csv", "verdicts.csv")]
+def test_cli_compare_writes_the_four_tables(sweep, tmp_path):
+    outs = [tmp_path / n for n in ("findings.csv", "comparison.csv", "verdicts.csv", "findings_by_kind.csv")]
     argv = ["compare", "--sweep", str(sweep / "sweep.csv"), "--summary", str(sweep / "summary.csv"),
-            "--results", str(sweep), "--findings", str(outs[0]), "--comparison", str(outs[1]), "--verdicts", str(outs[2])]
+            "--results", str(sweep), "--findings", str(outs[0]), "--comparison", str(outs[1]), "--verdicts", str(outs[2]),
+            "--by-kind", str(outs[3])]
     assert cli.main(argv) == 0
-    for out, columns in zip(outs, (compare.FINDINGS_COLUMNS, compare.COMPARISON_COLUMNS, compare.VERDICT_COLUMNS)):
-        assert out.read_text().split("\n", 1)[0] == ",".join(columns)
+    for out, text in zip(outs, _tables_text(sweep)):
+        assert out.read_text() == text
+    # A failed comparison leaves the findings already written in place (no partial file).
+    bad = tmp_path / "summary.csv"
+    bad.write_text("point,phase\nx,fwd\n")
+    before = outs[0].read_bytes()
+    assert cli.main([*argv[:4], str(bad), *argv[5:]]) == 2
+    assert outs[0].read_bytes() == before
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
 def test_a_summary_without_volume_columns_is_refused(sweep, tmp_path):
@@ -220,8 +332,8 @@ def test_figures_are_png_and_deterministic(sweep, tmp_path, kind):
     a, b = tmp_path / "a.png", tmp_path / "b.png"
     source = sweep / "summary.csv"
     if kind == "audit-by-kind":
-        source = tmp_path / "findings.csv"
-        source.write_text(_tables_text(sweep)[0])
+        source = tmp_path / "findings_by_kind.csv"
+        source.write_text(_tables_text(sweep)[3])
     assert cli.main(["plot", kind, str(source), "-o", str(a)]) == 0
     plots.PLOTS[kind](source, b)
     assert a.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

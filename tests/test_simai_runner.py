@@ -160,6 +160,26 @@ def test_run_in_a_fresh_directory(stand_in, monkeypatch):
     assert not list(tmp.glob("simai-*"))  # the working directory is gone after success
 
 
+def test_cli_writes_the_times_of_a_simai_run(stand_in, monkeypatch):
+    """`commsweep simulate --backend simai --times`: SimAI's summary line and its collectives, summed."""
+    from commsweep.cli import main
+    from commsweep.simulate import endtoend, times
+
+    root, run, tmp = stand_in
+    monkeypatch.setenv("STAND_IN_MODE", "replay")
+    argv = ["simulate", "-w", str(run.workload), "--backend", "simai", "--simai-root", str(root),
+            "--ratio-dir", str(simai_runs.RATIO_DIR), "--out-dir", str(tmp), "--times", str(tmp / "t.csv")]
+    for flag in ("-g", "-g_p_s", "-n_p_s", "-nv", "-nic", "-r"):
+        argv += [flag, run.flags[flag]]
+    assert main(argv) == 0
+    parsed = times.read(tmp / "t.csv")
+    simai_summary = endtoend.read(run.endtoend)
+    assert parsed.iteration[("total_us", "")] == f"{simai_summary.total:.0f}"
+    assert parsed.iteration[("exposed_us", "")] == f"{simai_summary.components['exposed']:.0f}"
+    # The run's two forward all-reduces (76 and 304 us, exposed in full, as SimAI prints them), summed.
+    assert parsed.collective == {("fwd", "allreduce", "TP"): ("380.000", "380.000")}
+
+
 @pytest.mark.parametrize("mode, message", [
     ("badflag", "rejected its command line.*Help message"),
     ("fpe", "divided by zero"),

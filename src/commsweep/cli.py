@@ -114,7 +114,7 @@ def cmd_simulate(ns: argparse.Namespace) -> None:
         workload=ns.workload, gpus=ns.gpus, gpus_per_server=ns.gpus_per_server, nics_per_server=ns.nics_per_server,
         nvlink=ns.nvlink, nic=ns.nic, prefix=ns.prefix, tp_overlap=ns.tp_overlap, dp_overlap=ns.dp_overlap,
         ep_overlap=ns.ep_overlap, pp_overlap=ns.pp_overlap, ratio_dir=ns.ratio_dir, out_dir=ns.out_dir,
-        endtoend=ns.endtoend, collectives=ns.collectives, simai_bugs=ns.simai_bugs, backend=ns.backend,
+        endtoend=ns.endtoend, collectives=ns.collectives, times=ns.times, simai_bugs=ns.simai_bugs, backend=ns.backend,
         simai_root=ns.simai_root, timeout=ns.timeout,
     ))
 
@@ -147,12 +147,16 @@ def cmd_trace(ns: argparse.Namespace) -> None:
 
 def cmd_compare(ns: argparse.Namespace) -> None:
     from .analysis import compare
-    from .files import write_text
+    from .files import atomic_open, write_text
 
-    findings, comparison, verdicts = compare.compare(Path(ns.sweep), Path(ns.summary), Path(ns.results))
-    write_text(ns.findings, findings)
-    write_text(ns.comparison, comparison)
-    write_text(ns.verdicts, verdicts)
+    # findings.csv is written as the audits are read (it can hold millions of rows); it
+    # lands only when the whole comparison succeeded.
+    with atomic_open(ns.findings) as findings:
+        tables = compare.compare(Path(ns.sweep), Path(ns.summary), Path(ns.results), findings)
+    write_text(ns.comparison, tables.comparison)
+    write_text(ns.verdicts, tables.verdicts)
+    if ns.by_kind:
+        write_text(ns.by_kind, tables.by_kind)
 
 
 def cmd_timeline(ns: argparse.Namespace) -> None:
@@ -237,6 +241,8 @@ def add_simulate_parser(sub) -> None:
     p.add_argument("--out-dir", default="results", help="output directory (default: results)")
     p.add_argument("--endtoend", help="write the EndToEnd.csv here instead")
     p.add_argument("--collectives", help="write the per-collective table here instead")
+    p.add_argument("--times", metavar="FILE", help="also write the simulated times summed per phase, collective "
+                                                  "and group, and SimAI's summary line, here (what summarize reads)")
     p.add_argument("--simai-bugs", choices=("fix", "reproduce", "error"), default="fix",
                    help="where SimAI prints nonsense: fix it and warn (default), reproduce SimAI's output, or fail")
     p.add_argument("--backend", choices=("builtin", "simai"), default="builtin",
@@ -398,8 +404,8 @@ def add_check_parser(sub) -> None:
 def add_plot_parser(sub) -> None:
     p = sub.add_parser("plot", help="draw a figure from the summary table")
     p.add_argument("kind", choices=("volume-by-tp", "tp-bytes-by-phase", "exposed-by-group", "audit-by-kind"))
-    # audit-by-kind reads results/findings.csv; the others results/summary.csv
-    p.add_argument("summary", help="results/summary.csv (results/findings.csv for audit-by-kind)")
+    # audit-by-kind reads results/findings_by_kind.csv; the others results/summary.csv
+    p.add_argument("summary", help="results/summary.csv (results/findings_by_kind.csv for audit-by-kind)")
     p.add_argument("-o", "--output", required=True, help="output PNG")
     p.set_defaults(func=cmd_plot)
 
@@ -409,9 +415,12 @@ def add_compare_parser(sub) -> None:
     p.add_argument("--sweep", required=True, help="the points table (results/sweep.csv)")
     p.add_argument("--summary", required=True, help="the summary table (results/summary.csv)")
     p.add_argument("--results", default="results", help="the results directory (per-point audits)")
-    p.add_argument("--findings", required=True, help="output: every point's findings (CSV)")
+    p.add_argument("--findings", required=True,
+                   help="output: every point's findings, after the point's key (CSV; join results/sweep.csv on point)")
     p.add_argument("--comparison", required=True, help="output: the generators compared per setting (CSV)")
     p.add_argument("--verdicts", required=True, help="output: per point, its audit totals and verdict (CSV)")
+    p.add_argument("--by-kind", dest="by_kind", metavar="FILE",
+                   help="output: per point and kind of finding, its totals (CSV; the audit-by-kind figure's input)")
     p.set_defaults(func=cmd_compare)
 
 

@@ -8,6 +8,7 @@ One home for the layout, shared by the Snakemake rules and the summary code::
     results/workloads/<workload>/volumes.csv            its communication volumes
     results/points/<point>/EndToEnd.csv                 SimAI's summary and per-row times of the point
     results/points/<point>/collectives.csv              its simulated time per collective
+    results/points/<point>/times.csv                    their sums and SimAI's summary line (the summary's input)
     results/points/<point>/...                          other per-point stages (audit)
     results/summary.csv, results/plots/*.png            the sweep's tables and figures
 """
@@ -46,3 +47,8 @@ def endtoend_file(results: Path, point: str) -> Path:
 def collectives_file(results: Path, point: str) -> Path:
     """The point's simulated time per collective (``simulate.collectives`` columns)."""
     return point_dir(results, point) / "collectives.csv"
+
+
+def times_file(results: Path, point: str) -> Path:
+    """The point's simulated times in brief (``simulate.times``): all the summary reads of a simulation."""
+    return point_dir(results, point) / "times.csv"

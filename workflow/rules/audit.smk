@@ -44,6 +44,11 @@ rule compare:
             caption="../report/verdicts.rst",
             category="Audit against Megatron",
         ),
+        by_kind=report(
+            f"{RESULTS}/findings_by_kind.csv",
+            caption="../report/findings_by_kind.rst",
+            category="Audit against Megatron",
+        ),
     log:
         f"{RESULTS}/logs/compare.log",
     benchmark:
@@ -55,6 +60,7 @@ rule compare:
     shell:
         "commsweep compare --sweep {input.sweep} --summary {input.summary} --results {RESULTS}"
         " --findings {output.findings} --comparison {output.comparison} --verdicts {output.verdicts}"
+        " --by-kind {output.by_kind}"
         " > {log} 2>&1"
 
 
@@ -126,7 +132,8 @@ rule plot_timeline:
 
 rule plot_audit_by_kind:
     input:
-        f"{RESULTS}/findings.csv",
+        # per point and kind, a few rows per point (findings.csv can hold millions)
+        f"{RESULTS}/findings_by_kind.csv",
     output:
         report(
             f"{RESULTS}/plots/audit_by_kind.png",

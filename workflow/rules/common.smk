@@ -187,7 +187,8 @@ def simulate_args(wildcards):
 
 
 def all_simulations(wildcards):
-    return [f"{RESULTS}/points/{p}/EndToEnd.csv" for p in sorted(POINT_BY_KEY)]
+    """What the summary reads of each simulation: its times file (never the per-row files)."""
+    return [f"{RESULTS}/points/{p}/times.csv" for p in sorted(POINT_BY_KEY)]
 
 
 # -- audit and comparison (workflow/rules/audit.smk) -------------------------------------
@@ -203,6 +204,7 @@ def audit_outputs():
         f"{RESULTS}/findings.csv",
         f"{RESULTS}/comparison.csv",
         f"{RESULTS}/verdicts.csv",
+        f"{RESULTS}/findings_by_kind.csv",
         f"{RESULTS}/plots/tp_bytes_by_phase.png",
         f"{RESULTS}/plots/exposed_by_group.png",
         f"{RESULTS}/plots/audit_by_kind.png",

@@ -8,6 +8,8 @@ rule simulate:
     output:
         endtoend=f"{RESULTS}/points/{{point}}/EndToEnd.csv",
         collectives=f"{RESULTS}/points/{{point}}/collectives.csv",
+        # Their sums and SimAI's summary line: all the summary rule reads of a simulation.
+        times=f"{RESULTS}/points/{{point}}/times.csv",
         status=f"{RESULTS}/points/{{point}}/simulate.status",
     params:
         args=simulate_args,
@@ -21,4 +23,5 @@ rule simulate:
         runtime=lambda wc: 120 if config["simulator"]["backend"] == "simai" else 5,
     threads: 1
     shell:
-        guarded("simulate -w {input.workload} {params.args} --endtoend {output.endtoend} --collectives {output.collectives}")
+        guarded("simulate -w {input.workload} {params.args} --endtoend {output.endtoend} --collectives {output.collectives}"
+                " --times {output.times}")

@@ -8,10 +8,15 @@ and the network. Each setting has up to four *variants*, one per generator:
 * ``megatron`` and ``megatron_aiob``: the Megatron schedule with placeholder or AIOB
   compute times (the same collectives; only simulated times differ).
 
-Three tables come out of one pass over the sweep:
+Four tables come out of one pass over the sweep, which streams each point's audit once
+and never holds more than one point's findings (a 1,000-point sweep has millions):
 
-* ``findings.csv``: every point's audit findings, each row prefixed with the point's
-  columns (those of ``results/sweep.csv``);
+* ``findings.csv``: every point's audit findings, each row prefixed with the point's key
+  only (``point``, then the audit's columns); join with ``results/sweep.csv`` on
+  ``point`` for its parameters;
+* ``findings_by_kind.csv``: per audited point and kind of finding, with the point's
+  columns: ``findings``, ``missing_bytes`` (short of Megatron), ``extra_bytes`` (in
+  excess) and the summed ``delta_us``; a few rows per point, what the audit figure reads;
 * ``comparison.csv``: per setting, one row per quantity and key, with each variant's value
   and four differences (see ``DIFFERENCES``). Quantities: ``payload_bytes``, ``count`` and
   ``wire_bytes_per_rank`` per phase, collective and group (from the summary table); the
@@ -32,9 +37,11 @@ import io
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from .. import paths
 from ..errors import InputError
+from ..simulate.collectives import csv_field
 from ..sweep import AXES, TABLE_COLUMNS
 from . import audit
 
@@ -88,11 +95,12 @@ def time_columns(header: Iterable[str]) -> dict[str, tuple[str, str]]:
     return out
 
 
-FINDINGS_COLUMNS = (*TABLE_COLUMNS, *audit.COLUMNS)
+FINDINGS_COLUMNS = ("point", *audit.COLUMNS)
 VERDICT_COLUMNS = (
     *TABLE_COLUMNS, "variant", "audited", "findings", "missing_bytes", "extra_bytes", "misses_bytes",
     "delta_us", "matches_megatron", "verdict",
 )
+BY_KIND_COLUMNS = (*TABLE_COLUMNS, "variant", "kind", "findings", "missing_bytes", "extra_bytes", "delta_us")
 
 
 def variant_of(schedule: str, aiob: str | bool) -> str:
@@ -118,12 +126,18 @@ def read_csv_rows(path: Path, required: Iterable[str]) -> list[dict[str, str]]:
         return list(reader)
 
 
-def read_audit(results: Path, point: str) -> list[dict[str, str]] | None:
-    """A point's audit findings, or None when the point has no audit (MoE, or not run)."""
-    path = paths.point_dir(results, point) / "audit.csv"
-    if not path.exists():
-        return None
-    return audit.read_csv(path.read_text(encoding="utf-8"), source=path)
+def audit_path(results: Path, point: str) -> Path:
+    return paths.point_dir(results, point) / "audit.csv"
+
+
+@dataclass
+class KindTotals:
+    """The findings of one kind in one point's audit, summed."""
+
+    findings: int = 0
+    missing_bytes: int = 0
+    extra_bytes: int = 0
+    delta_us: float | None = None
 
 
 @dataclass
@@ -135,7 +149,7 @@ class Totals:
     extra_bytes: int = 0
     delta_us: float | None = None
     group_findings: int = 0
-    kinds: dict[str, int] = field(default_factory=dict)
+    kinds: dict[str, KindTotals] = field(default_factory=dict)
 
     @property
     def misses_bytes(self) -> int:
@@ -146,25 +160,83 @@ class Totals:
         """No finding changes what SimAI executes: no bytes off, nothing on a wrong group."""
         return self.misses_bytes == 0 and self.group_findings == 0 and not self.delta_us
 
-
-def totals(findings: list[dict[str, str]]) -> Totals:
-    t = Totals()
-    for f in findings:
-        t.findings += 1
-        t.kinds[f["kind"]] = t.kinds.get(f["kind"], 0) + 1
-        delta = int(f["delta_bytes"])
-        if delta < 0:
-            t.missing_bytes -= delta
+    def add(self, kind: str, delta_bytes: int, delta_us: float | None) -> None:
+        """Count one finding (in the audit's row order: ``delta_us`` sums are order-exact)."""
+        k = self.kinds.get(kind)
+        if k is None:
+            k = self.kinds[kind] = KindTotals()
+        self.findings += 1
+        k.findings += 1
+        if delta_bytes < 0:
+            self.missing_bytes -= delta_bytes
+            k.missing_bytes -= delta_bytes
         else:
-            t.extra_bytes += delta
-        if f["kind"] == "group":
-            t.group_findings += 1
-        if f["delta_us"]:
-            t.delta_us = (t.delta_us or 0.0) + float(f["delta_us"])
+            self.extra_bytes += delta_bytes
+            k.extra_bytes += delta_bytes
+        if kind == "group":
+            self.group_findings += 1
+        if delta_us is not None:
+            self.delta_us = (self.delta_us or 0.0) + delta_us
+            k.delta_us = (k.delta_us or 0.0) + delta_us
+
+
+_HEADER = ",".join(audit.COLUMNS) + "\n"
+_KIND, _DELTA_BYTES, _DELTA_US = (audit.COLUMNS.index(c) for c in ("kind", "delta_bytes", "delta_us"))
+
+
+def stream_audit(path: Path, point: str, out: IO[str] | None) -> Totals | None:
+    """Sum one point's audit, copying its rows to ``out`` after the point's key.
+
+    None when the point has no audit (MoE, or not run). Reads the file once; holds one
+    point's text at most. A file not written by ``audit.to_csv`` is an InputError naming
+    its line and field.
+    """
+    from ..files import read_text
+
+    if not path.exists():
+        return None
+    text = read_text(path)
+    if not text.startswith(_HEADER):
+        raise InputError(f"expected the columns {','.join(audit.COLUMNS)}", file=path, line=1)
+    body = text[len(_HEADER):]
+    t = Totals()
+    if not body:
+        return t
+    key = csv_field(point)
+    if '"' not in body and "\r" not in body and body.endswith("\n"):
+        # No quoted field: every line is one row of plain cells (the common case, fast).
+        lines = body[:-1].split("\n")
+        for n, line in enumerate(lines, start=2):
+            _add(t, line.split(","), path, n)
+        if out is not None:
+            out.write(key + "," + body[:-1].replace("\n", "\n" + key + ",") + "\n")
+        return t
+    writer = csv.writer(out, lineterminator="\n") if out is not None else None
+    reader = csv.reader(io.StringIO(body))
+    for cells in reader:
+        _add(t, cells, path, reader.line_num + 1)
+        if writer is not None:
+            writer.writerow((point, *cells))
     return t
 
 
-# -- the three tables --------------------------------------------------------------------
+def _add(t: Totals, cells: list[str], path: Path, line: int) -> None:
+    if len(cells) != len(audit.COLUMNS):
+        raise InputError(f"expected {len(audit.COLUMNS)} fields, got {len(cells)}", file=path, line=line)
+    try:
+        delta_bytes = int(cells[_DELTA_BYTES])
+    except ValueError:
+        raise InputError(f"expected an integer, got {cells[_DELTA_BYTES]!r}", file=path, line=line,
+                         field="delta_bytes") from None
+    us = cells[_DELTA_US]
+    try:
+        delta_us = float(us) if us else None
+    except ValueError:
+        raise InputError(f"expected a number, got {us!r}", file=path, line=line, field="delta_us") from None
+    t.add(cells[_KIND], delta_bytes, delta_us)
+
+
+# -- the tables ------------------------------------------------------------------------
 
 
 def _write(columns: Iterable[str], rows: Iterable[Iterable]) -> str:
@@ -173,15 +245,6 @@ def _write(columns: Iterable[str], rows: Iterable[Iterable]) -> str:
     writer.writerow(columns)
     writer.writerows(rows)
     return buf.getvalue()
-
-
-def findings_csv(points: list[dict[str, str]], audits: dict[str, list[dict[str, str]] | None]) -> str:
-    rows = []
-    for p in points:
-        base = [p[c] for c in TABLE_COLUMNS]
-        for f in audits.get(p["point"]) or []:
-            rows.append(base + [f[c] for c in audit.COLUMNS])
-    return _write(FINDINGS_COLUMNS, rows)
 
 
 def _number(value: str) -> float | int | None:
@@ -317,17 +380,14 @@ def setting_verdict(variants: dict[str, Totals | None]) -> str:
     return "; ".join(parts)
 
 
-def verdicts_csv(points: list[dict[str, str]], audits: dict[str, list[dict[str, str]] | None]) -> str:
+def verdicts_csv(points: list[dict[str, str]], point_totals: dict[str, Totals | None]) -> str:
+    """Per point, its audit totals and its setting's verdict (``point_totals``: None = no audit)."""
     by_setting: dict[tuple, dict[str, Totals | None]] = {}
-    point_totals: dict[str, Totals | None] = {}
     for p in points:
-        findings = audits.get(p["point"])
-        t = totals(findings) if findings is not None else None
-        point_totals[p["point"]] = t
-        by_setting.setdefault(setting_of(p), {})[variant_of(p["schedule"], p["aiob"])] = t
+        by_setting.setdefault(setting_of(p), {})[variant_of(p["schedule"], p["aiob"])] = point_totals.get(p["point"])
     rows = []
     for p in points:
-        t = point_totals[p["point"]]
+        t = point_totals.get(p["point"])
         verdict = setting_verdict(by_setting[setting_of(p)])
         base = [p[c] for c in TABLE_COLUMNS] + [variant_of(p["schedule"], p["aiob"])]
         if t is None:
@@ -340,8 +400,31 @@ def verdicts_csv(points: list[dict[str, str]], audits: dict[str, list[dict[str, 
     return _write(VERDICT_COLUMNS, rows)
 
 
-def compare(sweep_csv: Path, summary_csv: Path, results: Path) -> tuple[str, str, str]:
-    """(findings.csv, comparison.csv, verdicts.csv) of a finished sweep."""
+def by_kind_csv(points: list[dict[str, str]], point_totals: dict[str, Totals | None]) -> str:
+    """Per audited point and kind of finding (in order of first occurrence), the kind's totals."""
+    rows = []
+    for p in points:
+        t = point_totals.get(p["point"])
+        if t is None:
+            continue
+        base = [p[c] for c in TABLE_COLUMNS] + [variant_of(p["schedule"], p["aiob"])]
+        for kind, k in t.kinds.items():
+            rows.append(base + [kind, k.findings, k.missing_bytes, k.extra_bytes, _fmt(k.delta_us)])
+    return _write(BY_KIND_COLUMNS, rows)
+
+
+@dataclass
+class Tables:
+    """The comparison's small tables (findings.csv is streamed, see ``compare``)."""
+
+    comparison: str
+    verdicts: str
+    by_kind: str
+
+
+def compare(sweep_csv: Path, summary_csv: Path, results: Path, findings: IO[str] | None = None) -> Tables:
+    """The comparison of a finished sweep; every point's findings are written to ``findings``
+    (findings.csv: header and rows) as its audit is read, one point at a time."""
     from .summary import read_points
 
     points = read_points(sweep_csv)
@@ -350,8 +433,11 @@ def compare(sweep_csv: Path, summary_csv: Path, results: Path) -> tuple[str, str
     failed = {r["point"] for r in summary if r.get("status", "ok") != "ok"}
     points = [p for p in points if p["point"] not in failed]
     summary = [r for r in summary if r["point"] not in failed]
-    audits = {p["point"]: read_audit(results, p["point"]) for p in points}
-    return findings_csv(points, audits), comparison_csv(points, summary), verdicts_csv(points, audits)
+    if findings is not None:
+        findings.write(",".join(FINDINGS_COLUMNS) + "\n")
+    point_totals = {p["point"]: stream_audit(audit_path(results, p["point"]), p["point"], findings) for p in points}
+    return Tables(comparison_csv(points, summary), verdicts_csv(points, point_totals),
+                  by_kind_csv(points, point_totals))
 
 
 def has_times(summary_csv: Path) -> bool:

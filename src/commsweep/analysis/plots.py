@@ -343,17 +343,19 @@ KIND_COLOURS = {
 }
 
 
-def audit_by_kind(findings_csv: Path, output: Path) -> None:
+def audit_by_kind(by_kind_csv: Path, output: Path) -> None:
     """Bytes each workload is off from Megatron per iteration, by finding kind.
 
     One panel per model and SP setting; x: TP size; one bar per generator (the audits of
     the first network; bytes do not depend on it). Bytes in excess stack upwards, bytes
-    short of Megatron downwards, coloured by kind, in GiB per iteration.
+    short of Megatron downwards, coloured by kind, in GiB per iteration. Reads the
+    comparison's per point and kind totals (``results/findings_by_kind.csv``,
+    ``compare.BY_KIND_COLUMNS``), a few rows per point, not the findings themselves.
     """
     import pandas as pd
 
     plt = _pyplot()
-    df = pd.read_csv(findings_csv, dtype={"aiob": str, "sp": str})
+    df = pd.read_csv(by_kind_csv, dtype={"aiob": str, "sp": str})
     fig_rows = sorted(df["model"].unique()) if len(df) else []
     if not fig_rows:
         fig, ax = plt.subplots(figsize=(7, 2.2))
@@ -368,10 +370,10 @@ def audit_by_kind(findings_csv: Path, output: Path) -> None:
     sps, tps = sorted(df["sp"].unique()), sorted(df["tp"].unique())
     variants = [v for v in VARIANT_ORDER if v in set(df["variant"])]
     # Kinds that move bytes (none_with_size never does: SimAI ignores the size of a NONE).
-    moved = df[df["delta_bytes"] != 0]
+    moved = df[(df["extra_bytes"] != 0) | (df["missing_bytes"] != 0)]
     kinds = [k for k in KIND_COLOURS if k in set(moved["kind"])]
-    sums = df.groupby(["model", "sp", "tp", "variant", "kind"])["delta_bytes"].agg(
-        up=lambda s: s[s > 0].sum(), down=lambda s: s[s < 0].sum())
+    grouped = df.groupby(["model", "sp", "tp", "variant", "kind"])
+    sums = pd.DataFrame({"up": grouped["extra_bytes"].sum(), "down": -grouped["missing_bytes"].sum()})
     fig, axes = plt.subplots(len(fig_rows), len(sps), figsize=(5.4 * len(sps), 3.8 * len(fig_rows) + 0.7),
                              squeeze=False, sharey="row")
     hatches = {"AICB default path": "", "AICB AIOB path": "//", "Megatron": ".."}

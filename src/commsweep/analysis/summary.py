@@ -5,10 +5,10 @@ and the volume columns, so the table can be filtered and pivoted without joins. 
 whose stage failed (see ``commsweep.status``) has one row, ``status`` saying
 ``failed: <stage>: <error>`` and the other columns empty; the other points are complete.
 
-Then the simulation (``results/points/<point>/``): ``time_us`` and ``exposed_us``, the
-simulated time of the row's collectives before and after overlap (summed; the ``pp`` row
-has SimAI's exposed PP time only), and the point's iteration as SimAI's summary line
-gives it (whole us): ``sim_total_us``, exposed ``sim_dp_us``, ``sim_dp_ep_us``,
+Then the simulation (the point's ``times.csv``, see ``simulate.times``): ``time_us`` and
+``exposed_us``, the simulated time of the row's collectives before and after overlap
+(summed; the ``pp`` row has SimAI's exposed PP time only), and the point's iteration as
+SimAI's summary line gives it (whole us): ``sim_total_us``, exposed ``sim_dp_us``, ``sim_dp_ep_us``,
 ``sim_tp_us``, ``sim_ep_us``, ``sim_pp_us``, ``sim_bubble_us``, ``sim_compute_us`` and
 ``sim_exposed_us``. They are empty for a point without a (complete) simulation.
 """
@@ -21,6 +21,7 @@ from pathlib import Path
 
 from .. import paths, status
 from ..errors import InputError
+from ..simulate import times as sim_times
 from ..sweep import TABLE_COLUMNS
 from . import volumes
 
@@ -29,6 +30,9 @@ SIM_COMPONENTS = {
     "sim_pp_us": "exposed_pp", "sim_bubble_us": "bubble", "sim_compute_us": "compute", "sim_exposed_us": "exposed",
 }
 SIM_COLUMNS = ("time_us", "exposed_us", "sim_total_us", *SIM_COMPONENTS)
+# The summary's per-point columns -> their keys in a point's times file (``simulate.times``).
+SIM_KEYS = {"sim_total_us": sim_times.ITERATION["total"],
+            **{column: sim_times.ITERATION[component] for column, component in SIM_COMPONENTS.items()}}
 COLUMNS = (*TABLE_COLUMNS, "status", *volumes.COLUMNS, *SIM_COLUMNS)
 
 
@@ -57,40 +61,22 @@ def summarize(sweep_csv: Path, results: Path) -> str:
             if v.phase == "pp":
                 time, exposed = "", totals.get("sim_pp_us", "")
             else:
-                found = times.get((v.phase, v.collective, v.group))
-                time, exposed = (_us(found[0]), _us(found[1])) if found else ("", "")
+                time, exposed = times.get((v.phase, v.collective, v.group), ("", ""))
             sim = [totals.get(c, "") for c in SIM_COLUMNS[2:]]
             writer.writerow(base + ["ok"] + [getattr(v, c) for c in volumes.COLUMNS] + [time, exposed] + sim)
     return buf.getvalue()
 
 
-def _ns(text: str) -> int:
-    """'1234.567' (us) -> 1234567 ns, exactly."""
-    whole, _, frac = text.partition(".")
-    return int(whole) * 1000 + int((frac + "000")[:3] or 0)
+def simulated(results: Path, point: str) -> tuple[dict[tuple[str, str, str], tuple[str, str]], dict[str, str]]:
+    """A point's simulated us per (phase, collective, group), and its summary line (us).
 
-
-def _us(ns: int) -> str:
-    return f"{ns // 1000}.{ns % 1000:03d}"
-
-
-def simulated(results: Path, point: str) -> tuple[dict[tuple[str, str, str], list[int]], dict[str, str]]:
-    """A point's simulated ns per (phase, collective, group), and its summary line (us)."""
-    from ..simulate import collectives, endtoend
-
-    times: dict[tuple[str, str, str], list[int]] = {}
-    totals: dict[str, str] = {}
-    tidy_path = paths.collectives_file(results, point)
-    if tidy_path.exists():
-        for c in collectives.read_csv(tidy_path.read_text(encoding="utf-8"), source=str(tidy_path)):
-            entry = times.setdefault((c.phase, c.collective, c.group), [0, 0])
-            entry[0] += _ns(c.time_us)
-            entry[1] += _ns(c.exposed_us)
-    e2e_path = paths.endtoend_file(results, point)
-    if e2e_path.exists():
-        parsed = endtoend.read(e2e_path)
-        if parsed.complete:
-            totals["sim_total_us"] = f"{parsed.total:.0f}"
-            for column, key in SIM_COMPONENTS.items():
-                totals[column] = f"{parsed.components[key]:.0f}"
-    return times, totals
+    Read from the point's times file (``simulate.times``), never from its EndToEnd.csv or
+    collectives.csv, so a sweep of thousands of points is summarized in seconds. Both are
+    empty for a point without a simulation.
+    """
+    path = paths.times_file(results, point)
+    if not path.exists():
+        return {}, {}
+    parsed = sim_times.read(path)
+    totals = {column: parsed.iteration[key] for column, key in SIM_KEYS.items() if key in parsed.iteration}
+    return parsed.collective, totals

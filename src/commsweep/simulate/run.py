@@ -2,7 +2,8 @@
 
 Writes ``<out-dir>/<PREFIX>EndToEnd.csv`` (SimAI's file, byte-identical for the engine)
 and ``<out-dir>/<PREFIX>collectives.csv`` (the tidy per-collective table), or the paths
-given with ``--endtoend`` / ``--collectives``. Notes (which ratio tables were used, every
+given with ``--endtoend`` / ``--collectives``; with ``--times``, also their sums, what the
+sweep's summary reads (``simulate.times``). Notes (which ratio tables were used, every
 SimAI bug case met) go to stderr, so a pipeline rule's log keeps them.
 """
 
@@ -20,7 +21,7 @@ class Options:
 
     DEFAULTS = dict(
         tp_overlap="0", dp_overlap="0", ep_overlap="0", pp_overlap="1", ratio_dir=None, out_dir="results",
-        endtoend=None, collectives=None, simai_bugs="fix", backend="builtin", simai_root=None, timeout=None,
+        endtoend=None, collectives=None, times=None, simai_bugs="fix", backend="builtin", simai_root=None, timeout=None,
     )
     REQUIRED = ("workload", "gpus", "gpus_per_server", "nics_per_server", "nvlink", "nic", "prefix")
 
@@ -72,7 +73,15 @@ def run(opts: Options) -> None:
         endtoend_text, collectives_text = result.endtoend_text, result.collectives_csv()
     else:
         raise ConfigError(f"must be builtin or simai, got {opts.backend!r}", key="backend")
-    # The tidy table first: the EndToEnd.csv is the file pipelines wait for.
+    times_text = None
+    if opts.times:
+        from . import times
+
+        times_text = times.table(collectives_text, endtoend_text, collectives_source=collectives_path,
+                                 endtoend_source=endtoend_path)
+    # The tidy tables first: the EndToEnd.csv is the file pipelines wait for.
+    if times_text is not None:
+        write_text(opts.times, times_text)
     write_text(collectives_path, collectives_text)
     write_text(endtoend_path, endtoend_text)
 
