@@ -144,7 +144,9 @@ def test_summary_lists_the_failed_point_and_check_fails(tmp_path):
     bad = [r for r in rows if r["point"] == points[1]["point"]]
     assert good and all(r["status"] == "ok" and r["payload_bytes"] for r in good)
     assert len(bad) == 1
-    assert bad[0]["status"] == "failed: generate: arguments: world_size=16 is not divisible by tp*pp=20"
+    assert bad[0]["status"] == (
+        "failed: generate: arguments: pp=5 does not divide num_layers=32; world_size=16 is not divisible by tp*pp=20"
+    )
     assert bad[0]["tp"] == "4" and bad[0]["phase"] == ""
 
     with pytest.raises(CommsweepError) as err:
