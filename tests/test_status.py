@@ -152,7 +152,7 @@ def test_summary_lists_the_failed_point_and_check_fails(tmp_path):
     with pytest.raises(CommsweepError) as err:
         status.check(points, results)
     assert str(err.value).startswith("1 of 2 point(s) failed")
-    assert f"{points[1]['point']}: generate: arguments: world_size=16 is not divisible" in str(err.value)
+    assert f"{points[1]['point']}: generate: arguments: pp=5 does not divide num_layers=32; world_size=16 is not divisible" in str(err.value)
     assert status.check(points[:1], results) == "all 1 point(s) ok\n"
 
     # Through the CLI: a non-zero exit with the list, nothing written to -o.
