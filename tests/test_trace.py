@@ -7,7 +7,9 @@ need neither (records, scaling, the comparison's mapping).
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import io
 import subprocess
 import sys
 
@@ -124,6 +126,21 @@ def test_comparison_reports_a_missing_and_a_resized_collective():
     assert sorted((r.status, r.elements) for r in resized) == [("only in schedule", 2048), ("only in trace", 4096)]
 
 
+def test_the_sweep_check_names_every_difference():
+    small = scale.scaled_setup(point("gpt-7b", 2, False))
+    small = dataclasses.replace(small, model=dataclasses.replace(small.model, num_layers=1))
+    table = compare.check_table({
+        "gpt_tp2_pp1_sp0": compare.to_csv(compare.compare(_hand_trace(small))),
+        "gpt_tp2_pp1_sp1": compare.to_csv(compare.compare(_hand_trace(small, drop=7))),
+    })
+    rows = list(csv.DictReader(io.StringIO(table)))
+    assert [r["trace"] for r in rows] == ["gpt_tp2_pp1_sp0", "gpt_tp2_pp1_sp1"]
+    assert rows[0]["differing"] == "0" and rows[0]["matching"] == rows[0]["rows"]
+    assert rows[0]["verdict"] == "the megatron schedule issues exactly what megatron-core issues"
+    assert rows[1]["differing"] == "1"
+    assert "only in schedule: stage 0 backward decoder.layers.0.mlp.linear_fc1 (layer 0) allreduce TP" in rows[1]["verdict"]
+
+
 # -- with megatron-core --------------------------------------------------------------------
 
 CASES = {
@@ -232,5 +249,6 @@ def test_measured_reference_plans_one_trace_job_per_key(tmp_path):
     result = snakemake(tmp_path, "--configfile", str(cfg), "--dry-run")
     planned = {line.split()[1].strip(",") for line in result.stdout.splitlines() if line.strip().startswith("output: results/traces/")}
     assert planned == {f"results/traces/{k}.csv" for k in ("gpt_tp1_pp1_sp0", "gpt_tp2_pp1_sp0", "gpt_tp2_pp1_sp1")}
+    assert "rule trace_check:" in result.stdout  # the sweep's verdict on the schedule
     cfg.write_text(cfg.read_text().replace("reference: measured\n", ""))
     assert "rule trace" not in snakemake(tmp_path, "--configfile", str(cfg), "--dry-run").stdout

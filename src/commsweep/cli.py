@@ -145,6 +145,13 @@ def cmd_trace(ns: argparse.Namespace) -> None:
         sys.stderr.write(compare.summary(rows))
 
 
+def cmd_trace_check(ns: argparse.Namespace) -> None:
+    from .files import read_text
+    from .trace.compare import check_table
+
+    _emit(check_table({Path(f).name.removesuffix(".compare.csv"): read_text(f) for f in ns.compare}), ns.output)
+
+
 def cmd_compare(ns: argparse.Namespace) -> None:
     from .analysis import compare
     from .files import atomic_open, write_text
@@ -446,6 +453,13 @@ def add_timeline_parser(sub) -> None:
     p.set_defaults(func=cmd_timeline)
 
 
+def add_trace_check_parser(sub) -> None:
+    p = sub.add_parser("trace-check", help="one verdict per trace: does the megatron schedule match megatron-core")
+    p.add_argument("compare", nargs="+", help="comparison CSVs of `commsweep trace --compare` (<key>.compare.csv)")
+    p.add_argument("-o", "--output", help="output CSV (default: stdout)")
+    p.set_defaults(func=cmd_trace_check)
+
+
 COMMANDS = {
     "generate": add_generate_parser,
     "profile": add_profile_parser,
@@ -458,6 +472,7 @@ COMMANDS = {
     "plot": add_plot_parser,
     "timeline": add_timeline_parser,
     "trace": add_trace_parser,
+    "trace-check": add_trace_check_parser,
     "guard": add_guard_parser,
     "check": add_check_parser,
 }

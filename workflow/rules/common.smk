@@ -50,7 +50,10 @@ def final_outputs():
 
 
 def trace_outputs():
-    return [f"{RESULTS}/traces/{key}{suffix}" for key in sorted(TRACES) for suffix in (".csv", ".compare.csv")]
+    if not TRACES:
+        return []
+    traces = [f"{RESULTS}/traces/{key}{suffix}" for key in sorted(TRACES) for suffix in (".csv", ".compare.csv")]
+    return traces + [f"{RESULTS}/trace_check.csv"]
 
 
 def trace_setup(wildcards):

@@ -20,3 +20,21 @@ rule trace:
         runtime=20,
     shell:
         "commsweep trace {params.args} --format csv -o {output.trace} --compare {output.compare} > {log} 2>&1"
+
+
+rule trace_check:
+    # The sweep's verdict on the Megatron schedule, one row per trace.
+    input:
+        [f"{RESULTS}/traces/{key}.compare.csv" for key in sorted(TRACES)],
+    output:
+        report(f"{RESULTS}/trace_check.csv", caption="../report/trace_check.rst", category="Megatron schedule"),
+    log:
+        f"{RESULTS}/logs/trace_check.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/trace_check.tsv"
+    resources:
+        mem_mb=512,
+        runtime=5,
+    threads: 1
+    shell:
+        "commsweep trace-check {input} -o {output} > {log} 2>&1"

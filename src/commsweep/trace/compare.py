@@ -241,6 +241,37 @@ def summary(rows: list[Row]) -> str:
     return "\n".join(lines) + "\n"
 
 
+CHECK_COLUMNS = ("trace", "rows", "matching", "differing", "verdict")
+
+
+def check_table(compare_files: dict[str, str]) -> str:
+    """The sweep's verdict on the Megatron schedule: one row per trace.
+
+    ``compare_files`` maps a trace key to the text of its comparison CSV (``to_csv``).
+    ``differing`` counts rows whose status is not ``match``; the verdict names each of them
+    (key and counts), so a disagreement between the schedule and megatron-core is read
+    in one table, whatever the size of the sweep.
+    """
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(CHECK_COLUMNS)
+    for key in sorted(compare_files):
+        rows = list(csv.DictReader(io.StringIO(compare_files[key])))
+        bad = [r for r in rows if r["status"] != "match"]
+        if bad:
+            verdict = "the megatron schedule differs from megatron-core: " + "; ".join(
+                f"{r['status']}: stage {r['stage']} {r['phase']} {r['module']}"
+                + (f" (layer {r['layer']})" if r["layer"] else "")
+                + f" {r['collective']} {r['group']} x{r['elements']} elements, "
+                f"schedule {r['schedule_count']}, trace {r['trace_count']}"
+                for r in bad
+            )
+        else:
+            verdict = "the megatron schedule issues exactly what megatron-core issues"
+        writer.writerow([key, len(rows), len(rows) - len(bad), len(bad), verdict])
+    return buf.getvalue()
+
+
 def rank_differences(trace: Trace) -> list[str]:
     """Ranks of one stage that issued a different sequence of collectives (should be none:
     every TP and DP rank of a stage runs the same program)."""
