@@ -130,7 +130,7 @@ def main(argv=None) -> int:
             if sp and t == 1:
                 continue
             setup = TrainingSetup(model=model, world_size=t, tp=t, micro_batch=b, seq_length=s, sp=sp)
-            if roofline.shard_problems(setup):
+            if setup.shard_problems():
                 continue
             for gpu in gpus.GPUS.values():
                 for factor in (2, 4):

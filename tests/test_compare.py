@@ -432,3 +432,32 @@ def test_setting_verdicts_in_words():
     assert compare.setting_verdict({"aicb_aiob": None}).startswith("not audited")
     assert compare.setting_verdict({"megatron": clean}) == "no AICB path in this sweep"
     assert "a defect of the schedule or the audit" in compare.setting_verdict({"megatron": off})
+
+
+def test_figures_leave_failed_points_out(tmp_path):
+    """A failed point's one summary row has no numbers: the figures must not count it as 0 bytes."""
+    from commsweep.analysis import plots, summary
+
+    columns = summary.COLUMNS
+    ok = {c: "" for c in columns}
+    ok.update(point="p1__netA", workload="p1", model="gpt-7b", tp="2", sp="False", aiob="False",
+              schedule="megatron", network="netA", status="ok", phase="fwd", collective="allreduce",
+              group="TP", group_size="2", count="64", payload_bytes=str(64 * 2**24), wire_bytes_per_rank=str(64 * 2**24))
+    failed = {c: "" for c in columns}
+    failed.update(point="p2__netA", workload="p2", model="gpt-7b", tp="2", sp="False", aiob="False",
+                  schedule="megatron", network="netA", status="failed: generate: arguments: boom")
+
+    def write(rows, name):
+        path = tmp_path / name
+        with open(path, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows(rows)
+        return path
+
+    with_failed, without = write([ok, failed], "with.csv"), write([ok], "without.csv")
+    assert list(plots.read_summary(with_failed)["point"]) == ["p1__netA"]
+    for draw in (plots.tp_bytes_by_phase, plots.volume_by_tp):
+        draw(with_failed, tmp_path / "a.png")
+        draw(without, tmp_path / "b.png")
+        assert (tmp_path / "a.png").read_bytes() == (tmp_path / "b.png").read_bytes(), draw.__name__

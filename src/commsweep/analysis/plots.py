@@ -33,23 +33,37 @@ def variant(schedule: str, aiob: str) -> str:
     return "AICB AIOB path" if aiob == "True" else "AICB default path"
 
 
+def message_figure(output: Path, text: str) -> None:
+    """A small figure that says why there is nothing to draw (the rule still has its PNG)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 2.2))
+    ax.axis("off")
+    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=11)
+    save(fig, output)
+    plt.close(fig)
+
+
+def read_summary(summary_csv: Path):
+    """The summary table's complete points as a DataFrame (a failed point has no numbers:
+    its one row would count as zero bytes; see commsweep.status)."""
+    import pandas as pd
+
+    df = pd.read_csv(summary_csv, dtype={"aiob": str, "sp": str, "status": str})
+    if "status" in df.columns:
+        df = df[df["status"] == "ok"]
+    return df
+
+
 def volume_by_tp(summary_csv: Path, output: Path) -> None:
     """Payload bytes per iteration by TP and SP, stacked by phase, one bar per generator.
 
     One row of panels per model; volumes do not depend on the network, so the first
     network's rows are used.
     """
-    import pandas as pd
-
     plt = _pyplot()
-    df = pd.read_csv(summary_csv, dtype={"aiob": str, "sp": str, "status": str})
-    if "status" in df.columns:
-        df = df[df["status"] == "ok"]  # failed points have no volumes (see commsweep.status)
+    df = read_summary(summary_csv)
     if df.empty:
-        fig = plt.figure(figsize=(6, 2))
-        fig.text(0.5, 0.5, "no point of the sweep has volumes", ha="center", va="center")
-        save(fig, output)
-        plt.close(fig)
+        message_figure(output, "No point of the sweep has volumes (see the status column of summary.csv).")
         return
     df = df[df["network"] == df["network"].iloc[0]]
     df["variant"] = [variant(s, a) for s, a in zip(df["schedule"], df["aiob"])]
@@ -112,10 +126,11 @@ def tp_bytes_by_phase(summary_csv: Path, output: Path) -> None:
     rows are used (volumes do not depend on it); points that share model, SP, TP and
     generator (other axes) are averaged.
     """
-    import pandas as pd
-
     plt = _pyplot()
-    df = pd.read_csv(summary_csv, dtype={"aiob": str, "sp": str})
+    df = read_summary(summary_csv)
+    if df.empty:
+        message_figure(output, "No point of the sweep has volumes (see the status column of summary.csv).")
+        return
     df = df[df["network"] == df["network"].iloc[0]]
     df["variant"] = [variant(s, a) for s, a in zip(df["schedule"], df["aiob"])]
     points = df.drop_duplicates("point")[["point", "model", "sp", "tp", "variant"]]
@@ -173,21 +188,14 @@ def exposed_by_group(summary_csv: Path, output: Path) -> None:
     generator. Needs the simulate stage's time columns in the summary table
     (``compare.TIME_QUANTITIES``); without them the figure says so instead of guessing.
     """
-    import pandas as pd
-
     from .compare import time_columns
 
     plt = _pyplot()
-    df = pd.read_csv(summary_csv, dtype={"aiob": str, "sp": str})
+    df = read_summary(summary_csv)
     group_columns = {group: column for column, (quantity, group) in time_columns(df.columns).items()
                      if quantity == "exposed_us" and group}
-    if not group_columns:
-        fig, ax = plt.subplots(figsize=(7, 2.2))
-        ax.axis("off")
-        ax.text(0.5, 0.5, "No simulated times in the summary table:\nthe simulate stage has not run for this sweep.",
-                ha="center", va="center", fontsize=11)
-        save(fig, output)
-        plt.close(fig)
+    if not group_columns or df.empty:
+        message_figure(output, "No simulated times in the summary table:\nno point of this sweep was simulated.")
         return
     df["variant"] = [variant(s, a) for s, a in zip(df["schedule"], df["aiob"])]
     points = df.drop_duplicates("point")
@@ -358,12 +366,7 @@ def audit_by_kind(by_kind_csv: Path, output: Path) -> None:
     df = pd.read_csv(by_kind_csv, dtype={"aiob": str, "sp": str})
     fig_rows = sorted(df["model"].unique()) if len(df) else []
     if not fig_rows:
-        fig, ax = plt.subplots(figsize=(7, 2.2))
-        ax.axis("off")
-        ax.text(0.5, 0.5, "No findings: every audited workload issues what Megatron issues.",
-                ha="center", va="center", fontsize=11)
-        save(fig, output)
-        plt.close(fig)
+        message_figure(output, "No findings: every audited workload issues what Megatron issues.")
         return
     df = df[df["network"] == df["network"].iloc[0]]
     df["variant"] = [variant(s, a) for s, a in zip(df["schedule"], df["aiob"])]
