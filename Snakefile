@@ -12,7 +12,13 @@ from snakemake.utils import min_version, validate
 min_version("9.27")
 
 
-configfile: "config/config.yaml"
+# The default sweep; a sweep given with --configfile replaces it (rather than being merged
+# into it key by key), so the keys it leaves out take the schema's defaults, as
+# `commsweep sweep` reads it.
+if not workflow.overwrite_configfiles:
+
+    configfile: "config/config.yaml"
+
 
 
 validate(config, "workflow/schemas/config.schema.yaml")
