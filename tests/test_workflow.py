@@ -52,3 +52,21 @@ def test_small_sweep_runs_end_to_end(tmp_path):
     # Nothing changed: a rerun has nothing to do.
     again = snakemake(tmp_path, "--configfile", str(cfg))
     assert "Nothing to be done" in again.stdout + again.stderr
+
+
+def test_a_given_sweep_replaces_the_default_one(tmp_path):
+    """--configfile replaces config/config.yaml: keys it leaves out take the schema's defaults."""
+    from commsweep import sweep
+
+    def jobs(result) -> dict[str, int]:
+        return {rule: int(n) for rule, n, *_ in (line.split() for line in result.stdout.splitlines())
+                if rule in ("simulate", "workload")}
+
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "config.yaml").write_text((REPO / "config" / "config.yaml").read_text())
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("sweep:\n  tp: [2, 4]\n  sp: [true]\n")
+    # Not the default sweep's AIOB, schedules and networks: 2 points, 2 workloads.
+    assert jobs(snakemake(tmp_path, "--configfile", str(mine), "--dry-run")) == {"simulate": 2, "workload": 2}
+    default_points, _ = sweep.points_from_config(sweep.load_config(REPO / "config" / "config.yaml"))
+    assert jobs(snakemake(tmp_path, "--dry-run"))["simulate"] == len(default_points)
