@@ -59,8 +59,8 @@ def test_a_given_sweep_replaces_the_default_one(tmp_path):
     from commsweep import sweep
 
     def jobs(result) -> dict[str, int]:
-        return {rule: int(n) for rule, n, *_ in (line.split() for line in result.stdout.splitlines())
-                if rule in ("simulate", "workload")}
+        rows = (line.split() for line in result.stdout.splitlines())
+        return {row[0]: int(row[1]) for row in rows if len(row) == 2 and row[0] in ("simulate", "workload")}
 
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "config.yaml").write_text((REPO / "config" / "config.yaml").read_text())
