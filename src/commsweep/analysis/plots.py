@@ -54,6 +54,17 @@ def read_summary(summary_csv: Path):
     return df
 
 
+def first_network_volumes(summary_csv: Path):
+    """The complete points' rows on the sweep's first network, with a ``variant`` column;
+    None when no point has volumes. Volumes do not depend on the network."""
+    df = read_summary(summary_csv)
+    if df.empty:
+        return None
+    df = df[df["network"] == df["network"].iloc[0]].copy()
+    df["variant"] = [variant(s, a) for s, a in zip(df["schedule"], df["aiob"])]
+    return df
+
+
 def volume_by_tp(summary_csv: Path, output: Path) -> None:
     """Payload bytes per iteration by TP and SP, stacked by phase, one bar per generator.
 
@@ -61,12 +72,10 @@ def volume_by_tp(summary_csv: Path, output: Path) -> None:
     network's rows are used.
     """
     plt = _pyplot()
-    df = read_summary(summary_csv)
-    if df.empty:
+    df = first_network_volumes(summary_csv)
+    if df is None:
         message_figure(output, "No point of the sweep has volumes (see the status column of summary.csv).")
         return
-    df = df[df["network"] == df["network"].iloc[0]]
-    df["variant"] = [variant(s, a) for s, a in zip(df["schedule"], df["aiob"])]
     models = sorted(df["model"].unique())
     sps = sorted(df["sp"].unique())
     variants = [v for v in ("AICB default path", "AICB AIOB path", "Megatron") if v in set(df["variant"])]
@@ -127,12 +136,10 @@ def tp_bytes_by_phase(summary_csv: Path, output: Path) -> None:
     generator (other axes) are averaged.
     """
     plt = _pyplot()
-    df = read_summary(summary_csv)
-    if df.empty:
+    df = first_network_volumes(summary_csv)
+    if df is None:
         message_figure(output, "No point of the sweep has volumes (see the status column of summary.csv).")
         return
-    df = df[df["network"] == df["network"].iloc[0]]
-    df["variant"] = [variant(s, a) for s, a in zip(df["schedule"], df["aiob"])]
     points = df.drop_duplicates("point")[["point", "model", "sp", "tp", "variant"]]
     tp_rows = df[df["group"] == "TP"]
     per_point = tp_rows.groupby(["point", "phase"])["payload_bytes"].sum()
