@@ -7,6 +7,11 @@ from pathlib import Path
 PHASE_LABELS = {"fwd": "forward", "ig": "input grad", "wg": "weight grad", "pp": "pipeline"}
 PHASE_COLOURS = {"fwd": "#4c72b0", "ig": "#dd8452", "wg": "#55a868", "pp": "#8172b3"}
 GiB = 2**30
+MiB = 2**20
+# The three generators, in legend order; bars tell them apart by colour or by hatching.
+VARIANT_ORDER = ("AICB default path", "AICB AIOB path", "Megatron")
+VARIANT_COLOURS = {"AICB default path": "#c44e52", "AICB AIOB path": "#dd8452", "Megatron": "#4c72b0"}
+VARIANT_HATCHES = {"AICB default path": "", "AICB AIOB path": "//", "Megatron": ".."}
 
 
 def _pyplot():
@@ -31,6 +36,22 @@ def variant(schedule: str, aiob: str) -> str:
     if schedule == "megatron":
         return "Megatron"
     return "AICB AIOB path" if aiob == "True" else "AICB default path"
+
+
+def sp_label(sp: str) -> str:
+    return "SP on" if sp == "True" else "SP off"
+
+
+def bar_positions(count: int, k: int, n_variants: int, width: float) -> list[float]:
+    """x of the k-th of ``n_variants`` side-by-side bars at each of ``count`` ticks."""
+    return [i + (k - (n_variants - 1) / 2) * width for i in range(count)]
+
+
+def hatch_handles(variants: list[str]) -> list:
+    """Legend entries for the hatching that marks each generator."""
+    from matplotlib.patches import Patch
+
+    return [Patch(facecolor="white", edgecolor="black", hatch=VARIANT_HATCHES[v], label=v) for v in variants]
 
 
 def message_figure(output: Path, text: str) -> None:
@@ -78,12 +99,11 @@ def volume_by_tp(summary_csv: Path, output: Path) -> None:
         return
     models = sorted(df["model"].unique())
     sps = sorted(df["sp"].unique())
-    variants = [v for v in ("AICB default path", "AICB AIOB path", "Megatron") if v in set(df["variant"])]
+    variants = [v for v in VARIANT_ORDER if v in set(df["variant"])]
     phases = [p for p in PHASE_LABELS if p in set(df["phase"])]
     fig, axes = plt.subplots(
         len(models), len(sps), figsize=(5.2 * len(sps), 3.8 * len(models)), squeeze=False, sharey="row"
     )
-    hatches = {"AICB default path": "", "AICB AIOB path": "//", "Megatron": ".."}
     width = 0.8 / max(len(variants), 1)
     for r, model in enumerate(models):
         for c, sp in enumerate(sps):
@@ -95,21 +115,21 @@ def volume_by_tp(summary_csv: Path, output: Path) -> None:
             tps = sorted(sub["tp"].unique())
             for k, var in enumerate(variants):
                 bottom = [0.0] * len(tps)
-                xs = [i + (k - (len(variants) - 1) / 2) * width for i in range(len(tps))]
+                xs = bar_positions(len(tps), k, len(variants), width)
                 for phase in phases:
                     heights = [mean.get((tp, var, phase), 0.0) / GiB for tp in tps]
                     ax.bar(xs, heights, width * 0.95, bottom=bottom, color=PHASE_COLOURS[phase],
-                           hatch=hatches[var], edgecolor="black", linewidth=0.4)
+                           hatch=VARIANT_HATCHES[var], edgecolor="black", linewidth=0.4)
                     bottom = [b + h for b, h in zip(bottom, heights)]
             ax.set_xticks(range(len(tps)), [str(t) for t in tps])
             ax.set_xlabel("tensor parallel size (TP)")
             ax.set_ylabel("payload per iteration (GiB)")
-            ax.set_title(f"{model}, SP {'on' if sp == 'True' else 'off'}")
+            ax.set_title(f"{model}, {sp_label(sp)}")
             ax.grid(axis="y", alpha=0.3)
     from matplotlib.patches import Patch
 
     handles = [Patch(facecolor=PHASE_COLOURS[p], edgecolor="black", label=PHASE_LABELS[p]) for p in phases]
-    handles += [Patch(facecolor="white", edgecolor="black", hatch=hatches[v], label=v) for v in variants]
+    handles += hatch_handles(variants)
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False, fontsize=8)
     fig.suptitle("Communication volume per iteration by TP, SP and phase")
     fig.tight_layout(rect=(0, 0.06, 1, 0.97))
@@ -117,14 +137,7 @@ def volume_by_tp(summary_csv: Path, output: Path) -> None:
     plt.close(fig)
 
 
-PLOTS = {"volume-by-tp": volume_by_tp}
-
-
 # -- TP bytes per phase, per TP x SP ----------------------------------------------------
-
-VARIANT_ORDER = ("AICB default path", "AICB AIOB path", "Megatron")
-VARIANT_COLOURS = {"AICB default path": "#c44e52", "AICB AIOB path": "#dd8452", "Megatron": "#4c72b0"}
-MiB = 2**20
 
 
 def tp_bytes_by_phase(summary_csv: Path, output: Path) -> None:
@@ -162,12 +175,12 @@ def tp_bytes_by_phase(summary_csv: Path, output: Path) -> None:
                 for phase in phases:
                     values = [per_point.get((p, phase), 0) for p in chosen]
                     heights.append(sum(values) / len(values) / GiB if values else float("nan"))
-                xs = [i + (k - (len(variants) - 1) / 2) * width for i in range(len(phases))]
+                xs = bar_positions(len(phases), k, len(variants), width)
                 bars = ax.bar(xs, heights, width * 0.92, color=VARIANT_COLOURS[var], edgecolor="black",
                               linewidth=0.4, label=var)
                 ax.bar_label(bars, fmt="%.2f", fontsize=6, padding=1)
             ax.set_xticks(range(len(phases)), [PHASE_LABELS[p] for p in phases], fontsize=8)
-            ax.set_title(f"{model}, TP {tp}, SP {'on' if sp == 'True' else 'off'}", fontsize=9)
+            ax.set_title(f"{model}, TP {tp}, {sp_label(sp)}", fontsize=9)
             ax.grid(axis="y", alpha=0.3)
             ax.margins(y=0.15)
             if c == 0:
@@ -211,7 +224,6 @@ def exposed_by_group(summary_csv: Path, output: Path) -> None:
     valid = points[(points[list(group_columns.values())] <= OVERFLOW_US).all(axis=1)]
     groups = [g for g in GROUP_COLOURS if g in group_columns and (valid[group_columns[g]] > 0).any()]
     groups = groups or [g for g in GROUP_COLOURS if g in group_columns][:1]
-    hatches = {"AICB default path": "", "AICB AIOB path": "//", "Megatron": ".."}
     fig, axes = plt.subplots(len(networks), len(sps), figsize=(5.2 * len(sps), 3.6 * len(networks) + 0.6),
                              squeeze=False, sharey="row")
     width = 0.8 / max(len(variants), 1)
@@ -220,7 +232,7 @@ def exposed_by_group(summary_csv: Path, output: Path) -> None:
             ax = axes[r][c]
             sub = points[(points["network"] == net) & (points["sp"] == sp)]
             for k, var in enumerate(variants):
-                xs = [i + (k - (len(variants) - 1) / 2) * width for i in range(len(tps))]
+                xs = bar_positions(len(tps), k, len(variants), width)
                 chosen = [sub[(sub["tp"] == tp) & (sub["variant"] == var)] for tp in tps]
                 # SimAI's overflow sentinels (~9.2e15 us, see the simulate stage) are not times.
                 broken = [bool(len(c)) and bool((c[list(group_columns.values())] > OVERFLOW_US).any().any())
@@ -232,7 +244,7 @@ def exposed_by_group(summary_csv: Path, output: Path) -> None:
                         for c, bad in zip(chosen, broken)
                     ]
                     ax.bar(xs, heights, width * 0.92, bottom=bottom, color=GROUP_COLOURS[group],
-                           hatch=hatches[var], edgecolor="black", linewidth=0.4)
+                           hatch=VARIANT_HATCHES[var], edgecolor="black", linewidth=0.4)
                     bottom = [b + h for b, h in zip(bottom, heights)]
                 for x, bad in zip(xs, broken):
                     if bad:
@@ -241,21 +253,19 @@ def exposed_by_group(summary_csv: Path, output: Path) -> None:
             ax.set_xticks(range(len(tps)), [str(t) for t in tps])
             ax.set_xlabel("tensor parallel size (TP)")
             ax.set_ylabel("exposed communication (ms per iteration)")
-            ax.set_title(f"network {net}, SP {'on' if sp == 'True' else 'off'}")
+            ax.set_title(f"network {net}, {sp_label(sp)}")
             ax.grid(axis="y", alpha=0.3)
             ax.margins(y=0.08)
     from matplotlib.patches import Patch
 
     handles = [Patch(facecolor=GROUP_COLOURS[g], edgecolor="black", label=f"{g} group") for g in groups]
-    handles += [Patch(facecolor="white", edgecolor="black", hatch=hatches[v], label=v) for v in variants]
+    handles += hatch_handles(variants)
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False, fontsize=8)
     fig.suptitle("Simulated exposed communication time per iteration, by group")
     fig.tight_layout(rect=(0, 0.07, 1, 0.96))
     save(fig, output)
     plt.close(fig)
 
-
-PLOTS.update({"tp-bytes-by-phase": tp_bytes_by_phase, "exposed-by-group": exposed_by_group})
 
 
 # -- one point's iteration per layer ----------------------------------------------------
@@ -386,13 +396,12 @@ def audit_by_kind(by_kind_csv: Path, output: Path) -> None:
     sums = pd.DataFrame({"up": grouped["extra_bytes"].sum(), "down": -grouped["missing_bytes"].sum()})
     fig, axes = plt.subplots(len(fig_rows), len(sps), figsize=(5.4 * len(sps), 3.8 * len(fig_rows) + 0.7),
                              squeeze=False, sharey="row")
-    hatches = {"AICB default path": "", "AICB AIOB path": "//", "Megatron": ".."}
     width = 0.8 / max(len(variants), 1)
     for r, model in enumerate(fig_rows):
         for c, sp in enumerate(sps):
             ax = axes[r][c]
             for k, var in enumerate(variants):
-                xs = [i + (k - (len(variants) - 1) / 2) * width for i in range(len(tps))]
+                xs = bar_positions(len(tps), k, len(variants), width)
                 up, down = [0.0] * len(tps), [0.0] * len(tps)
                 for kind in kinds:
                     ups, downs = [], []
@@ -400,9 +409,10 @@ def audit_by_kind(by_kind_csv: Path, output: Path) -> None:
                         key = (model, sp, tp, var, kind)
                         ups.append(sums["up"].get(key, 0) / GiB)
                         downs.append(sums["down"].get(key, 0) / GiB)
-                    ax.bar(xs, ups, width * 0.92, bottom=up, color=KIND_COLOURS[kind], hatch=hatches[var],
+                    ax.bar(xs, ups, width * 0.92, bottom=up, color=KIND_COLOURS[kind], hatch=VARIANT_HATCHES[var],
                            edgecolor="black", linewidth=0.4)
-                    ax.bar(xs, downs, width * 0.92, bottom=down, color=KIND_COLOURS[kind], hatch=hatches[var],
+                    ax.bar(xs, downs, width * 0.92, bottom=down, color=KIND_COLOURS[kind],
+                           hatch=VARIANT_HATCHES[var],
                            edgecolor="black", linewidth=0.4)
                     up = [a + b for a, b in zip(up, ups)]
                     down = [a + b for a, b in zip(down, downs)]
@@ -410,13 +420,13 @@ def audit_by_kind(by_kind_csv: Path, output: Path) -> None:
             ax.set_xticks(range(len(tps)), [str(t) for t in tps])
             ax.set_xlabel("tensor parallel size (TP)")
             ax.set_ylabel("bytes off from Megatron (GiB per iteration)\n\u2193 short    \u2191 in excess", fontsize=8)
-            ax.set_title(f"{model}, SP {'on' if sp == 'True' else 'off'}")
+            ax.set_title(f"{model}, {sp_label(sp)}")
             ax.grid(axis="y", alpha=0.3)
             ax.margins(y=0.06)
     from matplotlib.patches import Patch
 
     handles = [Patch(facecolor=KIND_COLOURS[k], edgecolor="black", label=k) for k in kinds]
-    handles += [Patch(facecolor="white", edgecolor="black", hatch=hatches[v], label=v) for v in variants]
+    handles += hatch_handles(variants)
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), frameon=False, fontsize=8)
     fig.suptitle("Audit against Megatron: bytes each workload misses, by kind of finding")
     fig.tight_layout(rect=(0, 0.09, 1, 0.96))
@@ -424,4 +434,10 @@ def audit_by_kind(by_kind_csv: Path, output: Path) -> None:
     plt.close(fig)
 
 
-PLOTS["audit-by-kind"] = audit_by_kind
+# The figures of the summary tables, by the name ``commsweep plot`` takes.
+PLOTS = {
+    "volume-by-tp": volume_by_tp,
+    "tp-bytes-by-phase": tp_bytes_by_phase,
+    "exposed-by-group": exposed_by_group,
+    "audit-by-kind": audit_by_kind,
+}
