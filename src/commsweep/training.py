@@ -12,6 +12,10 @@ from dataclasses import dataclass
 
 from .models import ModelSpec
 
+# The counts that must be at least 1: those of one rank's shard, then those of the whole job.
+_SHARD_COUNTS = ("tp", "pp", "ep", "micro_batch", "seq_length")
+_JOB_COUNTS = ("world_size", "global_batch")
+
 
 @dataclass(frozen=True)
 class TrainingSetup:
@@ -59,18 +63,17 @@ class TrainingSetup:
         return self.dp // self.ep
 
     # -- validity ------------------------------------------------------------------
+    def _below_one(self, names: tuple[str, ...]) -> list[str]:
+        """The counts among ``names`` that are below 1: every later rule divides by them."""
+        return [f"{name} must be at least 1 (got {getattr(self, name)})" for name in names if getattr(self, name) < 1]
+
     def shard_problems(self) -> list[str]:
         """The rules one rank's model shard breaks: how TP, PP and EP split the model.
 
         What an AIOB profile needs; ``problems`` adds the rules of the whole job.
         """
         m, t, p = self.model, self.tp, self.pp
-        out = [
-            f"{name} must be at least 1 (got {value})"
-            for name, value in (("tp", t), ("pp", p), ("ep", self.ep), ("micro_batch", self.micro_batch),
-                                ("seq_length", self.seq_length))
-            if value < 1
-        ]
+        out = self._below_one(_SHARD_COUNTS)
         if out:
             return out
         if m.num_attention_heads % t:
@@ -94,13 +97,8 @@ class TrainingSetup:
     def problems(self) -> list[str]:
         """Every rule of Megatron's this setup breaks, as sentences (empty when valid)."""
         m, t, p = self.model, self.tp, self.pp
-        out = [
-            f"{name} must be at least 1 (got {value})"
-            for name, value in (("world_size", self.world_size), ("global_batch", self.global_batch))
-            if value < 1
-        ]
-        out += self.shard_problems()
-        if out and any("must be at least 1" in line for line in out):
+        out = self._below_one(_JOB_COUNTS) + self.shard_problems()
+        if self._below_one(_JOB_COUNTS + _SHARD_COUNTS):
             return out
         if self.world_size % (t * p):
             out.append(f"world_size={self.world_size} is not divisible by tp*pp={t * p}")
