@@ -86,14 +86,14 @@ def cmd_sweep(ns: argparse.Namespace) -> None:
     from . import sweep
 
     config = sweep.load_config(ns.config)
-    points, invalid = sweep.expand(config)
-    if invalid and not config.get("skip_invalid") and not ns.table:
-        for bad in invalid:
-            print(f"invalid: {bad.describe()}", file=sys.stderr)
     if ns.table:
         points, invalid = sweep.points_from_config(config)
         _emit(sweep.table_csv(points, invalid), ns.table)
         return
+    points, invalid = sweep.expand(config)
+    if invalid and not config.get("skip_invalid"):
+        for bad in invalid:
+            print(f"invalid: {bad.describe()}", file=sys.stderr)
     print(f"{len(points)} valid point(s), {len(invalid)} invalid combination(s)")
     for p in points:
         print(p.point_key)
