@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from ..errors import CommsweepError, ConfigError
 from ..training import TrainingSetup
 from .profile_file import STANDARD_SECTIONS, AiobProfile, OpTime
-from .roofline import Shard, aicb_model_param, check_shard
+from .roofline import Shard, _us, aicb_model_param, check_shard
 
 INSTALL_HINT = "the torch backend needs PyTorch: pip install '.[torch]' (or pip install torch==2.13.0)"
 
@@ -59,11 +59,6 @@ class Measurement:
         low = min(self.samples)
         kept = [t for t in self.samples if t <= 3 * low]
         return OpTime(max=_us(max(kept)), min=_us(low), avg=_us(sum(kept) / len(kept)))
-
-
-def _us(value: float) -> int | float:
-    value = round(value, 3)
-    return int(value) if value == int(value) else value
 
 
 @dataclass(frozen=True)
