@@ -258,7 +258,6 @@ def run(
     warmup: int = 3,
     iters: int = 10,
     threads: int | None = None,
-    dtype: str = "bfloat16",
 ) -> TorchRun:
     """Time every AIOB section of ``setup``'s rank on ``device``."""
     if warmup < 0:
@@ -270,10 +269,6 @@ def run(
     dev = _pick_device(torch, device)
     if threads is not None and threads > 0:
         torch.set_num_threads(threads)
-    try:
-        torch_dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[dtype]
-    except KeyError:
-        raise ConfigError(f"must be bfloat16, float16 or float32, got {dtype!r}", key="--dtype") from None
 
     need = section_bytes(setup)
     free, what = _free_bytes(torch, dev)
@@ -284,7 +279,7 @@ def run(
             f"{what} is there; profile a smaller shard (more TP, shorter sequence) or use the roofline backend"
         )
 
-    builders = _builders(setup, torch, dev, torch_dtype)
+    builders = _builders(setup, torch, dev, torch.bfloat16)
     timed = _timer(torch, dev)
     measurements = []
     with torch.no_grad():
@@ -306,12 +301,3 @@ def run(
         where = f"cpu ({torch.get_num_threads()} threads)"
     profile = AiobProfile(sections=tuple((m.section, m.aggregate()) for m in measurements), train_iter=iters)
     return TorchRun(profile=profile, measurements=tuple(measurements), device=where, torch_version=torch.__version__)
-
-
-def cuda_available() -> bool:
-    """Whether PyTorch is installed and sees a CUDA device (False when it is not installed)."""
-    try:
-        import torch
-    except ImportError:
-        return False
-    return bool(torch.cuda.is_available())
