@@ -177,13 +177,14 @@ def cmd_timeline(ns: argparse.Namespace) -> None:
     if ns.simulation is not None:
         times = timeline.read_endtoend(ns.simulation)
     else:
-        network = audit.network_from_args(ns, wformat.read(ns.workload).header)
+        workload = wformat.read(ns.workload)
+        network = audit.network_from_args(ns, workload.header)
         if network is None:
             raise ConfigError("give the simulation (an EndToEnd.csv) or the network flags -g_p_s -n_p_s -nv -nic",
                               key="simulation")
         from .simulate.engine import load_ratios
 
-        times = timeline.simulate(wformat.read(ns.workload), network, load_ratios(ns.ratio_dir))
+        times = timeline.simulate(workload, network, load_ratios(ns.ratio_dir))
     plots.timeline(
         Path(ns.workload), times, setup, Path(ns.output),
         stage=pipeline_stage(ns.pp_stage, setup.pp), audit_csv=Path(ns.audit) if ns.audit else None, title=ns.title,
