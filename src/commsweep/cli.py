@@ -86,14 +86,14 @@ def cmd_sweep(ns: argparse.Namespace) -> None:
     from . import sweep
 
     config = sweep.load_config(ns.config)
-    points, invalid = sweep.expand(config)
-    if invalid and not config.get("skip_invalid") and not ns.table:
-        for bad in invalid:
-            print(f"invalid: {bad.describe()}", file=sys.stderr)
     if ns.table:
         points, invalid = sweep.points_from_config(config)
         _emit(sweep.table_csv(points, invalid), ns.table)
         return
+    points, invalid = sweep.expand(config)
+    if invalid and not config.get("skip_invalid"):
+        for bad in invalid:
+            print(f"invalid: {bad.describe()}", file=sys.stderr)
     print(f"{len(points)} valid point(s), {len(invalid)} invalid combination(s)")
     for p in points:
         print(p.point_key)
@@ -177,13 +177,14 @@ def cmd_timeline(ns: argparse.Namespace) -> None:
     if ns.simulation is not None:
         times = timeline.read_endtoend(ns.simulation)
     else:
-        network = audit.network_from_args(ns, wformat.read(ns.workload).header)
+        workload = wformat.read(ns.workload)
+        network = audit.network_from_args(ns, workload.header)
         if network is None:
             raise ConfigError("give the simulation (an EndToEnd.csv) or the network flags -g_p_s -n_p_s -nv -nic",
                               key="simulation")
         from .simulate.engine import load_ratios
 
-        times = timeline.simulate(wformat.read(ns.workload), network, load_ratios(ns.ratio_dir))
+        times = timeline.simulate(workload, network, load_ratios(ns.ratio_dir))
     plots.timeline(
         Path(ns.workload), times, setup, Path(ns.output),
         stage=pipeline_stage(ns.pp_stage, setup.pp), audit_csv=Path(ns.audit) if ns.audit else None, title=ns.title,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import ConfigError, InputError
-from ..files import write_bytes, write_text
+from ..files import read_text, write_bytes, write_text
 from ..training import TrainingSetup
 from . import gpus, roofline
 from . import profile_file as pf
@@ -50,9 +50,10 @@ def read_user_file(path: str | Path) -> pf.AiobProfile:
     path = Path(path)
     if not path.is_file():
         raise InputError("no such file (aiob.file / --file)", file=path)
-    profile = pf.read(path)
+    text = read_text(path)
+    profile = pf.parse(text, source=path)
     # AICB's reader (utils.extract_averages) takes r"\d+(\.\d+)?" after the key: 1e3 would be 1 to it.
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         value = _TIME.match(line)
         if value and not re.fullmatch(r"\d+(\.\d+)?", value.group(2)):
             raise InputError(

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from ..errors import CommsweepError, ConfigError
 from ..training import TrainingSetup
 from .profile_file import STANDARD_SECTIONS, AiobProfile, OpTime
-from .roofline import Shard, aicb_model_param, check_shard
+from .roofline import Shard, _us, aicb_model_param, check_shard
 
 INSTALL_HINT = "the torch backend needs PyTorch: pip install '.[torch]' (or pip install torch==2.13.0)"
 
@@ -59,11 +59,6 @@ class Measurement:
         low = min(self.samples)
         kept = [t for t in self.samples if t <= 3 * low]
         return OpTime(max=_us(max(kept)), min=_us(low), avg=_us(sum(kept) / len(kept)))
-
-
-def _us(value: float) -> int | float:
-    value = round(value, 3)
-    return int(value) if value == int(value) else value
 
 
 @dataclass(frozen=True)
@@ -263,7 +258,6 @@ def run(
     warmup: int = 3,
     iters: int = 10,
     threads: int | None = None,
-    dtype: str = "bfloat16",
 ) -> TorchRun:
     """Time every AIOB section of ``setup``'s rank on ``device``."""
     if warmup < 0:
@@ -275,10 +269,6 @@ def run(
     dev = _pick_device(torch, device)
     if threads is not None and threads > 0:
         torch.set_num_threads(threads)
-    try:
-        torch_dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[dtype]
-    except KeyError:
-        raise ConfigError(f"must be bfloat16, float16 or float32, got {dtype!r}", key="--dtype") from None
 
     need = section_bytes(setup)
     free, what = _free_bytes(torch, dev)
@@ -289,7 +279,7 @@ def run(
             f"{what} is there; profile a smaller shard (more TP, shorter sequence) or use the roofline backend"
         )
 
-    builders = _builders(setup, torch, dev, torch_dtype)
+    builders = _builders(setup, torch, dev, torch.bfloat16)
     timed = _timer(torch, dev)
     measurements = []
     with torch.no_grad():
@@ -311,12 +301,3 @@ def run(
         where = f"cpu ({torch.get_num_threads()} threads)"
     profile = AiobProfile(sections=tuple((m.section, m.aggregate()) for m in measurements), train_iter=iters)
     return TorchRun(profile=profile, measurements=tuple(measurements), device=where, torch_version=torch.__version__)
-
-
-def cuda_available() -> bool:
-    """Whether PyTorch is installed and sees a CUDA device (False when it is not installed)."""
-    try:
-        import torch
-    except ImportError:
-        return False
-    return bool(torch.cuda.is_available())
