@@ -28,14 +28,16 @@ sys.path.insert(0, str(REPO / "bench"))
 
 def timed(argv: list[str]) -> tuple[float, float]:
     """Run a command; (wall s, peak RSS MiB) of its process."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    err = proc.stderr.read().decode() if proc.stderr else ""
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(argv)} failed:\n{err[-2000:]}")
+    # stderr goes to a file, not a pipe: waiting on the process before reading a full pipe
+    # would hang once it had written more than the pipe holds.
+    with tempfile.TemporaryFile() as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        if os.waitstatus_to_exitcode(status) != 0:
+            err.seek(0)
+            raise SystemExit(f"{' '.join(argv)} failed:\n{err.read().decode(errors='replace')[-2000:]}")
     return wall, usage.ru_maxrss / 1024
 
 
