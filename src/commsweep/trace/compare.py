@@ -95,7 +95,7 @@ class Row:
         return ["" if getattr(self, c) is None else getattr(self, c) for c in COLUMNS]
 
 
-def schedule_element_bytes(module: str, group: str) -> int:
+def schedule_element_bytes(module: str) -> int:
     """The element size the schedule's byte count assumes for a collective.
 
     Activations and their gradients, pipeline messages and the parameter all-gather are
@@ -105,7 +105,7 @@ def schedule_element_bytes(module: str, group: str) -> int:
     return megatron.BF16
 
 
-def trace_module(record: TraceRecord, layer_offset_of_stage: int = 0) -> str:
+def trace_module(record: TraceRecord) -> str:
     """The schedule's name for the module that issued a traced collective."""
     module = record.module
     if record.collective in ("send", "recv"):
@@ -135,7 +135,7 @@ def _schedule_side(setup: TrainingSetup, stage: int):
             phase = "after_backward"
         else:
             phase = "forward" if e.phase == "fwd" else "backward"
-        width = schedule_element_bytes(e.module, e.comm.group)
+        width = schedule_element_bytes(e.module)
         elements = e.comm.bytes // width
         if elements * width != e.comm.bytes:
             raise AssertionError(f"{e.module}: {e.comm.bytes} bytes is not a whole number of {width}-byte elements")
