@@ -53,7 +53,7 @@ from dataclasses import dataclass
 
 from ..training import TrainingSetup
 from ..workload import megatron
-from .records import Trace, TraceRecord
+from .records import PHASES, Trace, TraceRecord
 
 COLUMNS = (
     "stage", "phase", "layer", "module", "collective", "group", "group_size", "elements",
@@ -189,12 +189,11 @@ def _trace_side(trace: Trace, stage: int):
 def compare(trace: Trace) -> list[Row]:
     """Rows of schedule vs trace for every stage of the traced setup (see the module doc)."""
     rows: list[Row] = []
-    order = {"forward": 0, "backward": 1, "after_backward": 2}
     for stage in trace.stages:
         s_counts, s_info = _schedule_side(trace.setup, stage)
         t_counts, t_info = _trace_side(trace, stage)
         keys = sorted(set(s_counts) | set(t_counts), key=lambda k: (
-            k[0], order[k[1]], -1 if k[2] is None else k[2], k[3], k[4], k[5], k[6]))
+            k[0], PHASES.index(k[1]), -1 if k[2] is None else k[2], k[3], k[4], k[5], k[6]))
         for key in keys:
             sc, tc = s_counts.get(key, 0), t_counts.get(key, 0)
             size_s, bytes_s, note_s = s_info.get(key, (0, 0, ""))
