@@ -88,20 +88,16 @@ def _launch(world: int, setups: list[TrainingSetup], *, timeout: float) -> list[
                 stdout=log, stderr=subprocess.STDOUT, env=env,
             ))
         deadline = time.monotonic() + timeout
-        failed: tuple[int, int] | None = None
         try:
-            while any(p.poll() is None for p in procs):
-                bad = [(r, p.returncode) for r, p in enumerate(procs) if p.returncode not in (None, 0)]
-                if bad:
-                    failed = bad[0]
+            while True:
+                codes = [p.poll() for p in procs]  # every process, so that any failure is seen at once
+                failed = next(((r, c) for r, c in enumerate(codes) if c not in (None, 0)), None)
+                if failed is not None or None not in codes:
                     break
                 if time.monotonic() > deadline:
                     failed = (-1, -1)
                     break
                 time.sleep(0.05)
-            else:
-                bad = [(r, p.returncode) for r, p in enumerate(procs) if p.returncode != 0]
-                failed = bad[0] if bad else None
         finally:
             for p in procs:
                 if p.poll() is None:
