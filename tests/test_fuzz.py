@@ -168,6 +168,16 @@ def assert_located(err: InputError, source, text: str | None = None) -> None:
     assert str(err).startswith(f"{source}:{err.line}: ")
 
 
+def check_file_bytes(tmp_path_factory, name: str, data: bytes, read) -> None:
+    """``read`` of a file named ``name`` holding ``data``: success or an error naming the file and a line."""
+    path = tmp_path_factory.mktemp("bytes") / name
+    path.write_bytes(data)
+    try:
+        read(path)
+    except InputError as err:
+        assert_located(err, path)
+
+
 # -- the workload reader ---------------------------------------------------------------
 
 
@@ -200,12 +210,7 @@ def test_workload_reader_random(text):
 @given(st.binary(max_size=200) | mutated(WORKLOADS).map(lambda t: t.encode("utf-8", "surrogatepass")))
 def test_workload_reader_bytes(tmp_path_factory, data):
     TRIED["workload"] += 1
-    path = tmp_path_factory.mktemp("w") / "w.txt"
-    path.write_bytes(data)
-    try:
-        wf.read(path)
-    except InputError as err:
-        assert_located(err, path)
+    check_file_bytes(tmp_path_factory, "w.txt", data, wf.read)
 
 
 # -- the AIOB reader -------------------------------------------------------------------
@@ -240,12 +245,7 @@ def test_aiob_reader_random(text):
 @given(st.binary(max_size=200))
 def test_aiob_reader_bytes(tmp_path_factory, data):
     TRIED["aiob"] += 1
-    path = tmp_path_factory.mktemp("p") / "p.txt"
-    path.write_bytes(data)
-    try:
-        pf.read(path)
-    except InputError as err:
-        assert_located(err, path)
+    check_file_bytes(tmp_path_factory, "p.txt", data, pf.read)
 
 
 # -- SimAI's EndToEnd.csv (commsweep.simulate.endtoend, the simulation stage) ----------
@@ -280,12 +280,7 @@ def test_endtoend_parser(text):
 @given(st.binary(max_size=200))
 def test_endtoend_reader_bytes(tmp_path_factory, data):
     TRIED["endtoend"] += 1
-    path = tmp_path_factory.mktemp("e") / "EndToEnd.csv"
-    path.write_bytes(data)
-    try:
-        endtoend.read(path)
-    except InputError as err:
-        assert_located(err, path)
+    check_file_bytes(tmp_path_factory, "EndToEnd.csv", data, endtoend.read)
 
 
 # -- the config loader -----------------------------------------------------------------
