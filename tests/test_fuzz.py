@@ -12,7 +12,6 @@ number of inputs tried is printed at the end of the module (run pytest with -s t
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
 import string
@@ -28,6 +27,7 @@ from commsweep import sweep
 from commsweep.aiob import profile_file as pf
 from commsweep.errors import CommsweepError, ConfigError, InputError
 from commsweep.models import PRESETS
+from commsweep.simulate import endtoend
 from commsweep.training import TrainingSetup
 from commsweep.workload import format as wf
 from commsweep.workload import megatron
@@ -168,6 +168,16 @@ def assert_located(err: InputError, source, text: str | None = None) -> None:
     assert str(err).startswith(f"{source}:{err.line}: ")
 
 
+def check_file_bytes(tmp_path_factory, name: str, data: bytes, read) -> None:
+    """``read`` of a file named ``name`` holding ``data``: success or an error naming the file and a line."""
+    path = tmp_path_factory.mktemp("bytes") / name
+    path.write_bytes(data)
+    try:
+        read(path)
+    except InputError as err:
+        assert_located(err, path)
+
+
 # -- the workload reader ---------------------------------------------------------------
 
 
@@ -200,12 +210,7 @@ def test_workload_reader_random(text):
 @given(st.binary(max_size=200) | mutated(WORKLOADS).map(lambda t: t.encode("utf-8", "surrogatepass")))
 def test_workload_reader_bytes(tmp_path_factory, data):
     TRIED["workload"] += 1
-    path = tmp_path_factory.mktemp("w") / "w.txt"
-    path.write_bytes(data)
-    try:
-        wf.read(path)
-    except InputError as err:
-        assert_located(err, path)
+    check_file_bytes(tmp_path_factory, "w.txt", data, wf.read)
 
 
 # -- the AIOB reader -------------------------------------------------------------------
@@ -240,48 +245,32 @@ def test_aiob_reader_random(text):
 @given(st.binary(max_size=200))
 def test_aiob_reader_bytes(tmp_path_factory, data):
     TRIED["aiob"] += 1
-    path = tmp_path_factory.mktemp("p") / "p.txt"
-    path.write_bytes(data)
-    try:
-        pf.read(path)
-    except InputError as err:
-        assert_located(err, path)
+    check_file_bytes(tmp_path_factory, "p.txt", data, pf.read)
 
 
 # -- SimAI's EndToEnd.csv (commsweep.simulate.endtoend, the simulation stage) ----------
 
 
-def _endtoend():
-    try:
-        return importlib.import_module("commsweep.simulate.endtoend")
-    except ModuleNotFoundError:
-        pytest.skip("commsweep.simulate.endtoend is not in this checkout (the simulation stage)")
-
-
-def _endtoend_seeds(module) -> list[str]:
+def _endtoend_seeds() -> list[str]:
     seeds = _reference("simai/endtoend", "*EndToEnd.csv")
-    row = "layer0," + ",".join([module.RUN_NAME] + ["12"] * len(module.ROW_FIELDS))
-    seeds.append(module.render("results/points/p/", [row, row.replace("layer0", "layer,1")],
-                               tuple(float(i) for i in range(len(module.COMPONENTS))), 100.0))
+    row = "layer0," + ",".join([endtoend.RUN_NAME] + ["12"] * len(endtoend.ROW_FIELDS))
+    seeds.append(endtoend.render("results/points/p/", [row, row.replace("layer0", "layer,1")],
+                                 tuple(float(i) for i in range(len(endtoend.COMPONENTS))), 100.0))
     return seeds
 
 
-@st.composite
-def endtoend_text(draw):
-    module = _endtoend()
-    return draw(st.one_of(mutated(_endtoend_seeds(module)), random_text))
+ENDTOENDS = _endtoend_seeds()
 
 
 def check_endtoend(text: str) -> None:
-    module = _endtoend()
     try:
-        module.parse(text, source="EndToEnd.csv")
+        endtoend.parse(text, source="EndToEnd.csv")
     except InputError as err:
         assert_located(err, "EndToEnd.csv", text)
 
 
 @FUZZ
-@given(endtoend_text())
+@given(st.one_of(mutated(ENDTOENDS), random_text))
 def test_endtoend_parser(text):
     TRIED["endtoend"] += 1
     check_endtoend(text)
@@ -290,14 +279,8 @@ def test_endtoend_parser(text):
 @settings(FUZZ, max_examples=EXAMPLES // 5)
 @given(st.binary(max_size=200))
 def test_endtoend_reader_bytes(tmp_path_factory, data):
-    module = _endtoend()
     TRIED["endtoend"] += 1
-    path = tmp_path_factory.mktemp("e") / "EndToEnd.csv"
-    path.write_bytes(data)
-    try:
-        module.read(path)
-    except InputError as err:
-        assert_located(err, path)
+    check_file_bytes(tmp_path_factory, "EndToEnd.csv", data, endtoend.read)
 
 
 # -- the config loader -----------------------------------------------------------------

@@ -24,7 +24,6 @@ from commsweep.training import TrainingSetup
 MISSING = runner.missing_dependencies()
 
 
-
 def point(model: str, tp: int, sp: bool, pp: int = 1) -> TrainingSetup:
     return TrainingSetup(model=PRESETS[model], world_size=16 * tp * pp, tp=tp, pp=pp, sp=sp, global_batch=64)
 
@@ -73,9 +72,11 @@ def test_trace_csv_round_trips_and_bad_rows_are_named():
         records.read_csv(text.replace(",forward,", ",fwd,"), source="t.csv")
 
 
-def _hand_trace(setup: TrainingSetup, drop: int | None = None, grow: int | None = None) -> Trace:
+def _hand_trace(drop: int | None = None, grow: int | None = None) -> Trace:
     """What megatron-core issues for a 1-layer GPT at TP 2 without SP (GROUND_TRUTH.md's
     measured table), as one rank's records; optionally one record dropped or enlarged."""
+    setup = scale.scaled_setup(point("gpt-7b", 2, False))
+    setup = dataclasses.replace(setup, model=dataclasses.replace(setup.model, num_layers=1))
     e = setup.micro_batch * setup.seq_length * setup.model.hidden_size
     ce = setup.micro_batch * setup.seq_length
     calls = [
@@ -103,9 +104,7 @@ def _hand_trace(setup: TrainingSetup, drop: int | None = None, grow: int | None 
 
 
 def test_comparison_maps_phases_modules_and_sizes():
-    small = dataclasses.replace(scale.scaled_setup(point("gpt-7b", 2, False)),
-                                model=dataclasses.replace(scale.scaled_setup(point("gpt-7b", 2, False)).model, num_layers=1))
-    rows = compare.compare(_hand_trace(small))
+    rows = compare.compare(_hand_trace())
     assert compare.differences(rows) == []
     by_module = {(r.phase, r.module): r for r in rows}
     ce = by_module[("forward", "loss.vocab_parallel_cross_entropy")]
@@ -117,21 +116,17 @@ def test_comparison_maps_phases_modules_and_sizes():
 
 
 def test_comparison_reports_a_missing_and_a_resized_collective():
-    small = scale.scaled_setup(point("gpt-7b", 2, False))
-    small = dataclasses.replace(small, model=dataclasses.replace(small.model, num_layers=1))
-    missing = compare.differences(compare.compare(_hand_trace(small, drop=7)))
+    missing = compare.differences(compare.compare(_hand_trace(drop=7)))
     assert [(r.status, r.module, r.schedule_count, r.trace_count) for r in missing] == [
         ("only in schedule", "decoder.layers.0.mlp.linear_fc1", 1, 0)]
-    resized = compare.differences(compare.compare(_hand_trace(small, grow=1)))
+    resized = compare.differences(compare.compare(_hand_trace(grow=1)))
     assert sorted((r.status, r.elements) for r in resized) == [("only in schedule", 2048), ("only in trace", 4096)]
 
 
 def test_the_sweep_check_names_every_difference():
-    small = scale.scaled_setup(point("gpt-7b", 2, False))
-    small = dataclasses.replace(small, model=dataclasses.replace(small.model, num_layers=1))
     table = compare.check_table({
-        "gpt_tp2_pp1_sp0": compare.to_csv(compare.compare(_hand_trace(small))),
-        "gpt_tp2_pp1_sp1": compare.to_csv(compare.compare(_hand_trace(small, drop=7))),
+        "gpt_tp2_pp1_sp0": compare.to_csv(compare.compare(_hand_trace())),
+        "gpt_tp2_pp1_sp1": compare.to_csv(compare.compare(_hand_trace(drop=7))),
     })
     rows = list(csv.DictReader(io.StringIO(table)))
     assert [r["trace"] for r in rows] == ["gpt_tp2_pp1_sp0", "gpt_tp2_pp1_sp1"]

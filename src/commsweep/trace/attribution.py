@@ -58,9 +58,8 @@ class Attribution:
         self.layer_offset = layer_offset
         self.records: list[TraceRecord] = []
         self.after_backward = False
-        self._stack: list[str] = []
+        self._stack: list[tuple[str, int]] = []  # running modules: name, sequence number at entry
         self._spans: list[tuple[int, int, str]] = []
-        self._open: dict[int, int] = {}
         self.enabled = False
 
     # -- module hooks ----------------------------------------------------------------
@@ -72,17 +71,14 @@ class Attribution:
 
     def _pre_hook(self, name: str):
         def hook(module, args):
-            self._stack.append(name)
-            self._open[len(self._stack)] = _probe_sequence_nr() or 0
+            self._stack.append((name, _probe_sequence_nr() or 0))
 
         return hook
 
     def _post_hook(self, name: str):
         def hook(module, args, output):
-            start = self._open.pop(len(self._stack), 0)
-            end = _probe_sequence_nr() or 0
-            self._spans.append((start, end, name))
-            self._stack.pop()
+            _, start = self._stack.pop()
+            self._spans.append((start, _probe_sequence_nr() or 0, name))
 
         return hook
 
@@ -107,7 +103,7 @@ class Attribution:
             phase, module = "after_backward", None
         else:
             phase = "forward"
-            module = self._stack[-1] if self._stack else None
+            module = self._stack[-1][0] if self._stack else None
         if not module:  # outside any submodule (the root model, or no module at all)
             module = megatron_caller()
         group, size = self.group_name(call.group)

@@ -53,7 +53,7 @@ from dataclasses import dataclass
 
 from ..training import TrainingSetup
 from ..workload import megatron
-from .records import Trace, TraceRecord
+from .records import PHASES, Trace, TraceRecord
 
 COLUMNS = (
     "stage", "phase", "layer", "module", "collective", "group", "group_size", "elements",
@@ -95,7 +95,7 @@ class Row:
         return ["" if getattr(self, c) is None else getattr(self, c) for c in COLUMNS]
 
 
-def schedule_element_bytes(module: str, group: str) -> int:
+def schedule_element_bytes(module: str) -> int:
     """The element size the schedule's byte count assumes for a collective.
 
     Activations and their gradients, pipeline messages and the parameter all-gather are
@@ -105,7 +105,7 @@ def schedule_element_bytes(module: str, group: str) -> int:
     return megatron.BF16
 
 
-def trace_module(record: TraceRecord, layer_offset_of_stage: int = 0) -> str:
+def trace_module(record: TraceRecord) -> str:
     """The schedule's name for the module that issued a traced collective."""
     module = record.module
     if record.collective in ("send", "recv"):
@@ -135,7 +135,7 @@ def _schedule_side(setup: TrainingSetup, stage: int):
             phase = "after_backward"
         else:
             phase = "forward" if e.phase == "fwd" else "backward"
-        width = schedule_element_bytes(e.module, e.comm.group)
+        width = schedule_element_bytes(e.module)
         elements = e.comm.bytes // width
         if elements * width != e.comm.bytes:
             raise AssertionError(f"{e.module}: {e.comm.bytes} bytes is not a whole number of {width}-byte elements")
@@ -189,12 +189,11 @@ def _trace_side(trace: Trace, stage: int):
 def compare(trace: Trace) -> list[Row]:
     """Rows of schedule vs trace for every stage of the traced setup (see the module doc)."""
     rows: list[Row] = []
-    order = {"forward": 0, "backward": 1, "after_backward": 2}
     for stage in trace.stages:
         s_counts, s_info = _schedule_side(trace.setup, stage)
         t_counts, t_info = _trace_side(trace, stage)
         keys = sorted(set(s_counts) | set(t_counts), key=lambda k: (
-            k[0], order[k[1]], -1 if k[2] is None else k[2], k[3], k[4], k[5], k[6]))
+            k[0], PHASES.index(k[1]), -1 if k[2] is None else k[2], k[3], k[4], k[5], k[6]))
         for key in keys:
             sc, tc = s_counts.get(key, 0), t_counts.get(key, 0)
             size_s, bytes_s, note_s = s_info.get(key, (0, 0, ""))

@@ -51,6 +51,7 @@ from megatron.core.pipeline_parallel import get_forward_backward_func  # noqa: E
 from megatron.core.transformer.transformer_block import TransformerBlockSubmodules  # noqa: E402
 from megatron.core.transformer.transformer_config import TransformerConfig  # noqa: E402
 
+from . import collectives  # noqa: E402
 from .attribution import Attribution  # noqa: E402
 
 
@@ -163,15 +164,11 @@ def trace_step(setup: TrainingSetup, *, seed: int = 1234) -> tuple[list, dict]:
     optimizer's parameter gather) of ``setup`` on this process: its collectives, and
     facts about this rank (``meta``: its stage, parameter count, and the padding
     megatron's gradient buffer adds to it, which the DP collectives carry)."""
-    from . import collectives  # noqa: F401 - its wrappers must be in place before megatron is imported
-
     with CudaFactoriesOnCpu():
         return _trace_step(setup, seed)
 
 
 def _trace_step(setup: TrainingSetup, seed: int) -> tuple[list, dict]:
-    from . import collectives  # noqa: F401 - its wrappers must be in place before megatron is imported
-
     rank = dist.get_rank()
     ps.initialize_model_parallel(
         tensor_model_parallel_size=setup.tp, pipeline_model_parallel_size=setup.pp,

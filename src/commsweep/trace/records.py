@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, fields
 
 from ..errors import InputError
 from ..training import TrainingSetup
+from .collectives import WRAPPED
 
 CSV_COLUMNS = ("op", "group", "group_size", "elements", "bytes", "phase", "module", "layer")
 PHASES = ("forward", "backward", "after_backward")
@@ -139,17 +140,9 @@ def _rank(value: str | None, source: str, line: int) -> int:
     return int(value)
 
 
-_COLLECTIVE_OF_OP = {
-    "all_reduce": "allreduce", "all_gather_into_tensor": "allgather", "_all_gather_base": "allgather",
-    "all_gather": "allgather", "reduce_scatter_tensor": "reducescatter", "_reduce_scatter_base": "reducescatter",
-    "reduce_scatter": "reducescatter", "all_to_all_single": "alltoall", "all_to_all": "alltoall",
-    "broadcast": "broadcast", "send": "send", "isend": "send", "recv": "recv", "irecv": "recv",
-}
-
-
 def collective_of(op: str) -> str:
-    """The collective kind of a torch.distributed function name."""
-    return _COLLECTIVE_OF_OP.get(op, op)
+    """The collective kind of a torch.distributed function name, as the wrappers record it."""
+    return WRAPPED[op][0] if op in WRAPPED else op
 
 
 def summary_table(records: list[TraceRecord]) -> str:

@@ -21,7 +21,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..arguments import add_training_arguments, setup_from_args, to_commsweep_argv
 from ..errors import CommsweepError
+from ..files import write_text
 from ..training import TrainingSetup
 from .records import RankInfo, Trace, TraceRecord
 
@@ -42,12 +44,6 @@ def missing_dependencies() -> str | None:
         if not found:
             return f"{module} is not installed (pip install '.[megatron]' installs {extra})"
     return None
-
-
-def _argv(setup: TrainingSetup) -> list[str]:
-    from ..arguments import to_commsweep_argv
-
-    return to_commsweep_argv(setup)
 
 
 def run(setups: Sequence[TrainingSetup], *, timeout: float = 600.0) -> list[Trace]:
@@ -76,7 +72,7 @@ def _launch(world: int, setups: list[TrainingSetup], *, timeout: float) -> list[
     with tempfile.TemporaryDirectory(prefix="commsweep-trace-") as tmp:
         tmpdir = Path(tmp)
         job = tmpdir / "job.json"
-        job.write_text(json.dumps({"world": world, "setups": [_argv(s) for s in setups]}))
+        job.write_text(json.dumps({"world": world, "setups": [to_commsweep_argv(s) for s in setups]}))
         env = dict(os.environ)
         # One thread per process: N processes share the machine's cores.
         env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONWARNINGS="ignore")
@@ -92,20 +88,16 @@ def _launch(world: int, setups: list[TrainingSetup], *, timeout: float) -> list[
                 stdout=log, stderr=subprocess.STDOUT, env=env,
             ))
         deadline = time.monotonic() + timeout
-        failed: tuple[int, int] | None = None
         try:
-            while any(p.poll() is None for p in procs):
-                bad = [(r, p.returncode) for r, p in enumerate(procs) if p.returncode not in (None, 0)]
-                if bad:
-                    failed = bad[0]
+            while True:
+                codes = [p.poll() for p in procs]  # every process, so that any failure is seen at once
+                failed = next(((r, c) for r, c in enumerate(codes) if c not in (None, 0)), None)
+                if failed is not None or None not in codes:
                     break
                 if time.monotonic() > deadline:
                     failed = (-1, -1)
                     break
                 time.sleep(0.05)
-            else:
-                bad = [(r, p.returncode) for r, p in enumerate(procs) if p.returncode != 0]
-                failed = bad[0] if bad else None
         finally:
             for p in procs:
                 if p.poll() is None:
@@ -141,8 +133,6 @@ def _worker(job_path: str, rank: int, store: str, out: str) -> None:
     import torch
     import torch.distributed as dist
 
-    from ..arguments import add_training_arguments, setup_from_args
-
     torch.set_num_threads(1)
     job = json.loads(Path(job_path).read_text())
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=job["world"])
@@ -156,8 +146,6 @@ def _worker(job_path: str, rank: int, store: str, out: str) -> None:
             setup = setup_from_args(parser.parse_args(argv))
             records, meta = model.trace_step(setup)
             results.append({"records": [r.to_dict() for r in records], "meta": meta})
-        from ..files import write_text
-
         write_text(out, json.dumps(results))
     finally:
         dist.destroy_process_group()

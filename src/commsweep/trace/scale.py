@@ -22,12 +22,17 @@ SEQ_LENGTH = 16
 MICRO_BATCH = 2
 
 
+def _gqa(model: ModelSpec) -> bool:
+    """Whether attention is grouped: key/value groups set, and other than the heads."""
+    return model.num_query_groups not in (None, model.num_attention_heads)
+
+
 def family(model: ModelSpec) -> str:
     """The structural family of a model: ``gpt``, ``llama``, ``llama-gqa``, or its traits."""
     traits = (
         model.position_embedding, model.normalization, "swiglu" if model.swiglu else "gelu",
         "bias" if model.add_bias_linear else "nobias", "tied" if model.tie_embeddings else "untied",
-        "gqa" if model.num_query_groups not in (None, model.num_attention_heads) else "mha",
+        "gqa" if _gqa(model) else "mha",
     )
     known = {
         ("learned", "layernorm", "gelu", "bias", "tied", "mha"): "gpt",
@@ -52,7 +57,6 @@ def scaled_setup(setup: TrainingSetup, *, dp: int = 1) -> TrainingSetup:
     heads = HEADS_PER_RANK * t
     hidden = HEAD_DIM * heads
     ffn = 4 * hidden  # the MLP's width moves no bytes; a fixed one keeps the trace a function of the key
-    gqa = m.num_query_groups not in (None, m.num_attention_heads)
     seq = max(SEQ_LENGTH, t)
     seq = -(-seq // t) * t
     model = dataclasses.replace(
@@ -61,7 +65,7 @@ def scaled_setup(setup: TrainingSetup, *, dp: int = 1) -> TrainingSetup:
         num_layers=LAYERS_PER_STAGE * p,
         hidden_size=hidden,
         num_attention_heads=heads,
-        num_query_groups=t if gqa else None,
+        num_query_groups=t if _gqa(m) else None,
         ffn_hidden_size=ffn,
         vocab_size=128 * t - 28,  # padded by megatron to 128 * t
         max_position_embeddings=seq,
