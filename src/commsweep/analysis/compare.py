@@ -141,13 +141,9 @@ class KindTotals:
 
 
 @dataclass
-class Totals:
-    """A point's audit, summed (``misses_bytes`` = bytes short + bytes in excess)."""
+class Totals(KindTotals):
+    """A point's audit, summed (``misses_bytes`` = bytes short + bytes in excess), and per kind."""
 
-    findings: int = 0
-    missing_bytes: int = 0
-    extra_bytes: int = 0
-    delta_us: float | None = None
     group_findings: int = 0
     kinds: dict[str, KindTotals] = field(default_factory=dict)
 
