@@ -76,7 +76,7 @@ def sweep(tmp_path_factory):
                 findings = audit.audit(workload, setup, time_us=audit.collective_time(
                     **fields, ratios=load_ratios(REFERENCE / "simai" / "ratio")))
                 paths.point_dir(results, point).mkdir(parents=True, exist_ok=True)
-                (paths.point_dir(results, point) / "audit.csv").write_text(audit.to_csv(findings))
+                paths.audit_file(results, point).write_text(audit.to_csv(findings))
                 points.append({
                     "point": point, "workload": key, "profile": "", "model": "gpt-7b", "world_size": 16,
                     "tp": setup.tp, "pp": 1, "ep": 1, "sp": setup.sp, "aiob": on, "schedule": schedule,
@@ -166,7 +166,7 @@ def test_findings_table_holds_every_audit_row_with_its_point(sweep):
     assert tuple(lean[0]) == compare.FINDINGS_COLUMNS  # the point's key and the audit's columns only
     expected = []
     for point in _points(sweep):
-        path = paths.point_dir(sweep, point) / "audit.csv"
+        path = paths.audit_file(sweep, point)
         expected += [{"point": point, **row} for row in audit.read_csv(path.read_text())]
     assert lean == expected and len(lean) > 0
     findings, _, _ = _tables(sweep)
@@ -204,7 +204,7 @@ def test_a_damaged_audit_is_an_error_naming_its_line(sweep, tmp_path):
     copy = tmp_path / "results"
     shutil.copytree(sweep, copy)
     point = next(p for p in _points(copy) if "aicb" in p)
-    path = paths.point_dir(copy, point) / "audit.csv"
+    path = paths.audit_file(copy, point)
     lines = path.read_text().split("\n")
     cells = lines[2].split(",")
     cells[audit.COLUMNS.index("delta_bytes")] = "lots"
@@ -378,7 +378,7 @@ def test_timeline_lays_out_simai_rows_in_execution_order(sweep, tmp_path):
     argv = ["timeline", str(paths.workload_file(sweep, "gpt7b_ws16_tp2_sp1_aicb_aiob")), str(e2e),
             *shlex.split(next(r["command_args"] for r in csv.DictReader(open(REFERENCE / "aicb/workloads/MANIFEST.csv"))
                               if r["file_name"] == stem + ".txt")),
-            "--audit", str(paths.point_dir(sweep, "gpt7b_ws16_tp2_sp1_aicb_aiob__netA") / "audit.csv"), "-o", str(out)]
+            "--audit", str(paths.audit_file(sweep, "gpt7b_ws16_tp2_sp1_aicb_aiob__netA")), "-o", str(out)]
     assert cli.main(argv) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -9,7 +9,7 @@ One home for the layout, shared by the Snakemake rules and the summary code::
     results/points/<point>/EndToEnd.csv                 SimAI's summary and per-row times of the point
     results/points/<point>/collectives.csv              its simulated time per collective
     results/points/<point>/times.csv                    their sums and SimAI's summary line (the summary's input)
-    results/points/<point>/...                          other per-point stages (audit)
+    results/points/<point>/audit.csv                    its workload's audit against Megatron's schedule
     results/summary.csv, results/plots/*.png            the sweep's tables and figures
 """
 
@@ -52,3 +52,8 @@ def collectives_file(results: Path, point: str) -> Path:
 def times_file(results: Path, point: str) -> Path:
     """The point's simulated times in brief (``simulate.times``): all the summary reads of a simulation."""
     return point_dir(results, point) / "times.csv"
+
+
+def audit_file(results: Path, point: str) -> Path:
+    """The point's audit findings (``analysis.audit`` columns)."""
+    return point_dir(results, point) / "audit.csv"

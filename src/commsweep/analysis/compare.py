@@ -126,10 +126,6 @@ def read_csv_rows(path: Path, required: Iterable[str]) -> list[dict[str, str]]:
         return list(reader)
 
 
-def audit_path(results: Path, point: str) -> Path:
-    return paths.point_dir(results, point) / "audit.csv"
-
-
 @dataclass
 class KindTotals:
     """The findings of one kind in one point's audit, summed."""
@@ -431,7 +427,9 @@ def compare(sweep_csv: Path, summary_csv: Path, results: Path, findings: IO[str]
     summary = [r for r in summary if r["point"] not in failed]
     if findings is not None:
         findings.write(",".join(FINDINGS_COLUMNS) + "\n")
-    point_totals = {p["point"]: stream_audit(audit_path(results, p["point"]), p["point"], findings) for p in points}
+    point_totals = {
+        p["point"]: stream_audit(paths.audit_file(results, p["point"]), p["point"], findings) for p in points
+    }
     return Tables(comparison_csv(points, summary), verdicts_csv(points, point_totals),
                   by_kind_csv(points, point_totals))
 
