@@ -18,11 +18,6 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def profile_file(results: Path, backend: str, profile: str) -> Path:
-    """An AIOB profile in AICB's format; ``.csv`` beside it holds the same numbers, tidy."""
-    return results / "aiob" / backend / f"{profile}.txt"
-
-
 def workload_dir(results: Path, workload: str) -> Path:
     return results / "workloads" / workload
 
