@@ -44,6 +44,12 @@ def endtoend_total(path: Path) -> float:
     return float(re.match(r"\s*([-0-9.e+]+)", fields[-1]).group(1))
 
 
+def manifest_args(stem: str) -> str:
+    """The AICB arguments of a reference workload, from the reference MANIFEST.csv."""
+    with open(REFERENCE / "aicb" / "workloads" / "MANIFEST.csv", newline="") as fh:
+        return next(r["command_args"] for r in csv.DictReader(fh) if r["file_name"] == stem + ".txt")
+
+
 def _setup(args: str):
     parser = argparse.ArgumentParser()
     add_training_arguments(parser)
@@ -359,8 +365,7 @@ def test_timeline_lays_out_simai_rows_in_execution_order(sweep, tmp_path):
     e2e = REFERENCE / "simai" / "endtoend" / f"{stem}__netA-EndToEnd.csv"
     workload = wf.read(paths.workload_file(sweep, "gpt7b_ws16_tp2_sp1_aicb_aiob"))
     rows = timeline.read_endtoend(e2e)
-    setup = _setup(next(r["command_args"] for r in csv.DictReader(open(REFERENCE / "aicb/workloads/MANIFEST.csv"))
-                        if r["file_name"] == stem + ".txt"))
+    setup = _setup(manifest_args(stem))
     units = audit.segment(workload, setup.layers_per_stage)
     events = timeline.events(workload, rows, units)
     # Every microsecond of the rows is laid out once, back to back.
@@ -376,8 +381,7 @@ def test_timeline_lays_out_simai_rows_in_execution_order(sweep, tmp_path):
     assert events[-1].lane == timeline.ITERATION_LANE and events[-1].what == "DP"
     out = tmp_path / "t.png"
     argv = ["timeline", str(paths.workload_file(sweep, "gpt7b_ws16_tp2_sp1_aicb_aiob")), str(e2e),
-            *shlex.split(next(r["command_args"] for r in csv.DictReader(open(REFERENCE / "aicb/workloads/MANIFEST.csv"))
-                              if r["file_name"] == stem + ".txt")),
+            *shlex.split(manifest_args(stem)),
             "--audit", str(paths.audit_file(sweep, "gpt7b_ws16_tp2_sp1_aicb_aiob__netA")), "-o", str(out)]
     assert cli.main(argv) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -404,8 +408,7 @@ def test_timeline_simulates_with_the_engine_as_simai_did(sweep, tmp_path):
     ratio_dir = REFERENCE / "simai" / "ratio"  # SimAI's efficiency tables, which its run used
     ours = timeline.simulate(workload, Network(gpus=16, **NETWORKS["netA"]), load_ratios(ratio_dir))
     assert ours == simai
-    args = next(r["command_args"] for r in csv.DictReader(open(REFERENCE / "aicb/workloads/MANIFEST.csv"))
-                if r["file_name"] == stem + ".txt")
+    args = manifest_args(stem)
     out = tmp_path / "t.png"
     argv = ["timeline", str(paths.workload_file(sweep, "gpt7b_ws16_tp2_sp1_aicb_aiob")), *shlex.split(args),
             "-g_p_s", "8", "-n_p_s", "8", "-nv", "360", "-nic", "48.5", "--ratio_dir", str(ratio_dir), "-o", str(out)]
