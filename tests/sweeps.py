@@ -46,6 +46,16 @@ def run(workdir: Path, *args: str, profile: str = "default", check: bool = True,
     return result
 
 
+def fails_before_any_job(workdir: Path, config: str, message: str, *args: str) -> None:
+    """A run of the sweep ``config`` fails, saying ``message``, before making any result."""
+    path = workdir / "bad.yaml"
+    path.write_text(config)
+    result = run(workdir, "--configfile", str(path), *args, check=False)
+    assert result.returncode != 0
+    assert message in result.stdout + result.stderr
+    assert not (workdir / "results").exists()
+
+
 def write_config(workdir: Path, text: str = SMALL_SWEEP) -> Path:
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / "sweep.yaml"

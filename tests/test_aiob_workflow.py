@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
+import sweeps
 from test_workflow import snakemake
 
 from commsweep import sweep
@@ -30,12 +31,8 @@ def test_default_sweep_makes_roofline_profiles(tmp_path):
 
 
 def test_unknown_gpu_fails_before_any_job(tmp_path):
-    cfg = tmp_path / "bad.yaml"
-    cfg.write_text("sweep:\n  aiob: [true]\naiob:\n  gpu: V100\n")
-    result = snakemake(tmp_path, "--configfile", str(cfg), check=False)
-    assert result.returncode != 0
-    assert "aiob.gpu: unknown GPU type 'V100'; known: A100-40GB" in result.stdout + result.stderr
-    assert not (tmp_path / "results").exists()
+    sweeps.fails_before_any_job(tmp_path, "sweep:\n  aiob: [true]\naiob:\n  gpu: V100\n",
+                                "aiob.gpu: unknown GPU type 'V100'; known: A100-40GB")
 
 
 @pytest.mark.slow

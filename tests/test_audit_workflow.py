@@ -7,6 +7,7 @@ import csv
 
 import pytest
 
+import sweeps
 from conftest import REPO
 from test_workflow import snakemake
 
@@ -19,11 +20,9 @@ def test_dry_run_plans_an_audit_per_point_and_the_figures(tmp_path):
 
 
 def test_an_unknown_timeline_point_fails_before_any_job(tmp_path):
-    cfg = tmp_path / "bad.yaml"
-    cfg.write_text("sweep:\n  tp: [2]\n  global_batch: [8]\nanalysis:\n  timeline_point: nowhere\n")
-    result = snakemake(tmp_path, "--configfile", str(cfg), "--dry-run", check=False)
-    assert result.returncode != 0
-    assert "analysis.timeline_point: 'nowhere' is not a point of this sweep" in result.stdout + result.stderr
+    config = "sweep:\n  tp: [2]\n  global_batch: [8]\nanalysis:\n  timeline_point: nowhere\n"
+    sweeps.fails_before_any_job(tmp_path, config, "analysis.timeline_point: 'nowhere' is not a point of this sweep",
+                                "--dry-run")
 
 
 @pytest.mark.slow

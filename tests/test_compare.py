@@ -44,6 +44,12 @@ def endtoend_total(path: Path) -> float:
     return float(re.match(r"\s*([-0-9.e+]+)", fields[-1]).group(1))
 
 
+def manifest_args(stem: str) -> str:
+    """The AICB arguments of a reference workload, from the reference MANIFEST.csv."""
+    with open(REFERENCE / "aicb" / "workloads" / "MANIFEST.csv", newline="") as fh:
+        return next(r["command_args"] for r in csv.DictReader(fh) if r["file_name"] == stem + ".txt")
+
+
 def _setup(args: str):
     parser = argparse.ArgumentParser()
     add_training_arguments(parser)
@@ -76,7 +82,7 @@ def sweep(tmp_path_factory):
                 findings = audit.audit(workload, setup, time_us=audit.collective_time(
                     **fields, ratios=load_ratios(REFERENCE / "simai" / "ratio")))
                 paths.point_dir(results, point).mkdir(parents=True, exist_ok=True)
-                (paths.point_dir(results, point) / "audit.csv").write_text(audit.to_csv(findings))
+                paths.audit_file(results, point).write_text(audit.to_csv(findings))
                 points.append({
                     "point": point, "workload": key, "profile": "", "model": "gpt-7b", "world_size": 16,
                     "tp": setup.tp, "pp": 1, "ep": 1, "sp": setup.sp, "aiob": on, "schedule": schedule,
@@ -166,7 +172,7 @@ def test_findings_table_holds_every_audit_row_with_its_point(sweep):
     assert tuple(lean[0]) == compare.FINDINGS_COLUMNS  # the point's key and the audit's columns only
     expected = []
     for point in _points(sweep):
-        path = paths.point_dir(sweep, point) / "audit.csv"
+        path = paths.audit_file(sweep, point)
         expected += [{"point": point, **row} for row in audit.read_csv(path.read_text())]
     assert lean == expected and len(lean) > 0
     findings, _, _ = _tables(sweep)
@@ -204,7 +210,7 @@ def test_a_damaged_audit_is_an_error_naming_its_line(sweep, tmp_path):
     copy = tmp_path / "results"
     shutil.copytree(sweep, copy)
     point = next(p for p in _points(copy) if "aicb" in p)
-    path = paths.point_dir(copy, point) / "audit.csv"
+    path = paths.audit_file(copy, point)
     lines = path.read_text().split("\n")
     cells = lines[2].split(",")
     cells[audit.COLUMNS.index("delta_bytes")] = "lots"
@@ -359,8 +365,7 @@ def test_timeline_lays_out_simai_rows_in_execution_order(sweep, tmp_path):
     e2e = REFERENCE / "simai" / "endtoend" / f"{stem}__netA-EndToEnd.csv"
     workload = wf.read(paths.workload_file(sweep, "gpt7b_ws16_tp2_sp1_aicb_aiob"))
     rows = timeline.read_endtoend(e2e)
-    setup = _setup(next(r["command_args"] for r in csv.DictReader(open(REFERENCE / "aicb/workloads/MANIFEST.csv"))
-                        if r["file_name"] == stem + ".txt"))
+    setup = _setup(manifest_args(stem))
     units = audit.segment(workload, setup.layers_per_stage)
     events = timeline.events(workload, rows, units)
     # Every microsecond of the rows is laid out once, back to back.
@@ -376,9 +381,8 @@ def test_timeline_lays_out_simai_rows_in_execution_order(sweep, tmp_path):
     assert events[-1].lane == timeline.ITERATION_LANE and events[-1].what == "DP"
     out = tmp_path / "t.png"
     argv = ["timeline", str(paths.workload_file(sweep, "gpt7b_ws16_tp2_sp1_aicb_aiob")), str(e2e),
-            *shlex.split(next(r["command_args"] for r in csv.DictReader(open(REFERENCE / "aicb/workloads/MANIFEST.csv"))
-                              if r["file_name"] == stem + ".txt")),
-            "--audit", str(paths.point_dir(sweep, "gpt7b_ws16_tp2_sp1_aicb_aiob__netA") / "audit.csv"), "-o", str(out)]
+            *shlex.split(manifest_args(stem)),
+            "--audit", str(paths.audit_file(sweep, "gpt7b_ws16_tp2_sp1_aicb_aiob__netA")), "-o", str(out)]
     assert cli.main(argv) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -404,8 +408,7 @@ def test_timeline_simulates_with_the_engine_as_simai_did(sweep, tmp_path):
     ratio_dir = REFERENCE / "simai" / "ratio"  # SimAI's efficiency tables, which its run used
     ours = timeline.simulate(workload, Network(gpus=16, **NETWORKS["netA"]), load_ratios(ratio_dir))
     assert ours == simai
-    args = next(r["command_args"] for r in csv.DictReader(open(REFERENCE / "aicb/workloads/MANIFEST.csv"))
-                if r["file_name"] == stem + ".txt")
+    args = manifest_args(stem)
     out = tmp_path / "t.png"
     argv = ["timeline", str(paths.workload_file(sweep, "gpt7b_ws16_tp2_sp1_aicb_aiob")), *shlex.split(args),
             "-g_p_s", "8", "-n_p_s", "8", "-nv", "360", "-nic", "48.5", "--ratio_dir", str(ratio_dir), "-o", str(out)]

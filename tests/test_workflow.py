@@ -23,12 +23,7 @@ def test_default_sweep_dry_run(tmp_path):
 
 
 def test_invalid_sweep_fails_before_any_job(tmp_path):
-    cfg = tmp_path / "bad.yaml"
-    cfg.write_text("sweep:\n  tp: [3]\n")
-    result = snakemake(tmp_path, "--configfile", str(cfg), check=False)
-    assert result.returncode != 0
-    assert "tp=3 does not divide the 32 attention heads" in result.stdout + result.stderr
-    assert not (tmp_path / "results").exists()
+    sweeps.fails_before_any_job(tmp_path, "sweep:\n  tp: [3]\n", "tp=3 does not divide the 32 attention heads")
 
 
 @pytest.mark.slow

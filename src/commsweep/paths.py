@@ -9,18 +9,13 @@ One home for the layout, shared by the Snakemake rules and the summary code::
     results/points/<point>/EndToEnd.csv                 SimAI's summary and per-row times of the point
     results/points/<point>/collectives.csv              its simulated time per collective
     results/points/<point>/times.csv                    their sums and SimAI's summary line (the summary's input)
-    results/points/<point>/...                          other per-point stages (audit)
+    results/points/<point>/audit.csv                    its workload's audit against Megatron's schedule
     results/summary.csv, results/plots/*.png            the sweep's tables and figures
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-
-
-def profile_file(results: Path, backend: str, profile: str) -> Path:
-    """An AIOB profile in AICB's format; ``.csv`` beside it holds the same numbers, tidy."""
-    return results / "aiob" / backend / f"{profile}.txt"
 
 
 def workload_dir(results: Path, workload: str) -> Path:
@@ -52,3 +47,8 @@ def collectives_file(results: Path, point: str) -> Path:
 def times_file(results: Path, point: str) -> Path:
     """The point's simulated times in brief (``simulate.times``): all the summary reads of a simulation."""
     return point_dir(results, point) / "times.csv"
+
+
+def audit_file(results: Path, point: str) -> Path:
+    """The point's audit findings (``analysis.audit`` columns)."""
+    return point_dir(results, point) / "audit.csv"

@@ -173,12 +173,17 @@ def simulate_inputs(wildcards):
     return inputs
 
 
+def network_flags(net):
+    """SimAI's four network flags of a network."""
+    return ["-g_p_s", str(net.gpus_per_server), "-n_p_s", str(net.nics_per_server),
+            "-nv", str(net.nvlink_gbps), "-nic", str(net.nic_gbps)]
+
+
 def simulate_args(wildcards):
     """`commsweep simulate` flags of a point: SimAI's network flags and the simulator config."""
     point = point_of(wildcards)
-    net, sim = point.net, config["simulator"]
-    argv = ["-g", str(point.world_size), "-g_p_s", str(net.gpus_per_server), "-n_p_s", str(net.nics_per_server),
-            "-nv", str(net.nvlink_gbps), "-nic", str(net.nic_gbps), "-r", f"{point.point_key}-"]
+    sim = config["simulator"]
+    argv = ["-g", str(point.world_size), *network_flags(point.net), "-r", f"{point.point_key}-"]
     for name, value in sim["overlap"].items():
         argv += [f"-{name}_o", str(value)]
     argv += ["--simai-bugs", sim["simai_bugs"], "--backend", sim["backend"]]
@@ -219,9 +224,7 @@ def audit_outputs():
 
 def network_args(point):
     """SimAI's network flags of a point, and the ratio tables the simulate rule uses."""
-    net = point.net
-    argv = ["-g_p_s", str(net.gpus_per_server), "-n_p_s", str(net.nics_per_server),
-            "-nv", str(net.nvlink_gbps), "-nic", str(net.nic_gbps)]
+    argv = network_flags(point.net)
     if simulator_ratio_dir():
         argv += ["--ratio_dir", simulator_ratio_dir()]
     return argv

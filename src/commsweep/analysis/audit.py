@@ -58,7 +58,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import ConfigError, InputError
 from ..training import TrainingSetup
 from ..workload import format as wf
 from ..workload import megatron
@@ -285,8 +285,6 @@ def audit(
     """
     problems = setup.problems() + megatron.unsupported(setup)
     if problems:
-        from ..errors import ConfigError
-
         raise ConfigError("; ".join(problems), key="arguments")
     check_header(workload, setup, source)
     reference = megatron.schedule(setup, stage=stage)
@@ -516,15 +514,20 @@ def add_network_arguments(parser) -> None:
     n.add_argument("--ratio_dir", default=None, help="SimAI's ratio tables (default: the engine's own)")
 
 
-def network_from_args(ns, header: wf.Header):
-    """The simulation engine's Network from the parsed flags (None without them)."""
-    from ..errors import ConfigError
-
+def _has_network(ns) -> bool:
+    """Whether the parsed flags give a network: all four flags (ConfigError for only some)."""
     values = [ns.gpus_per_server, ns.nics_per_server, ns.nvlink_gbps, ns.nic_gbps]
     if all(v is None for v in values):
-        return None
+        return False
     if any(v is None for v in values):
         raise ConfigError("give all four of -g_p_s, -n_p_s, -nv and -nic, or none", key="network")
+    return True
+
+
+def network_from_args(ns, header: wf.Header):
+    """The simulation engine's Network from the parsed flags (None without them)."""
+    if not _has_network(ns):
+        return None
     from ..simulate.engine import Network
 
     return Network(gpus=ns.gpus or header.all_gpus, gpus_per_server=ns.gpus_per_server,
@@ -533,13 +536,8 @@ def network_from_args(ns, header: wf.Header):
 
 def time_function(ns) -> TimeFn | None:
     """SimAI's time of one collective for the network in the parsed flags, or None."""
-    from ..errors import ConfigError
-
-    values = [ns.gpus_per_server, ns.nics_per_server, ns.nvlink_gbps, ns.nic_gbps]
-    if all(v is None for v in values):
+    if not _has_network(ns):
         return None
-    if any(v is None for v in values):
-        raise ConfigError("give all four of -g_p_s, -n_p_s, -nv and -nic, or none", key="network")
     from ..simulate.engine import load_ratios
 
     return collective_time(

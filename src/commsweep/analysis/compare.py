@@ -126,10 +126,6 @@ def read_csv_rows(path: Path, required: Iterable[str]) -> list[dict[str, str]]:
         return list(reader)
 
 
-def audit_path(results: Path, point: str) -> Path:
-    return paths.point_dir(results, point) / "audit.csv"
-
-
 @dataclass
 class KindTotals:
     """The findings of one kind in one point's audit, summed."""
@@ -141,13 +137,9 @@ class KindTotals:
 
 
 @dataclass
-class Totals:
-    """A point's audit, summed (``misses_bytes`` = bytes short + bytes in excess)."""
+class Totals(KindTotals):
+    """A point's audit, summed (``misses_bytes`` = bytes short + bytes in excess), and per kind."""
 
-    findings: int = 0
-    missing_bytes: int = 0
-    extra_bytes: int = 0
-    delta_us: float | None = None
     group_findings: int = 0
     kinds: dict[str, KindTotals] = field(default_factory=dict)
 
@@ -435,7 +427,9 @@ def compare(sweep_csv: Path, summary_csv: Path, results: Path, findings: IO[str]
     summary = [r for r in summary if r["point"] not in failed]
     if findings is not None:
         findings.write(",".join(FINDINGS_COLUMNS) + "\n")
-    point_totals = {p["point"]: stream_audit(audit_path(results, p["point"]), p["point"], findings) for p in points}
+    point_totals = {
+        p["point"]: stream_audit(paths.audit_file(results, p["point"]), p["point"], findings) for p in points
+    }
     return Tables(comparison_csv(points, summary), verdicts_csv(points, point_totals),
                   by_kind_csv(points, point_totals))
 
