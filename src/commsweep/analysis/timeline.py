@@ -11,30 +11,18 @@ for the embedding, the output layer, the loss, and one for the once-per-iteratio
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
+from ..simulate import endtoend
+from ..simulate.endtoend import RowTimes
 from ..workload import format as wf
 from . import audit
 
 ITERATION_LANE = "per iteration"
 _TAIL_LANES = {"output_layer": "output layer", "loss": "loss", "embedding_norm": "embedding_norm"}
-
-
-@dataclass(frozen=True)
-class RowTimes:
-    """One row's times in microseconds (exposed communication, as SimAI adds it up)."""
-
-    name: str
-    fwd_compute: float
-    wg_compute: float
-    ig_compute: float
-    fwd_comm: float
-    wg_comm: float
-    ig_comm: float
 
 
 @dataclass(frozen=True)
@@ -46,39 +34,17 @@ class Event:
     backward: bool
 
 
-def read_endtoend(path: str | Path) -> list[RowTimes]:
-    """The per-row lines of a SimAI ``EndToEnd.csv`` (after its two summary lines and header)."""
-    path = Path(path)
-    with open(path, newline="", encoding="utf-8") as fh:
-        return read_endtoend_lines(list(csv.reader(fh)), path)
+def read_endtoend(path: str | Path) -> tuple[RowTimes, ...]:
+    """The per-row times of a SimAI ``EndToEnd.csv`` (either backend's; strictly parsed)."""
+    return endtoend.read(path).rows
 
 
-def read_endtoend_lines(lines: list[list[str]], path: str | Path) -> list[RowTimes]:
-    start = next((i + 1 for i, line in enumerate(lines) if line[:1] == ["layer_name"]), None)
-    if start is None:
-        raise InputError("no 'layer_name' header line: not a SimAI EndToEnd.csv", file=path)
-    out = []
-    for number, line in enumerate(lines[start:], start=start + 1):
-        if len(line) < 8:
-            raise InputError(f"expected at least 8 fields, got {len(line)}", file=path, line=number)
-        try:
-            values = [float(v) for v in line[2:8]]
-        except ValueError:
-            raise InputError(f"expected times in fields 3..8, got {line[2:8]}", file=path, line=number) from None
-        fwd_c, wg_c, ig_c, fwd_e, wg_e, ig_e = values
-        out.append(RowTimes(line[0], fwd_c, wg_c, ig_c, fwd_e, wg_e, ig_e))
-    return out
-
-
-def from_endtoend_text(text: str, *, source: str | Path = "<EndToEnd.csv>") -> list[RowTimes]:
-    return read_endtoend_lines(list(csv.reader(text.splitlines())), source)
-
-
-def simulate(workload: wf.Workload, network, ratios=None) -> list[RowTimes]:
-    """The rows' times from the built-in simulation engine (SimAI's model, ``fix`` mode)."""
+def simulate(workload: wf.Workload, network, ratios=None) -> tuple[RowTimes, ...]:
+    """The rows' times from the built-in simulation engine (SimAI's model, ``fix`` mode),
+    as its EndToEnd.csv prints them (whole microseconds, as SimAI's own run would give)."""
     from ..simulate.engine import simulate as run
 
-    return from_endtoend_text(run(workload, network, ratios).endtoend, source="<simulation>")
+    return endtoend.parse(run(workload, network, ratios).endtoend, source="<simulation>").rows
 
 
 def lane_of(unit: audit.Unit) -> str:
@@ -116,7 +82,7 @@ def lanes(units: list[audit.Unit], extra: Iterable[str] = ()) -> list[str]:
     return head + layers + tail + rest
 
 
-def events(workload: wf.Workload, times: list[RowTimes], units: list[audit.Unit]) -> list[Event]:
+def events(workload: wf.Workload, times: tuple[RowTimes, ...], units: list[audit.Unit]) -> list[Event]:
     """The iteration's compute and exposed communication, in the order SimAI runs them."""
     if len(times) != len(workload.rows):
         raise InputError(
@@ -137,13 +103,13 @@ def events(workload: wf.Workload, times: list[RowTimes], units: list[audit.Unit]
     for row, t, unit in zip(workload.rows, times, units):
         lane = lane_of(unit)
         add(lane, t.fwd_compute, "compute", False)
-        add(lane, t.fwd_comm, group(row, "fwd"), False)
+        add(lane, t.fwd_exposed, group(row, "fwd"), False)
     for row, t, unit in reversed(list(zip(workload.rows, times, units))):
         lane = lane_of(unit)
         add(lane, t.ig_compute, "compute", True)
-        add(lane, t.ig_comm, group(row, "ig"), True)
+        add(lane, t.ig_exposed, group(row, "ig"), True)
         add(lane, t.wg_compute, "compute", True)
-        add(lane, t.wg_comm, group(row, "wg"), True)
+        add(lane, t.wg_exposed, group(row, "wg"), True)
     return out
 
 
