@@ -25,7 +25,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import InputError, not_utf8
+from ..errors import InputError
+from ..files import read_text
 from .cfloat import div, f32
 
 TABLES = ("nvlink", "nic", "ata")
@@ -126,12 +127,10 @@ def read_table(path: str | Path, name: str) -> RatioTable:
     """Read one ratio CSV the way SimAI's ``readCSV`` and ``std::stod`` do."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)
     except FileNotFoundError:
         raise InputError("ratio table not found (SimAI needs nvlink_ratio.csv, nic_ratio.csv, ata_ratio.csv)",
                          file=path) from None
-    except UnicodeDecodeError as err:
-        raise not_utf8(path, err) from None
     sizes: list[float] = []
     rows: list[tuple[float, ...]] = []
     for line_no, line in enumerate(text.split("\n")[1:], start=2):
