@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ..errors import CommsweepError, ConfigError, InputError
+from ..workload import format as wformat
 from ..workload.format import Header, Workload
 from . import endtoend
 from .bandwidth import (
@@ -89,7 +90,6 @@ FIX_TEXT = {
 _PREFIXES = (("ALLREDUCE", ALLREDUCE), ("ALLTOALL", ALLTOALL), ("ALLGATHER", ALLGATHER),
              ("REDUCESCATTER", REDUCESCATTER))
 _SUFFIX_GROUP = {"_EP": "EP", "_DP_EP": "DP_EP"}
-MIN_FWD_SIZE = 4096
 _F32_EXACT = 1 << 24
 _INT_MAX = (1 << 31) - 1
 
@@ -190,18 +190,14 @@ def parse_comm_type(comm_type: str, phase: str) -> tuple[str | None, str]:
     return None, "NONE"
 
 
-def effective_size(phase: str, size: int) -> int:
-    """The bytes SimAI uses: times its float32 scale factor 1.0, forward 1..4095 -> 4096."""
-    if size >= _F32_EXACT:
-        size = u64(f32_of_int(size))
-    if phase == "fwd" and 0 < size < MIN_FWD_SIZE:
-        return MIN_FWD_SIZE
-    return size
-
-
-def compute_ticks(value: int) -> int:
-    """A compute time (ns) as SimAI holds it: through its float32 scale factor."""
+def scaled(value: int) -> int:
+    """A size (bytes) or compute time (ns) as SimAI holds it: through its float32 scale factor 1.0."""
     return value if value < _F32_EXACT else u64(f32_of_int(value))
+
+
+def effective_size(phase: str, size: int) -> int:
+    """The bytes SimAI uses: ``scaled``, then forward 1..4095 -> 4096 (``format.effective_size``)."""
+    return wformat.effective_size(phase, scaled(size))
 
 
 class _Phase:
@@ -438,9 +434,6 @@ def simulate(workload: Workload, network: Network, ratios: Ratios | None = None,
         exp = (exposed(ticks, keep_tp), exposed(ticks, keep_ep), exposed(ticks, keep_dp))
         return _Phase(coll, group, nranks, eff, ticks, problems, text, exp, tuple(us(e) for e in exp))
 
-    def compute(value: int) -> int:
-        return value if value < _F32_EXACT else u64(f32_of_int(value))
-
     dp_comm = dp_ep_comm = tp_comm = ep_comm = 0.0
     comp = total_exposed = bubble = 0.0
     lines: list[str] = []
@@ -463,15 +456,15 @@ def simulate(workload: Workload, network: Network, ratios: Ratios | None = None,
                 break
         fc = row.fwd_compute
         if fc >= _F32_EXACT:
-            fc = compute(fc)
+            fc = scaled(fc)
         if index in rerun:
             fc = (2 * fc) & U64_MASK
         wgc = row.wg_compute
         if wgc >= _F32_EXACT:
-            wgc = compute(wgc)
+            wgc = scaled(wgc)
         igc = row.ig_compute
         if igc >= _F32_EXACT:
-            igc = compute(igc)
+            igc = scaled(igc)
         # Exposure: fwd and ig under the EP overlap when the row's FWD collective is on EP.
         on_ep = 1 if fwd.group == "EP" else 0
         fwd_exp = fwd.exposed[on_ep]
