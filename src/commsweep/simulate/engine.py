@@ -258,15 +258,11 @@ def _phase_ticks(coll: str | None, group: str, nranks: int, size: int, tp: int, 
     return formula_ns(coll, size, nranks, ratio, bw.busbw), problems
 
 
-def _group_sizes(header: Header, gpus: int) -> tuple[int, int]:
-    dp = gpus // (header.tp * header.pp)
-    return dp, dp // header.ep
-
-
-def _nranks(phase: str, group: str, header: Header, dp: int, dp_ep: int) -> int:
+def _nranks(phase: str, group: str, sizes: dict[str, int]) -> int:
+    """The ranks SimAI times a collective on; ``sizes`` from ``format.group_sizes``."""
     if phase == "wg":
-        return dp_ep if group == "DP_EP" else dp
-    return header.ep if group == "EP" else header.tp
+        return sizes["DP_EP" if group == "DP_EP" else "DP"]
+    return sizes["EP" if group == "EP" else "TP"]
 
 
 def comm_time_ns(comm_type: str, phase: str, size: int, header: Header, network: Network,
@@ -286,9 +282,8 @@ def comm_time_ns(comm_type: str, phase: str, size: int, header: Header, network:
     if phase not in ("fwd", "ig", "wg"):
         raise ConfigError(f"must be fwd, ig or wg, got {phase!r}", key="phase")
     ratios = ratios if ratios is not None else Ratios()
-    dp, dp_ep = _group_sizes(header, network.gpus)
     coll, group = parse_comm_type(comm_type, phase)
-    nranks = _nranks(phase, group, header, dp, dp_ep)
+    nranks = _nranks(phase, group, wformat.group_sizes(header, network.gpus))
     ticks, problems = _phase_ticks(coll, group, nranks, effective_size(phase, size), header.tp, header.ep,
                                    network.params, ratios, simai_bugs == "fix")
     if problems and simai_bugs == "error" or ticks is None:
@@ -401,7 +396,7 @@ def simulate(workload: Workload, network: Network, ratios: Ratios | None = None,
     if not rows:
         raise InputError("the workload has no rows; SimAI aborts on it", line=2, field="row_count")
     tp, ep = header.tp, header.ep
-    dp, dp_ep = _group_sizes(header, network.gpus)
+    sizes = wformat.group_sizes(header, network.gpus)
     net = network.params
     keep_tp, keep_dp, keep_ep = network.keep("tp"), network.keep("dp"), network.keep("ep")
     rerun = recompute_rows(header, len(rows))
@@ -422,7 +417,7 @@ def simulate(workload: Workload, network: Network, ratios: Ratios | None = None,
 
     def phase_of(comm_type: str, phase: str, size: int) -> _Phase:
         coll, group = parse_comm_type(comm_type, phase)
-        nranks = _nranks(phase, group, header, dp, dp_ep)
+        nranks = _nranks(phase, group, sizes)
         eff = effective_size(phase, size)
         ticks, problems = _phase_ticks(coll, group, nranks, eff, tp, ep, net, ratios, fix)
         if ticks is None:

@@ -47,7 +47,7 @@ from ..errors import CommsweepError, ConfigError
 from ..workload import format as wformat
 from . import endtoend as e2e
 from .collectives import CollectiveTime
-from .engine import Network, effective_size, parse_comm_type, _nranks, _group_sizes
+from .engine import Network, effective_size, parse_comm_type, _nranks
 from .ratio import TABLES
 
 BINARY = Path("bin") / "SimAI_analytical"
@@ -333,8 +333,7 @@ def bug_report(workload: wformat.Workload, parsed: e2e.EndToEnd, log: Log) -> li
 
 def tidy(workload: wformat.Workload, network: Network, parsed: e2e.EndToEnd, log: Log) -> list[CollectiveTime]:
     """The per-collective table of a SimAI run: workload collectives with SimAI's times (whole us)."""
-    header = workload.header
-    dp, dp_ep = _group_sizes(header, network.gpus)
+    sizes = wformat.group_sizes(workload.header, network.gpus)
     out = []
     for index, (row, times) in enumerate(zip(workload.rows, parsed.rows)):
         for phase in ("fwd", "ig", "wg"):
@@ -344,7 +343,7 @@ def tidy(workload: wformat.Workload, network: Network, parsed: e2e.EndToEnd, log
                 continue
             out.append(CollectiveTime(
                 row=index, layer=row.name, phase=phase, collective=coll, group=group,
-                group_size=_nranks(phase, group, header, dp, dp_ep), bytes=effective_size(phase, size),
+                group_size=_nranks(phase, group, sizes), bytes=effective_size(phase, size),
                 time_us=times.text[e2e.ROW_FIELDS.index(f"{phase}_comm")],
                 exposed_us=times.text[e2e.ROW_FIELDS.index(f"{phase}_exposed")],
             ))
