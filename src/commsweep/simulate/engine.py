@@ -58,7 +58,7 @@ from ..workload import format as wformat
 from ..workload.format import Header, Workload
 from . import endtoend
 from .bandwidth import (
-    ALLGATHER, ALLREDUCE, ALLTOALL, GIB, NO_NIC, ONE_GPU, REDUCESCATTER, NetParams, bus_bandwidth,
+    ALLGATHER, ALLREDUCE, ALLTOALL, GIB, NO_NIC, ONE_GPU, REDUCESCATTER, NetParams, bus_bandwidth, efficiency,
     formula_ns, group_arguments, ratio_case, reported_bandwidths, small_message_ns,
 )
 from .cfloat import U64_MASK, div, f32, f32_from_str, f32_of_int, fixed, u64
@@ -243,16 +243,13 @@ def _phase_ticks(coll: str | None, group: str, nranks: int, size: int, tp: int, 
     if bw.problem:
         problems += (bw.problem,)
     case = ratio_case(coll, group, nranks, tp, net.gpus_per_server, bw.is_nvlink)
-    ratio = 1.0
-    table = ratios.table(case[0]) if case else None
-    if table is not None:
-        try:
-            ratio = table.value(size, case[1])
-        except RatioOutOfRange:
-            problems += (RATIO_RANGE,)
-            if not fix:
-                return None, problems
-            ratio = table.clamped_value(size, case[1])
+    try:
+        ratio = efficiency(case, size, ratios)
+    except RatioOutOfRange:
+        problems += (RATIO_RANGE,)
+        if not fix:
+            return None, problems
+        ratio = efficiency(case, size, ratios, clamp=True)
     if fix and bw.problem == ONE_GPU:
         return 0, problems
     return formula_ns(coll, size, nranks, ratio, bw.busbw), problems
