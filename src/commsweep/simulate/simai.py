@@ -165,7 +165,6 @@ class SimaiRun:
     collectives: list[CollectiveTime]
     warnings: list[str] = field(default_factory=list)
     wall_s: float = 0.0
-    workdir: Path | None = None
 
     def collectives_csv(self) -> str:
         from .collectives import to_csv
@@ -198,7 +197,7 @@ def prepare_workdir(ratio_dir: Path, parent: str | Path | None = None) -> Path:
 
 def run(root: Path, workload_path: Path, network: Network, *, prefix: str, ratio_dir: Path | None = None,
         simai_bugs: str = "fix", timeout: float | None = None, log: IO[str] | None = None,
-        parent: str | Path | None = None, keep_workdir: bool = False) -> SimaiRun:
+        parent: str | Path | None = None) -> SimaiRun:
     """Run ``<root>/bin/SimAI_analytical`` on one workload and check what it did.
 
     SimAI's stdout is copied to ``log``. Raises :class:`SimaiRunError` saying what went
@@ -232,10 +231,7 @@ def run(root: Path, workload_path: Path, network: Network, *, prefix: str, ratio
     except SimaiRunError as err:
         raise SimaiRunError(f"{err}\n  command: cd {workdir} && {' '.join(argv)}") from None
     result.wall_s = wall
-    if keep_workdir:
-        result.workdir = workdir
-    else:
-        shutil.rmtree(workdir, ignore_errors=True)
+    shutil.rmtree(workdir, ignore_errors=True)
     return result
 
 
