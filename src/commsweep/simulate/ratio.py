@@ -30,6 +30,7 @@ from ..files import read_text
 from .cfloat import div, f32
 
 TABLES = ("nvlink", "nic", "ata")
+RATIO_SUBDIR = Path("astra-sim-alibabacloud") / "inputs" / "ratio"  # in a SimAI checkout
 DEFAULT_SOURCE = "built-in default (efficiency 1.0 for every size; no ratio tables)"
 # Data column (counted after "Size") by node count; any other count reads column 5.
 _COLUMN_BY_NODES = {1: 1, 2: 2, 4: 3, 8: 4, 16: 5, 32: 6, 64: 7, 128: 8, 9: 9}

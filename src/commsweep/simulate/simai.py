@@ -48,10 +48,9 @@ from ..workload import format as wformat
 from . import endtoend as e2e
 from .collectives import CollectiveTime
 from .engine import Network, effective_size, parse_comm_type, _nranks
-from .ratio import TABLES
+from .ratio import RATIO_SUBDIR, TABLES
 
 BINARY = Path("bin") / "SimAI_analytical"
-RATIO_SUBDIR = Path("astra-sim-alibabacloud") / "inputs" / "ratio"
 GROUP_ENUM = {0: "TP", 1: "DP", 2: "PP", 3: "EP", 4: "DP_EP", 5: "NONE"}
 IMPLAUSIBLE_US = 1e12
 _TIME_FIELDS = tuple(i for i, f in enumerate(e2e.ROW_FIELDS) if not f.endswith(("algbw", "busbw")))
