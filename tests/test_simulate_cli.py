@@ -25,10 +25,7 @@ def run_by_name(name: str):
 
 
 def simai_argv(run, out_dir: Path, *extra: str) -> list[str]:
-    argv = ["simulate", "-w", str(run.workload)]
-    for flag in ("-g", "-g_p_s", "-n_p_s", "-nv", "-nic", "-r"):
-        argv += [flag, run.flags[flag]]
-    return argv + ["--out-dir", str(out_dir), *extra]
+    return run.simulate_argv("--out-dir", str(out_dir), *extra)
 
 
 def test_simulate_writes_simai_files(tmp_path, capsys):
