@@ -280,9 +280,10 @@ def check(returncode: int, stdout: str, stderr: str, csv_path: Path, workload: w
         return SimaiRun(text, parsed, log, tidy(workload, network, parsed, log), warnings)
     if len(parsed.rows) != n_rows:
         raise SimaiRunError(f"SimAI's EndToEnd.csv has {len(parsed.rows)} rows, the workload {n_rows}")
-    problems = bug_report(workload, parsed, log)
+    phases = assign_phases(workload, log)
+    problems = bug_report(parsed, log, phases)
     table = tidy(workload, network, parsed, log)
-    warnings = disagreements(workload, table, log)
+    warnings = disagreements(table, log, phases)
     if problems:
         message = "SimAI printed nonsense: " + "; ".join(problems)
         if simai_bugs != "reproduce":
@@ -291,10 +292,10 @@ def check(returncode: int, stdout: str, stderr: str, csv_path: Path, workload: w
     return SimaiRun(text, parsed, log, table, warnings)
 
 
-def disagreements(workload: wformat.Workload, table: list[CollectiveTime], log: Log) -> list[str]:
+def disagreements(table: list[CollectiveTime], log: Log, phases: dict[int, str]) -> list[str]:
     """Collective lines of SimAI's stdout that the workload (read by SimAI's rules) does not
-    explain: a sign that this SimAI reads workloads differently from commsweep's model."""
-    phases = assign_phases(workload, log)
+    explain: a sign that this SimAI reads workloads differently from commsweep's model.
+    ``phases`` from :func:`assign_phases`."""
     by_key = {(c.row, c.phase): c for c in table}
     odd = []
     for c in log.collectives:
@@ -307,10 +308,9 @@ def disagreements(workload: wformat.Workload, table: list[CollectiveTime], log: 
             + "; ".join(odd[:10]) + (" ..." if len(odd) > 10 else "")]
 
 
-def bug_report(workload: wformat.Workload, parsed: e2e.EndToEnd, log: Log) -> list[str]:
+def bug_report(parsed: e2e.EndToEnd, log: Log, phases: dict[int, str]) -> list[str]:
     """SimAI's silent failures visible in its stdout and CSV, one sentence per kind."""
     out = []
-    phases = assign_phases(workload, log)
     broken = [c for c in log.collectives if c.busbw_retcode == 1 or (c.busbw_gbps is not None and c.busbw_gbps < 0)]
     if broken:
         where = ", ".join(f"row {c.row} ({c.layer} {phases.get(c.seq, '?')}, {c.group} {c.group_size})" for c in broken)
