@@ -39,7 +39,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
 
@@ -119,15 +119,9 @@ def parse_log(text: str) -> Log:
             for i in range(len(found) - 1, -1, -1):
                 if found[i].row != len(layers):
                     break
-                found[i] = _with_layer(found[i], name)
+                found[i] = replace(found[i], layer=name)
             layers.append(name)
     return Log(tuple(found), tuple(layers), pending)
-
-
-def _with_layer(c: LogCollective, name: str) -> LogCollective:
-    from dataclasses import replace
-
-    return replace(c, layer=name)
 
 
 def assign_phases(workload: wformat.Workload, log: Log) -> dict[int, str]:
