@@ -42,6 +42,13 @@ class Run:
         f = self.flags
         return Network(int(f["-g"]), int(f["-g_p_s"]), int(f["-n_p_s"]), f["-nv"], f["-nic"], **overlap)
 
+    def simulate_argv(self, *extra: str) -> list[str]:
+        """``commsweep simulate`` on this run's workload with its SimAI flags (-g ... -r), then ``extra``."""
+        argv = ["simulate", "-w", str(self.workload)]
+        for flag in ("-g", "-g_p_s", "-n_p_s", "-nv", "-nic", "-r"):
+            argv += [flag, self.flags[flag]]
+        return argv + list(extra)
+
 
 def load_runs() -> list[Run]:
     index = ENDTOEND / "INDEX.csv"

@@ -167,10 +167,8 @@ def test_cli_writes_the_times_of_a_simai_run(stand_in, monkeypatch):
 
     root, run, tmp = stand_in
     monkeypatch.setenv("STAND_IN_MODE", "replay")
-    argv = ["simulate", "-w", str(run.workload), "--backend", "simai", "--simai-root", str(root),
-            "--ratio-dir", str(simai_runs.RATIO_DIR), "--out-dir", str(tmp), "--times", str(tmp / "t.csv")]
-    for flag in ("-g", "-g_p_s", "-n_p_s", "-nv", "-nic", "-r"):
-        argv += [flag, run.flags[flag]]
+    argv = run.simulate_argv("--backend", "simai", "--simai-root", str(root), "--ratio-dir", str(simai_runs.RATIO_DIR),
+                             "--out-dir", str(tmp), "--times", str(tmp / "t.csv"))
     assert main(argv) == 0
     parsed = times.read(tmp / "t.csv")
     simai_summary = endtoend.read(run.endtoend)

@@ -11,6 +11,7 @@ import pytest
 
 import simai_runs
 from commsweep.cli import main
+from commsweep.workload import format as wf
 from conftest import REPO
 
 COMMSWEEP = Path(sys.executable).with_name("commsweep")
@@ -24,10 +25,7 @@ def run_by_name(name: str):
 
 
 def simai_argv(run, out_dir: Path, *extra: str) -> list[str]:
-    argv = ["simulate", "-w", str(run.workload)]
-    for flag in ("-g", "-g_p_s", "-n_p_s", "-nv", "-nic", "-r"):
-        argv += [flag, run.flags[flag]]
-    return argv + ["--out-dir", str(out_dir), *extra]
+    return run.simulate_argv("--out-dir", str(out_dir), *extra)
 
 
 def test_simulate_writes_simai_files(tmp_path, capsys):
@@ -36,7 +34,9 @@ def test_simulate_writes_simai_files(tmp_path, capsys):
     assert (tmp_path / f"{run.prefix}EndToEnd.csv").read_bytes() == run.endtoend.read_bytes()
     with open(tmp_path / f"{run.prefix}collectives.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
-    assert len(rows) == 3540 and rows[0]["group"] == "DP" and rows[0]["group_size"] == "384"
+    # One line per collective the workload declares (counted by the workload reader, not the engine).
+    assert len(rows) == len(list(wf.collectives(wf.read(run.workload), int(run.flags["-g"]))))
+    assert rows[0]["group"] == "DP" and rows[0]["group_size"] == "384"
     assert f"ratio tables: {simai_runs.RATIO_DIR}" in capsys.readouterr().err
 
 
@@ -85,8 +85,7 @@ def test_bad_flags(tmp_path, capsys):
     assert "expected a number, got 'fast'" in capsys.readouterr().err
     assert main(argv + ["--backend", "simai"]) == 2
     assert "needs the root of a built SimAI" in capsys.readouterr().err
-    assert main([v if v != "-n_p_s" else "-n_p_s" for v in argv[:argv.index("-n_p_s") + 1]] + ["0"]
-                + argv[argv.index("-n_p_s") + 2:]) == 2
+    assert main(argv[:argv.index("-n_p_s") + 1] + ["0"] + argv[argv.index("-n_p_s") + 2:]) == 2
     assert "nics_per_server: must be a positive integer" in capsys.readouterr().err
 
 

@@ -78,6 +78,7 @@ def test_fix_on_one_gpu_groups_costs_nothing(ratios):
     run = next(r for r in simai_runs.load_runs() if "tp1" in r.name and "sp0_default" in r.name and r.notes)
     sim = run_engine(run, ratios, "fix")
     rows = endtoend.parse(sim.endtoend).rows
+    assert sim.bugs
     for hit in sim.bugs:
         assert hit.kind == "one-gpu-group"
         fields = rows[hit.row].text

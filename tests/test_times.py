@@ -22,11 +22,8 @@ CLEAN = [r for r in simai_runs.params("clean") if r.values[0] is None or r.value
 
 def simulate(run, out: Path, *extra: str) -> tuple[Path, Path, Path]:
     paths = out / "e.csv", out / "c.csv", out / "t.csv"
-    argv = ["simulate", "-w", str(run.workload)]
-    for flag in ("-g", "-g_p_s", "-n_p_s", "-nv", "-nic", "-r"):
-        argv += [flag, run.flags[flag]]
-    argv += ["--ratio-dir", str(simai_runs.RATIO_DIR), "--endtoend", str(paths[0]), "--collectives", str(paths[1]),
-             "--times", str(paths[2]), *extra]
+    argv = run.simulate_argv("--ratio-dir", str(simai_runs.RATIO_DIR), "--endtoend", str(paths[0]),
+                             "--collectives", str(paths[1]), "--times", str(paths[2]), *extra)
     assert main(argv) == 0
     return paths
 

@@ -115,8 +115,3 @@ def fixed(x: float, decimals: int) -> str:
     if x != x:
         return "-nan"
     return f"{x:.{decimals}f}"
-
-
-def tick_us(ticks: int) -> float:
-    """A ``Tick`` (ns, uint64) divided by SimAI's FREQ (1000.0): microseconds as a double."""
-    return float(ticks) / 1000.0

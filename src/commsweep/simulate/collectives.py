@@ -16,15 +16,12 @@ import io
 import re
 from collections import namedtuple
 
-from ..errors import InputError
-
 COLUMNS = ("row", "layer", "phase", "collective", "group", "group_size", "bytes", "time_us", "exposed_us")
 
 
 # A named tuple: row, layer, phase, collective, group, group_size (int), bytes (int),
 # time_us and exposed_us (decimal text, kept exact).
 CollectiveTime = namedtuple("CollectiveTime", COLUMNS)
-_INT_COLUMNS = frozenset({"row", "group_size", "bytes"})
 
 
 def ns_text(ns: int) -> str:
@@ -48,27 +45,3 @@ _PLAIN = re.compile(r'[^,"\r\n]*')
 def csv_field(text: str) -> str:
     """One CSV field as the csv module writes it (quoted only when it must be)."""
     return text if _PLAIN.fullmatch(text) else '"' + text.replace('"', '""') + '"'
-
-
-def read_csv(text: str, *, source: str = "<collectives.csv>") -> list[CollectiveTime]:
-    import csv
-
-    reader = csv.reader(io.StringIO(text))
-    header = next(reader, None)
-    if header is None or tuple(header) != COLUMNS:
-        raise InputError(f"expected the header {','.join(COLUMNS)}", file=source, line=1)
-    out = []
-    for n, cells in enumerate(reader, start=2):
-        if len(cells) != len(COLUMNS):
-            raise InputError(f"expected {len(COLUMNS)} fields, got {len(cells)}", file=source, line=n)
-        values = {}
-        for name, cell in zip(COLUMNS, cells):
-            if name in _INT_COLUMNS:
-                try:
-                    values[name] = int(cell)
-                except ValueError:
-                    raise InputError(f"expected an integer, got {cell!r}", file=source, line=n, field=name) from None
-            else:
-                values[name] = cell
-        out.append(CollectiveTime(**values))
-    return out

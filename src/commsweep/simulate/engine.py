@@ -54,10 +54,11 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ..errors import CommsweepError, ConfigError, InputError
+from ..workload import format as wformat
 from ..workload.format import Header, Workload
 from . import endtoend
 from .bandwidth import (
-    ALLGATHER, ALLREDUCE, ALLTOALL, GIB, NO_NIC, ONE_GPU, REDUCESCATTER, NetParams, bus_bandwidth,
+    ALLGATHER, ALLREDUCE, ALLTOALL, GIB, NO_NIC, ONE_GPU, REDUCESCATTER, NetParams, bus_bandwidth, efficiency,
     formula_ns, group_arguments, ratio_case, reported_bandwidths, small_message_ns,
 )
 from .cfloat import U64_MASK, div, f32, f32_from_str, f32_of_int, fixed, u64
@@ -89,7 +90,6 @@ FIX_TEXT = {
 _PREFIXES = (("ALLREDUCE", ALLREDUCE), ("ALLTOALL", ALLTOALL), ("ALLGATHER", ALLGATHER),
              ("REDUCESCATTER", REDUCESCATTER))
 _SUFFIX_GROUP = {"_EP": "EP", "_DP_EP": "DP_EP"}
-MIN_FWD_SIZE = 4096
 _F32_EXACT = 1 << 24
 _INT_MAX = (1 << 31) - 1
 
@@ -190,18 +190,14 @@ def parse_comm_type(comm_type: str, phase: str) -> tuple[str | None, str]:
     return None, "NONE"
 
 
-def effective_size(phase: str, size: int) -> int:
-    """The bytes SimAI uses: times its float32 scale factor 1.0, forward 1..4095 -> 4096."""
-    if size >= _F32_EXACT:
-        size = u64(f32_of_int(size))
-    if phase == "fwd" and 0 < size < MIN_FWD_SIZE:
-        return MIN_FWD_SIZE
-    return size
-
-
-def compute_ticks(value: int) -> int:
-    """A compute time (ns) as SimAI holds it: through its float32 scale factor."""
+def scaled(value: int) -> int:
+    """A size (bytes) or compute time (ns) as SimAI holds it: through its float32 scale factor 1.0."""
     return value if value < _F32_EXACT else u64(f32_of_int(value))
+
+
+def effective_size(phase: str, size: int) -> int:
+    """The bytes SimAI uses: ``scaled``, then forward 1..4095 -> 4096 (``format.effective_size``)."""
+    return wformat.effective_size(phase, scaled(size))
 
 
 class _Phase:
@@ -247,30 +243,23 @@ def _phase_ticks(coll: str | None, group: str, nranks: int, size: int, tp: int, 
     if bw.problem:
         problems += (bw.problem,)
     case = ratio_case(coll, group, nranks, tp, net.gpus_per_server, bw.is_nvlink)
-    ratio = 1.0
-    table = ratios.table(case[0]) if case else None
-    if table is not None:
-        try:
-            ratio = table.value(size, case[1])
-        except RatioOutOfRange:
-            problems += (RATIO_RANGE,)
-            if not fix:
-                return None, problems
-            ratio = table.clamped_value(size, case[1])
+    try:
+        ratio = efficiency(case, size, ratios)
+    except RatioOutOfRange:
+        problems += (RATIO_RANGE,)
+        if not fix:
+            return None, problems
+        ratio = efficiency(case, size, ratios, clamp=True)
     if fix and bw.problem == ONE_GPU:
         return 0, problems
     return formula_ns(coll, size, nranks, ratio, bw.busbw), problems
 
 
-def _group_sizes(header: Header, gpus: int) -> tuple[int, int]:
-    dp = gpus // (header.tp * header.pp)
-    return dp, dp // header.ep
-
-
-def _nranks(phase: str, group: str, header: Header, dp: int, dp_ep: int) -> int:
+def _nranks(phase: str, group: str, sizes: dict[str, int]) -> int:
+    """The ranks SimAI times a collective on; ``sizes`` from ``format.group_sizes``."""
     if phase == "wg":
-        return dp_ep if group == "DP_EP" else dp
-    return header.ep if group == "EP" else header.tp
+        return sizes["DP_EP" if group == "DP_EP" else "DP"]
+    return sizes["EP" if group == "EP" else "TP"]
 
 
 def comm_time_ns(comm_type: str, phase: str, size: int, header: Header, network: Network,
@@ -290,9 +279,8 @@ def comm_time_ns(comm_type: str, phase: str, size: int, header: Header, network:
     if phase not in ("fwd", "ig", "wg"):
         raise ConfigError(f"must be fwd, ig or wg, got {phase!r}", key="phase")
     ratios = ratios if ratios is not None else Ratios()
-    dp, dp_ep = _group_sizes(header, network.gpus)
     coll, group = parse_comm_type(comm_type, phase)
-    nranks = _nranks(phase, group, header, dp, dp_ep)
+    nranks = _nranks(phase, group, wformat.group_sizes(header, network.gpus))
     ticks, problems = _phase_ticks(coll, group, nranks, effective_size(phase, size), header.tp, header.ep,
                                    network.params, ratios, simai_bugs == "fix")
     if problems and simai_bugs == "error" or ticks is None:
@@ -405,7 +393,7 @@ def simulate(workload: Workload, network: Network, ratios: Ratios | None = None,
     if not rows:
         raise InputError("the workload has no rows; SimAI aborts on it", line=2, field="row_count")
     tp, ep = header.tp, header.ep
-    dp, dp_ep = _group_sizes(header, network.gpus)
+    sizes = wformat.group_sizes(header, network.gpus)
     net = network.params
     keep_tp, keep_dp, keep_ep = network.keep("tp"), network.keep("dp"), network.keep("ep")
     rerun = recompute_rows(header, len(rows))
@@ -426,7 +414,7 @@ def simulate(workload: Workload, network: Network, ratios: Ratios | None = None,
 
     def phase_of(comm_type: str, phase: str, size: int) -> _Phase:
         coll, group = parse_comm_type(comm_type, phase)
-        nranks = _nranks(phase, group, header, dp, dp_ep)
+        nranks = _nranks(phase, group, sizes)
         eff = effective_size(phase, size)
         ticks, problems = _phase_ticks(coll, group, nranks, eff, tp, ep, net, ratios, fix)
         if ticks is None:
@@ -437,9 +425,6 @@ def simulate(workload: Workload, network: Network, ratios: Ratios | None = None,
         text = f"{us(ticks)},{fixed(algbw, 2)},{fixed(busbw, 2)}"
         exp = (exposed(ticks, keep_tp), exposed(ticks, keep_ep), exposed(ticks, keep_dp))
         return _Phase(coll, group, nranks, eff, ticks, problems, text, exp, tuple(us(e) for e in exp))
-
-    def compute(value: int) -> int:
-        return value if value < _F32_EXACT else u64(f32_of_int(value))
 
     dp_comm = dp_ep_comm = tp_comm = ep_comm = 0.0
     comp = total_exposed = bubble = 0.0
@@ -463,15 +448,15 @@ def simulate(workload: Workload, network: Network, ratios: Ratios | None = None,
                 break
         fc = row.fwd_compute
         if fc >= _F32_EXACT:
-            fc = compute(fc)
+            fc = scaled(fc)
         if index in rerun:
             fc = (2 * fc) & U64_MASK
         wgc = row.wg_compute
         if wgc >= _F32_EXACT:
-            wgc = compute(wgc)
+            wgc = scaled(wgc)
         igc = row.ig_compute
         if igc >= _F32_EXACT:
-            igc = compute(igc)
+            igc = scaled(igc)
         # Exposure: fwd and ig under the EP overlap when the row's FWD collective is on EP.
         on_ep = 1 if fwd.group == "EP" else 0
         fwd_exp = fwd.exposed[on_ep]

@@ -25,10 +25,12 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import InputError, not_utf8
+from ..errors import InputError
+from ..files import read_text
 from .cfloat import div, f32
 
 TABLES = ("nvlink", "nic", "ata")
+RATIO_SUBDIR = Path("astra-sim-alibabacloud") / "inputs" / "ratio"  # in a SimAI checkout
 DEFAULT_SOURCE = "built-in default (efficiency 1.0 for every size; no ratio tables)"
 # Data column (counted after "Size") by node count; any other count reads column 5.
 _COLUMN_BY_NODES = {1: 1, 2: 2, 4: 3, 8: 4, 16: 5, 32: 6, 64: 7, 128: 8, 9: 9}
@@ -126,12 +128,10 @@ def read_table(path: str | Path, name: str) -> RatioTable:
     """Read one ratio CSV the way SimAI's ``readCSV`` and ``std::stod`` do."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)
     except FileNotFoundError:
         raise InputError("ratio table not found (SimAI needs nvlink_ratio.csv, nic_ratio.csv, ata_ratio.csv)",
                          file=path) from None
-    except UnicodeDecodeError as err:
-        raise not_utf8(path, err) from None
     sizes: list[float] = []
     rows: list[tuple[float, ...]] = []
     for line_no, line in enumerate(text.split("\n")[1:], start=2):

@@ -38,7 +38,9 @@ def ratio_dir_for(ratio_dir: str | None, simai_root: str | None) -> str | None:
     if ratio_dir:
         return ratio_dir
     if simai_root:
-        return str(Path(simai_root) / "astra-sim-alibabacloud" / "inputs" / "ratio")
+        from .ratio import RATIO_SUBDIR
+
+        return str(Path(simai_root) / RATIO_SUBDIR)
     return None
 
 

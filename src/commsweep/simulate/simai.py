@@ -39,7 +39,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
 
@@ -47,11 +47,10 @@ from ..errors import CommsweepError, ConfigError
 from ..workload import format as wformat
 from . import endtoend as e2e
 from .collectives import CollectiveTime
-from .engine import Network, effective_size, parse_comm_type, _nranks, _group_sizes
-from .ratio import TABLES
+from .engine import Network, effective_size, parse_comm_type, _nranks
+from .ratio import RATIO_SUBDIR, TABLES
 
 BINARY = Path("bin") / "SimAI_analytical"
-RATIO_SUBDIR = Path("astra-sim-alibabacloud") / "inputs" / "ratio"
 GROUP_ENUM = {0: "TP", 1: "DP", 2: "PP", 3: "EP", 4: "DP_EP", 5: "NONE"}
 IMPLAUSIBLE_US = 1e12
 _TIME_FIELDS = tuple(i for i, f in enumerate(e2e.ROW_FIELDS) if not f.endswith(("algbw", "busbw")))
@@ -120,15 +119,9 @@ def parse_log(text: str) -> Log:
             for i in range(len(found) - 1, -1, -1):
                 if found[i].row != len(layers):
                     break
-                found[i] = _with_layer(found[i], name)
+                found[i] = replace(found[i], layer=name)
             layers.append(name)
     return Log(tuple(found), tuple(layers), pending)
-
-
-def _with_layer(c: LogCollective, name: str) -> LogCollective:
-    from dataclasses import replace
-
-    return replace(c, layer=name)
 
 
 def assign_phases(workload: wformat.Workload, log: Log) -> dict[int, str]:
@@ -165,7 +158,6 @@ class SimaiRun:
     collectives: list[CollectiveTime]
     warnings: list[str] = field(default_factory=list)
     wall_s: float = 0.0
-    workdir: Path | None = None
 
     def collectives_csv(self) -> str:
         from .collectives import to_csv
@@ -198,7 +190,7 @@ def prepare_workdir(ratio_dir: Path, parent: str | Path | None = None) -> Path:
 
 def run(root: Path, workload_path: Path, network: Network, *, prefix: str, ratio_dir: Path | None = None,
         simai_bugs: str = "fix", timeout: float | None = None, log: IO[str] | None = None,
-        parent: str | Path | None = None, keep_workdir: bool = False) -> SimaiRun:
+        parent: str | Path | None = None) -> SimaiRun:
     """Run ``<root>/bin/SimAI_analytical`` on one workload and check what it did.
 
     SimAI's stdout is copied to ``log``. Raises :class:`SimaiRunError` saying what went
@@ -232,10 +224,7 @@ def run(root: Path, workload_path: Path, network: Network, *, prefix: str, ratio
     except SimaiRunError as err:
         raise SimaiRunError(f"{err}\n  command: cd {workdir} && {' '.join(argv)}") from None
     result.wall_s = wall
-    if keep_workdir:
-        result.workdir = workdir
-    else:
-        shutil.rmtree(workdir, ignore_errors=True)
+    shutil.rmtree(workdir, ignore_errors=True)
     return result
 
 
@@ -285,9 +274,10 @@ def check(returncode: int, stdout: str, stderr: str, csv_path: Path, workload: w
         return SimaiRun(text, parsed, log, tidy(workload, network, parsed, log), warnings)
     if len(parsed.rows) != n_rows:
         raise SimaiRunError(f"SimAI's EndToEnd.csv has {len(parsed.rows)} rows, the workload {n_rows}")
-    problems = bug_report(workload, parsed, log)
+    phases = assign_phases(workload, log)
+    problems = bug_report(parsed, log, phases)
     table = tidy(workload, network, parsed, log)
-    warnings = disagreements(workload, table, log)
+    warnings = disagreements(table, log, phases)
     if problems:
         message = "SimAI printed nonsense: " + "; ".join(problems)
         if simai_bugs != "reproduce":
@@ -296,10 +286,10 @@ def check(returncode: int, stdout: str, stderr: str, csv_path: Path, workload: w
     return SimaiRun(text, parsed, log, table, warnings)
 
 
-def disagreements(workload: wformat.Workload, table: list[CollectiveTime], log: Log) -> list[str]:
+def disagreements(table: list[CollectiveTime], log: Log, phases: dict[int, str]) -> list[str]:
     """Collective lines of SimAI's stdout that the workload (read by SimAI's rules) does not
-    explain: a sign that this SimAI reads workloads differently from commsweep's model."""
-    phases = assign_phases(workload, log)
+    explain: a sign that this SimAI reads workloads differently from commsweep's model.
+    ``phases`` from :func:`assign_phases`."""
     by_key = {(c.row, c.phase): c for c in table}
     odd = []
     for c in log.collectives:
@@ -312,10 +302,9 @@ def disagreements(workload: wformat.Workload, table: list[CollectiveTime], log: 
             + "; ".join(odd[:10]) + (" ..." if len(odd) > 10 else "")]
 
 
-def bug_report(workload: wformat.Workload, parsed: e2e.EndToEnd, log: Log) -> list[str]:
+def bug_report(parsed: e2e.EndToEnd, log: Log, phases: dict[int, str]) -> list[str]:
     """SimAI's silent failures visible in its stdout and CSV, one sentence per kind."""
     out = []
-    phases = assign_phases(workload, log)
     broken = [c for c in log.collectives if c.busbw_retcode == 1 or (c.busbw_gbps is not None and c.busbw_gbps < 0)]
     if broken:
         where = ", ".join(f"row {c.row} ({c.layer} {phases.get(c.seq, '?')}, {c.group} {c.group_size})" for c in broken)
@@ -333,8 +322,7 @@ def bug_report(workload: wformat.Workload, parsed: e2e.EndToEnd, log: Log) -> li
 
 def tidy(workload: wformat.Workload, network: Network, parsed: e2e.EndToEnd, log: Log) -> list[CollectiveTime]:
     """The per-collective table of a SimAI run: workload collectives with SimAI's times (whole us)."""
-    header = workload.header
-    dp, dp_ep = _group_sizes(header, network.gpus)
+    sizes = wformat.group_sizes(workload.header, network.gpus)
     out = []
     for index, (row, times) in enumerate(zip(workload.rows, parsed.rows)):
         for phase in ("fwd", "ig", "wg"):
@@ -344,7 +332,7 @@ def tidy(workload: wformat.Workload, network: Network, parsed: e2e.EndToEnd, log
                 continue
             out.append(CollectiveTime(
                 row=index, layer=row.name, phase=phase, collective=coll, group=group,
-                group_size=_nranks(phase, group, header, dp, dp_ep), bytes=effective_size(phase, size),
+                group_size=_nranks(phase, group, sizes), bytes=effective_size(phase, size),
                 time_us=times.text[e2e.ROW_FIELDS.index(f"{phase}_comm")],
                 exposed_us=times.text[e2e.ROW_FIELDS.index(f"{phase}_exposed")],
             ))

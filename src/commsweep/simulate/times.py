@@ -50,10 +50,6 @@ def ns(text: str) -> int:
     return int(whole) * 1000 + int((frac + "000")[:3] or 0)
 
 
-def us(value_ns: int) -> str:
-    return f"{value_ns // 1000}.{value_ns % 1000:03d}"
-
-
 def summary_line(endtoend_text: str, *, source: str | Path = "<EndToEnd.csv>") -> dict[str, str] | None:
     """SimAI's summary line as the tables print it (whole us), or None when the file has none.
 
@@ -74,7 +70,7 @@ def summary_line(endtoend_text: str, *, source: str | Path = "<EndToEnd.csv>") -
 def table(collectives_csv: str, endtoend_text: str, *, collectives_source: str | Path = "<collectives.csv>",
           endtoend_source: str | Path = "<EndToEnd.csv>") -> str:
     """The times CSV of one simulation, from its collectives.csv and EndToEnd.csv texts."""
-    from .collectives import COLUMNS as TIDY
+    from .collectives import COLUMNS as TIDY, ns_text
 
     header, _, body = collectives_csv.partition("\n")
     if header != ",".join(TIDY):
@@ -110,8 +106,8 @@ def table(collectives_csv: str, endtoend_text: str, *, collectives_source: str |
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(COLUMNS)
     for (phase, collective, group), (time, exposed) in sums.items():
-        writer.writerow(("time_us", phase, collective, group, us(time)))
-        writer.writerow(("exposed_us", phase, collective, group, us(exposed)))
+        writer.writerow(("time_us", phase, collective, group, ns_text(time)))
+        writer.writerow(("exposed_us", phase, collective, group, ns_text(exposed)))
     line = summary_line(endtoend_text, source=endtoend_source)
     if line is not None:
         for key, (quantity, group) in ITERATION.items():
