@@ -145,7 +145,9 @@ def test_parse_every_reference_endtoend(run):
     assert len(parsed.rows) == int(run.workload.read_text().split("\n")[1])
     # The summary's components and total are consistent as printed (each rounded once).
     parts = sum(parsed.components[k] for k in ("compute", "exposed", "bubble", "exposed_pp"))
-    assert abs(parts - parsed.total) <= 2 or parsed.total > 1e15
+    # (Except in the runs with a noted SimAI bug, whose ~9.2e15 us overflow totals are beyond
+    # a float's whole-microsecond precision.)
+    assert abs(parts - parsed.total) <= 2 or (run.notes and parsed.total > 1e15)
     assert parsed.rows[0].text[endtoend.ROW_FIELDS.index("fwd_algbw")] in ("-nan", "inf") or parsed.rows[0].fwd_comm > 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import subprocess
 import sys
 from collections import defaultdict
@@ -114,7 +115,15 @@ def test_formats_render(fmt, tmp_path):
     out = tmp_path / f"v.{fmt}"
     subprocess.run([sys.executable, "-m", "commsweep", "volumes", str(path), "--format", fmt, "-o", str(out)], check=True)
     body = out.read_text()
-    assert "allreduce" in body and ("8192" in body or "0.01" in body)
+    # One all-reduce of 8192 bytes on 4 ranks: each sends 2 * 3/4 * 8192 = 12288 bytes.
+    if fmt == "csv":
+        assert body.splitlines() == ["phase,collective,group,group_size,count,payload_bytes,wire_bytes_per_rank",
+                                     "fwd,allreduce,TP,4,1,8192,12288"]
+    elif fmt == "json":
+        assert json.loads(body) == [{"phase": "fwd", "collective": "allreduce", "group": "TP", "group_size": 4,
+                                     "count": 1, "payload_bytes": 8192, "wire_bytes_per_rank": 12288}]
+    else:  # MiB with two decimals: 8192 and 12288 bytes both print as 0.01
+        assert body.splitlines()[-1].split() == ["fwd", "allreduce", "TP", "4", "1", "0.01", "0.01"]
 
 
 def test_malformed_workload_is_a_clean_cli_error(tmp_path):
