@@ -156,12 +156,9 @@ def point_of(wildcards):
 
 def simulator_ratio_dir():
     """The ratio tables the simulate rule uses (None: the engine's default)."""
-    sim = config["simulator"]
-    if sim["ratio_dir"]:
-        return sim["ratio_dir"]
-    if sim["root"]:
-        return os.path.join(sim["root"], "astra-sim-alibabacloud", "inputs", "ratio")
-    return None
+    from commsweep.simulate.run import ratio_dir_for
+
+    return ratio_dir_for(config["simulator"]["ratio_dir"], config["simulator"]["root"])
 
 
 def simulate_inputs(wildcards):
@@ -189,8 +186,9 @@ def simulate_args(wildcards):
     argv += ["--simai-bugs", sim["simai_bugs"], "--backend", sim["backend"]]
     if sim["root"]:
         argv += ["--simai-root", sim["root"]]
-    if simulator_ratio_dir():
-        argv += ["--ratio-dir", simulator_ratio_dir()]
+    ratio_dir = simulator_ratio_dir()
+    if ratio_dir:
+        argv += ["--ratio-dir", ratio_dir]
     return shlex.join(argv)
 
 
