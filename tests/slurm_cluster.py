@@ -200,21 +200,21 @@ def start(timeout: float = 60.0) -> SlurmCluster:
             run_dir.chmod(0o755)
             if not Path("/etc/munge/munge.key").exists():
                 subprocess.run([_sbin("mungekey"), "--create"], check=True, user="munge", group="munge")
-            log = open(root / "munged.log", "wb")
-            proc = subprocess.Popen(
-                [_sbin("munged"), "--foreground"],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, user="munge", group="munge",
-            )
+            with open(root / "munged.log", "wb") as log:  # the daemon keeps its own copy
+                proc = subprocess.Popen(
+                    [_sbin("munged"), "--foreground"],
+                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True, user="munge", group="munge",
+                )
             cluster.procs.append(proc)
             cluster.pids["munged"] = proc.pid
             _wait("munged", _munge_works, timeout, cluster)
 
         for name in ("slurmctld", "slurmd"):
-            log = open(root / f"{name}-stdout.log", "wb")
             argv = [_sbin(name), "-D", "-f", str(CONF)]
             if name == "slurmctld":
                 argv.append("-i")  # ignore any state from an earlier run (there is none: fresh StateSaveLocation)
-            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            with open(root / f"{name}-stdout.log", "wb") as log:
+                proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             cluster.procs.append(proc)
             cluster.pids[name] = proc.pid
 
