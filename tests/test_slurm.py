@@ -1,4 +1,4 @@
-"""The sweep through a real Slurm (workflow/profiles/slurm): same results as a local run.
+"""The sweep through a real Slurm (profiles/slurm): same results as a local run.
 
 A single-node Slurm is started on this machine for the module (tests/slurm_cluster.py)
 and stopped by PID afterwards. Without the Debian packages (or without root) the tests
