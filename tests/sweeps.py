@@ -30,10 +30,10 @@ def env() -> dict[str, str]:
 
 
 def command(workdir: Path, *args: str, profile: str = "default") -> list[str]:
-    return [
-        str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
-        "--profile", str(REPO / "workflow" / "profiles" / profile), *args,
-    ]
+    """Snakemake on the project's Snakefile in ``workdir``. The default profile is the one
+    Snakemake finds by itself (profiles/default beside the Snakefile), as for a user."""
+    chosen = [] if profile == "default" else ["--workflow-profile", str(REPO / "profiles" / profile)]
+    return [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(workdir), *chosen, *args]
 
 
 def run(workdir: Path, *args: str, profile: str = "default", check: bool = True, timeout: float = 600):

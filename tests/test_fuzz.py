@@ -415,8 +415,8 @@ def test_found_not_utf8_names_the_line(tmp_path):
         ("models:\n  &a gpt-x: {base: gpt-7b}\n  ? !!null ''\n  : {base: gpt-7b}\n",
          "models.None: model names must be strings"),
         ("sweep:\n  model: [nope]\n", "sweep.model: unknown model 'nope'"),
-        ("sweep:\n  tp: [1]\n\x00\n", "c.yaml:3: invalid YAML: unacceptable character #x0000"),
-        ("sweep:\n  tp: [" + "9" * 5000 + "]\n", "c.yaml:2: invalid YAML: a number with thousands of digits"),
+        ("sweep:\n  tp: [1]\n\x00\n", "c.yaml:3:1: invalid YAML: unacceptable character #x0000"),
+        ("sweep:\n  tp: [" + "9" * 5000 + "]\n", "c.yaml:2:8: invalid YAML: a number with thousands of digits"),
         ("- 1\n", "<top level>: the config must be a mapping"),
     ],
 )

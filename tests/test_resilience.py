@@ -35,7 +35,7 @@ sweep:
 """
 GOOD_SWEEP = BAD_SWEEP.replace("model: [gpt-7b, gpt-huge]", "model: [gpt-7b]")
 CORRUPT_PROFILE = "train_iter:10\nEmb:\n    time_gpu_max: 5\n    time_gpu_min: 7\n    time_gpu_avg: 6\n"
-PER_POINT_RULES = ("aiob_file", "workload", "volumes", "simulate", "audit")
+PER_POINT_RULES = ("profile_file", "generate", "volumes", "simulate", "audit")
 
 
 def place_profiles(workdir: Path, config: Path, corrupt: str | None = None) -> None:
@@ -126,9 +126,9 @@ def test_failed_points_leave_the_others_intact_and_are_retried(tmp_path):
     # the 5 failed points, its workload, volumes, simulation and audit; then the tables.
     todo = jobs_to_run(run, config)
     assert {rule: todo.get(rule, 0) for rule in PER_POINT_RULES} == {
-        "aiob_file": 1, "workload": 5, "volumes": 5, "simulate": 5, "audit": 5,
+        "profile_file": 1, "generate": 5, "volumes": 5, "simulate": 5, "audit": 5,
     }
-    assert todo["summary"] == todo["check"] == 1
+    assert todo["summarize"] == todo["check"] == 1
     # Fixed input and the model dropped: everything runs, equal to the clean run.
     place_profiles(run, config)
     config.write_text(GOOD_SWEEP)

@@ -101,10 +101,20 @@ def cmd_sweep(ns: argparse.Namespace) -> None:
         raise CommsweepError(f"{len(invalid)} invalid combination(s); set skip_invalid: true to drop them")
 
 
+def _point_files(ns: argparse.Namespace, lists: tuple[str, ...]):
+    """The per-point files of a sweep-wide command: those given, else found under --results."""
+    from .paths import PointFiles
+
+    given = {name: getattr(ns, name) for name in lists if getattr(ns, name) is not None}
+    if given:
+        return PointFiles.given(**given)
+    return PointFiles.under(ns.results)
+
+
 def cmd_summarize(ns: argparse.Namespace) -> None:
     from .analysis import summary
 
-    _emit(summary.summarize(Path(ns.sweep), Path(ns.results)), ns.output)
+    _emit(summary.summarize(Path(ns.sweep), _point_files(ns, ("status", "volumes", "times"))), ns.output)
 
 
 def cmd_simulate(ns: argparse.Namespace) -> None:
@@ -159,7 +169,7 @@ def cmd_compare(ns: argparse.Namespace) -> None:
     # findings.csv is written as the audits are read (it can hold millions of rows); it
     # lands only when the whole comparison succeeded.
     with atomic_open(ns.findings) as findings:
-        tables = compare.compare(Path(ns.sweep), Path(ns.summary), Path(ns.results), findings)
+        tables = compare.compare(Path(ns.sweep), Path(ns.summary), _point_files(ns, ("audits",)), findings)
     write_text(ns.comparison, tables.comparison)
     write_text(ns.verdicts, tables.verdicts)
     if ns.by_kind:
@@ -212,7 +222,11 @@ def cmd_check(ns: argparse.Namespace) -> None:
     from . import status
     from .analysis import summary
 
-    _emit(status.check(summary.read_points(Path(ns.sweep)), Path(ns.results)), ns.output)
+    ok, text = status.check(summary.read_points(Path(ns.sweep)), _point_files(ns, ("status",)), ns.steps or ())
+    _emit(text, ns.output)
+    if not ok and not ns.exit_zero:
+        to_file = ns.output not in (None, "-")
+        raise CommsweepError(text.rstrip("\n") if to_file else "some points or steps failed (listed above)")
 
 
 # -- parser ----------------------------------------------------------------------------
@@ -378,10 +392,23 @@ def add_sweep_parser(sub) -> None:
     p.set_defaults(func=cmd_sweep)
 
 
+def _add_file_lists(p: argparse.ArgumentParser, **lists: str) -> None:
+    """Options that each take a list of per-point files (``paths.PointFiles.given``)."""
+    for name, help_text in lists.items():
+        p.add_argument(f"--{name}", nargs="*", metavar="FILE", help=help_text)
+
+
 def add_summarize_parser(sub) -> None:
-    p = sub.add_parser("summarize", help="join every point's results into one table")
+    p = sub.add_parser(
+        "summarize", help="join every point's results into one table",
+        description="Join the points of a sweep table with their volumes, simulated times and status into "
+                    "one table. Each point's files are those given (--status, --volumes, --times: what the "
+                    "pipeline does), else found under --results by the results layout.",
+    )
     p.add_argument("--sweep", required=True, help="the points table (results/sweep.csv)")
-    p.add_argument("--results", default="results", help="the results directory")
+    p.add_argument("--results", default="results", help="the results directory (when no files are given)")
+    _add_file_lists(p, status="the points' status files (<workload or point>/<stage>.status)",
+                    volumes="the workloads' volumes.csv files", times="the points' times.csv files")
     p.add_argument("-o", "--output", help="output CSV (default: stdout)")
     p.set_defaults(func=cmd_summarize)
 
@@ -402,10 +429,20 @@ def add_guard_parser(sub) -> None:
 
 
 def add_check_parser(sub) -> None:
-    p = sub.add_parser("check", help="fail if a point of the sweep failed (and let the next run retry it)")
+    p = sub.add_parser(
+        "check", help="fail if a point of the sweep failed (and let the next run retry it)",
+        description="The verdict of a run: 'all N point(s) ok', or the failed points and sweep-wide steps "
+                    "with their errors (exit status 2). Each point's status files are those given "
+                    "(--status), else found under --results.",
+    )
     p.add_argument("--sweep", required=True, help="the points table (results/sweep.csv)")
-    p.add_argument("--results", default="results", help="the results directory")
-    p.add_argument("-o", "--output", help="write 'all N point(s) ok' here when none failed")
+    p.add_argument("--results", default="results", help="the results directory (when no files are given)")
+    _add_file_lists(p, status="the points' status files (<workload or point>/<stage>.status)")
+    p.add_argument("--steps", nargs="*", metavar="FILE", help="the sweep-wide steps' status files")
+    p.add_argument("-o", "--output", help="write the verdict here too (also when something failed)")
+    p.add_argument("--exit-zero", action="store_true",
+                   help="exit 0 when something failed, once the verdict is written (the pipeline fails the run "
+                        "itself, after the verdict is in place)")
     p.set_defaults(func=cmd_check)
 
 
@@ -422,7 +459,9 @@ def add_compare_parser(sub) -> None:
     p = sub.add_parser("compare", help="sweep-wide findings, comparison of the generators, and verdicts")
     p.add_argument("--sweep", required=True, help="the points table (results/sweep.csv)")
     p.add_argument("--summary", required=True, help="the summary table (results/summary.csv)")
-    p.add_argument("--results", default="results", help="the results directory (per-point audits)")
+    p.add_argument("--results", default="results",
+                   help="the results directory, where the points' audits are found (when --audits is not given)")
+    _add_file_lists(p, audits="the points' audit.csv files (a point without one is not audited)")
     p.add_argument("--findings", required=True,
                    help="output: every point's findings, after the point's key (CSV; join results/sweep.csv on point)")
     p.add_argument("--comparison", required=True, help="output: the generators compared per setting (CSV)")

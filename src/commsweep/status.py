@@ -210,18 +210,9 @@ def parse_quietly(parse: Callable[[], object]) -> object:
 # -- what the summary and the check read ------------------------------------------------
 
 
-def status_files(results: Path, workload: str, point: str) -> list[Path]:
-    """Every status file of one point: its workload's stages and its own."""
-    found: list[Path] = []
-    for folder in (paths.workload_dir(results, workload), paths.point_dir(results, point)):
-        if folder.is_dir():
-            found += sorted(folder.glob(f"*{SUFFIX}"))
-    return found
-
-
-def failures(results: Path, workload: str, point: str) -> list[tuple[Path, Status]]:
+def failures(files: paths.PointFiles, workload: str, point: str) -> list[tuple[Path, Status]]:
     """The failed jobs of one point (a failure copied downstream appears once per job)."""
-    found = [(path, read(path)) for path in status_files(results, workload, point)]
+    found = [(path, read(path)) for path in files.statuses(workload, point)]
     return [(path, st) for path, st in found if not st.ok]
 
 
@@ -249,24 +240,54 @@ def next_attempt(path: str | Path) -> int:
     return status.attempt if status.ok else status.attempt + 1
 
 
-def check(points: Iterable[dict[str, str]], results: Path) -> str:
-    """Fail when a point of the sweep failed; otherwise the line ``all N point(s) ok``.
+FAILED = "failed:"
 
-    ``points`` are the valid rows of the points table. A point with no status file at all
-    counts as failed too: its results were never made (or were removed by hand).
+
+def check(
+    points: Iterable[dict[str, str]],
+    files: paths.PointFiles,
+    steps: Iterable[str | Path] = (),
+    *,
+    run: str | None = None,
+) -> tuple[bool, str]:
+    """The verdict of a run: whether every point and sweep-wide step succeeded, and its text.
+
+    ``points`` are the valid rows of the points table, ``files`` their status files,
+    ``steps`` the status files of the sweep-wide steps (summary, comparison, figures).
+    The text is ``all N point(s) ok`` on success; otherwise its first line starts with
+    ``failed:`` and one line per failed point or step follows, with the error. A point with
+    no status file at all counts as failed too: its results were never made (or were
+    removed by hand). ``run`` names the run (``provenance.Run.id``).
     """
     points = list(points)
+    named = f" (run {run})" if run else ""
     failed: list[str] = []
     for point in points:
-        if not status_files(results, point["workload"], point["point"]):
+        statuses = files.statuses(point["workload"], point["point"])
+        if not statuses:
             failed.append(f"  {point['point']}: no status file: its jobs never ran")
             continue
-        found = failures(results, point["workload"], point["point"])
+        found = [(path, st) for path, st in ((p, read(p)) for p in statuses) if not st.ok]
         if found:
             failed.append(f"  {point['point']}: {reasons(found)}")
+    broken = []
+    for path in map(Path, steps):
+        st = read(path)
+        if not st.ok:
+            broken.append(f"  {path.name.removesuffix(SUFFIX)}: {st.reason()}")
+    if not failed and not broken:
+        return True, f"all {len(points)} point(s) ok{named}\n"
+    lines = []
     if failed:
-        raise CommsweepError(
-            f"{len(failed)} of {len(points)} point(s) failed (results/summary.csv lists them; "
-            "the next run retries them):\n" + "\n".join(failed)
-        )
-    return f"all {len(points)} point(s) ok\n"
+        lines.append(f"{FAILED} {len(failed)} of {len(points)} point(s) failed{named} (results/summary.csv "
+                     "lists them; the next run retries them):")
+        lines += failed
+    if broken:
+        lines.append(f"{FAILED} {len(broken)} sweep-wide step(s) failed{named} (the next run retries them):")
+        lines += broken
+    return False, "\n".join(lines) + "\n"
+
+
+def verdict_failed(text: str) -> bool:
+    """Whether a verdict (``check``'s text, status.txt) records a failure."""
+    return text.startswith(FAILED)

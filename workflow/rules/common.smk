@@ -1,4 +1,5 @@
-# Sweep points and input functions shared by the rules.
+# Sweep points and the rules' input functions. Every path comes from commsweep.paths (the
+# results layout), every check and record from the package: this file only connects them.
 
 import os
 import shlex
@@ -6,12 +7,18 @@ import sys
 
 from snakemake.exceptions import WorkflowError
 
-from commsweep import status, sweep
+from commsweep import paths, pipeline, status, sweep
 from commsweep.arguments import to_commsweep_argv
 from commsweep.errors import CommsweepError
 from commsweep.trace.scale import pipeline_dp, trace_setups
+from commsweep.workload import megatron
 
-RESULTS = "results"
+L = paths.Layout(paths.RESULTS)
+
+try:
+    pipeline.load_config(workflow, config)
+except CommsweepError as err:
+    raise WorkflowError(str(err)) from None
 
 # Shell rules call `commsweep`: use the one installed beside the Python running Snakemake,
 # also when its environment is not activated (e.g. `.venv/bin/snakemake`).
@@ -27,6 +34,10 @@ POINT_BY_WORKLOAD = {p.workload_key: p for p in POINTS}
 WORKLOADS = sorted(POINT_BY_WORKLOAD)
 # Points with aiob on, by AIOB profile: points sharing a key share one profile.
 POINT_BY_PROFILE = {p.profile_key: p for p in POINTS if p.aiob}
+# Points the Megatron schedule can describe (dense models): they get an audit.
+AUDITED = [p for p in POINTS if not megatron.unsupported(p.setup)]
+# reference: measured traces real megatron-core once per model family, TP, PP and SP.
+TRACES = trace_setups([p.setup for p in POINTS]) if config["reference"] == "measured" else {}
 
 
 wildcard_constraints:
@@ -36,42 +47,31 @@ wildcard_constraints:
     trace=r"[^/.]+",
 
 
-# reference: measured traces real megatron-core once per model family, TP, PP and SP.
-TRACES = trace_setups([p.setup for p in POINTS]) if config["reference"] == "measured" else {}
-
-
 def final_outputs():
-    """Everything `rule all` asks for."""
-    return [
-        f"{RESULTS}/summary.csv",
-        f"{RESULTS}/plots/volume_by_tp.png",
-        *audit_outputs(),
-    ] + trace_outputs()
+    """Everything `rule all` asks for (the check's inputs)."""
+    out = [L.summary(), L.plot("volume_by_tp"), *audit_outputs(), *trace_outputs()]
+    return out
 
 
-def trace_outputs():
-    if not TRACES:
-        return []
-    traces = [f"{RESULTS}/traces/{key}{suffix}" for key in sorted(TRACES) for suffix in (".csv", ".compare.csv")]
-    return traces + [f"{RESULTS}/trace_check.csv"]
+def step_statuses():
+    """The status files of the sweep-wide steps (their outcome, read by the check)."""
+    steps = ["summarize", "compare", "plot_volume_by_tp", "plot_tp_bytes_by_phase", "plot_exposed_by_group",
+             "plot_audit_by_kind"]
+    if AUDITED:
+        steps.append("plot_timeline")
+    if TRACES:
+        steps.append("trace_check")
+    return [L.step_status(step) for step in steps]
 
 
-def trace_setup(wildcards):
+# -- the points' input functions ---------------------------------------------------------
+
+
+def point_of(wildcards):
     try:
-        return TRACES[wildcards.trace]
+        return POINT_BY_KEY[wildcards.point]
     except KeyError:
-        raise WorkflowError(f"{wildcards.trace} is not a trace of this sweep (reference: measured)") from None
-
-
-def trace_args(wildcards):
-    """`commsweep trace` arguments: one point of the family, scaled down by the command."""
-    setup = trace_setup(wildcards)
-    return shlex.join(to_commsweep_argv(setup) + ["--scaled", f"--scaled_dp={pipeline_dp(setup)}"])
-
-
-def trace_processes(wildcards):
-    setup = trace_setup(wildcards)
-    return setup.tp * setup.pp * pipeline_dp(setup)
+        raise WorkflowError(f"{wildcards.point} is not a point of this sweep") from None
 
 
 def workload_point(wildcards):
@@ -79,51 +79,6 @@ def workload_point(wildcards):
         return POINT_BY_WORKLOAD[wildcards.workload]
     except KeyError:
         raise WorkflowError(f"{wildcards.workload} is not a workload of this sweep") from None
-
-
-def profile_path(point):
-    """The AIOB profile of a point with aiob on (made by the aiob rule)."""
-    return f"{RESULTS}/aiob/{config['aiob']['backend']}/{point.profile_key}.txt"
-
-
-def profile_status(point):
-    return profile_path(point).removesuffix(".txt") + ".status"
-
-
-def workload_inputs(wildcards):
-    """The profile of a point with aiob on; ``after``: status files the job waits on."""
-    point = workload_point(wildcards)
-    if point.aiob:
-        return {"profile": profile_path(point), "after": [profile_status(point)]}
-    return {"after": []}
-
-
-def workload_status(point):
-    return f"{RESULTS}/workloads/{point.workload_key}/workload.status"
-
-
-def workload_args(wildcards):
-    """The `commsweep generate` arguments of a workload: its setup and schedule."""
-    point = workload_point(wildcards)
-    argv = to_commsweep_argv(point.setup) + ["--schedule", point.schedule]
-    if point.schedule == "megatron":
-        argv += ["--pp_stage", config["generator"]["megatron_pp_stage"]]
-    if point.schedule == "aicb" and config["generator"].get("aicb_root"):
-        # The user's AICB writes the file instead of the emulation (aicb_runner.py).
-        argv += ["--aicb-root", config["generator"]["aicb_root"]]
-    return shlex.join(argv)
-
-
-def workload_profile_args(wildcards, input):
-    """`--aiob_enable --comp_filepath=PROFILE` with aiob on, the profile named by the job's
-    input (a local copy where a storage plugin stands in for a shared filesystem)."""
-    if not workload_point(wildcards).aiob:
-        return ""
-    return shlex.join(["--aiob_enable", f"--comp_filepath={input.profile}"])
-
-
-def all_volumes(wildcards):
-    return [f"{RESULTS}/workloads/{w}/volumes.csv" for w in WORKLOADS]
 
 
 def profile_point(wildcards):
@@ -147,11 +102,35 @@ def profile_user_file(wildcards):
 
     return user_file(config["aiob"]["file"], profile_point(wildcards).profile_key)
 
-def point_of(wildcards):
-    try:
-        return POINT_BY_KEY[wildcards.point]
-    except KeyError:
-        raise WorkflowError(f"{wildcards.point} is not a point of this sweep") from None
+
+def generate_inputs(wildcards):
+    """The profile of a point with aiob on; ``after``: status files the job waits on."""
+    point = workload_point(wildcards)
+    if point.aiob:
+        backend = config["aiob"]["backend"]
+        return {"profile": L.profile(backend, point.profile_key),
+                "after": [L.profile_status(backend, point.profile_key)]}
+    return {"after": []}
+
+
+def generate_args(wildcards):
+    """The `commsweep generate` arguments of a workload: its setup and schedule."""
+    point = workload_point(wildcards)
+    argv = to_commsweep_argv(point.setup) + ["--schedule", point.schedule]
+    if point.schedule == "megatron":
+        argv += ["--pp_stage", config["generator"]["megatron_pp_stage"]]
+    if point.schedule == "aicb" and config["generator"].get("aicb_root"):
+        # The user's AICB writes the file instead of the emulation (aicb_runner.py).
+        argv += ["--aicb-root", config["generator"]["aicb_root"]]
+    return shlex.join(argv)
+
+
+def generate_profile_args(wildcards, input):
+    """`--aiob_enable --comp_filepath=PROFILE` with aiob on, the profile named by the job's
+    input (a local copy where a storage plugin stands in for a shared filesystem)."""
+    if not workload_point(wildcards).aiob:
+        return ""
+    return shlex.join(["--aiob_enable", f"--comp_filepath={input.profile}"])
 
 
 def simulator_ratio_dir():
@@ -161,9 +140,14 @@ def simulator_ratio_dir():
     return ratio_dir_for(config["simulator"]["ratio_dir"], config["simulator"]["root"])
 
 
+def after_workload(wildcards):
+    """A per-point job's inputs: its workload, and the status of the job that made it."""
+    workload = point_of(wildcards).workload_key
+    return {"workload": L.workload(workload), "after": [L.workload_status("workload", workload)]}
+
+
 def simulate_inputs(wildcards):
-    point = point_of(wildcards)
-    inputs = {"workload": f"{RESULTS}/workloads/{point.workload_key}/workload.txt", "after": [workload_status(point)]}
+    inputs = after_workload(wildcards)
     ratio_dir = simulator_ratio_dir()
     if ratio_dir:
         inputs["ratios"] = [os.path.join(ratio_dir, f"{t}_ratio.csv") for t in ("nvlink", "nic", "ata")]
@@ -192,34 +176,6 @@ def simulate_args(wildcards):
     return shlex.join(argv)
 
 
-def all_simulations(wildcards):
-    """What the summary reads of each simulation: its times file (never the per-row files)."""
-    return [f"{RESULTS}/points/{p}/times.csv" for p in sorted(POINT_BY_KEY)]
-
-
-# -- audit and comparison (workflow/rules/audit.smk) -------------------------------------
-
-from commsweep.workload import megatron as _megatron
-
-# Points the Megatron schedule can describe (dense models): they get an audit.
-AUDITED = [p for p in POINTS if not _megatron.unsupported(p.setup)]
-
-
-def audit_outputs():
-    out = [
-        f"{RESULTS}/findings.csv",
-        f"{RESULTS}/comparison.csv",
-        f"{RESULTS}/verdicts.csv",
-        f"{RESULTS}/findings_by_kind.csv",
-        f"{RESULTS}/plots/tp_bytes_by_phase.png",
-        f"{RESULTS}/plots/exposed_by_group.png",
-        f"{RESULTS}/plots/audit_by_kind.png",
-    ]
-    if AUDITED:
-        out.append(f"{RESULTS}/plots/timeline.png")
-    return out
-
-
 def network_args(point):
     """SimAI's network flags of a point, and the ratio tables the simulate rule uses."""
     argv = network_flags(point.net)
@@ -233,18 +189,41 @@ def point_args(point):
     return to_commsweep_argv(point.setup) + ["--pp_stage", config["generator"]["megatron_pp_stage"]]
 
 
-def audit_inputs(wildcards):
-    point = point_of(wildcards)
-    return {"workload": f"{RESULTS}/workloads/{point.workload_key}/workload.txt", "after": [workload_status(point)]}
-
-
 def audit_args(wildcards):
     point = point_of(wildcards)
     return shlex.join(point_args(point) + network_args(point))
 
 
+# -- what the sweep-wide steps read --------------------------------------------------------
+
+
+def all_volumes(wildcards):
+    return [L.volumes(w) for w in WORKLOADS]
+
+
+def all_simulations(wildcards):
+    """What the summary reads of each simulation: its times file (never the per-row files)."""
+    return [L.times(p) for p in sorted(POINT_BY_KEY)]
+
+
 def all_audits(wildcards):
-    return [f"{RESULTS}/points/{p.point_key}/audit.csv" for p in AUDITED]
+    return [L.audit(p.point_key) for p in AUDITED]
+
+
+def all_status(wildcards):
+    """The status files of every per-point job the summary and the check read."""
+    out = [L.workload_status(stage, w) for w in WORKLOADS for stage in ("workload", "volumes")]
+    out += [L.point_status("simulate", p) for p in sorted(POINT_BY_KEY)]
+    out += [L.point_status("audit", p.point_key) for p in AUDITED]
+    return out
+
+
+def audit_outputs():
+    out = [L.findings(), L.comparison(), L.verdicts(), L.findings_by_kind(),
+           L.plot("tp_bytes_by_phase"), L.plot("exposed_by_group"), L.plot("audit_by_kind")]
+    if AUDITED:
+        out.append(L.plot("timeline"))
+    return out
 
 
 def timeline_point():
@@ -253,7 +232,7 @@ def timeline_point():
     if key is not None:
         if key not in POINT_BY_KEY:
             raise WorkflowError(f"analysis.timeline_point: {key!r} is not a point of this sweep "
-                                f"(see the point column of {RESULTS}/sweep.csv)")
+                                f"(see the point column of {L.sweep_table()})")
         point = POINT_BY_KEY[key]
         if point not in AUDITED:
             raise WorkflowError(f"analysis.timeline_point: {key!r} has no audit (the Megatron schedule "
@@ -270,9 +249,11 @@ def timeline_point():
 def timeline_inputs(wildcards):
     point = timeline_point()
     return {
-        "workload": f"{RESULTS}/workloads/{point.workload_key}/workload.txt",
-        "simulation": f"{RESULTS}/points/{point.point_key}/EndToEnd.csv",
-        "audit": f"{RESULTS}/points/{point.point_key}/audit.csv",
+        "workload": L.workload(point.workload_key),
+        "simulation": L.endtoend(point.point_key),
+        "audit": L.audit(point.point_key),
+        "after": [L.workload_status("workload", point.workload_key), L.point_status("simulate", point.point_key),
+                  L.point_status("audit", point.point_key)],
     }
 
 
@@ -281,61 +262,78 @@ def timeline_args(wildcards):
     return shlex.join(point_args(point) + ["--title", point.point_key])
 
 
-# -- one bad point never loses the others ------------------------------------------------
+# -- measured traces (workflow/rules/trace.smk) --------------------------------------------
+
+
+def trace_outputs():
+    if not TRACES:
+        return []
+    return [L.trace_check()]
+
+
+def all_trace_comparisons(wildcards):
+    return [L.trace_compare(key) for key in sorted(TRACES)]
+
+
+def all_trace_statuses(wildcards):
+    return [L.trace_status(key) for key in sorted(TRACES)]
+
+
+def trace_setup(wildcards):
+    try:
+        return TRACES[wildcards.trace]
+    except KeyError:
+        raise WorkflowError(f"{wildcards.trace} is not a trace of this sweep (reference: measured)") from None
+
+
+def trace_args(wildcards):
+    """`commsweep trace` arguments: one point of the family, scaled down by the command."""
+    setup = trace_setup(wildcards)
+    return shlex.join(to_commsweep_argv(setup) + ["--scaled", f"--scaled_dp={pipeline_dp(setup)}"])
+
+
+def trace_processes(wildcards):
+    setup = trace_setup(wildcards)
+    return setup.tp * setup.pp * pipeline_dp(setup)
+
+
+# -- one bad point (or step) never loses the others ----------------------------------------
 #
-# Every per-point rule (one job per point, workload or profile) runs its command through
+# Every job but the sweep table, the run record and the check runs its command through
 # guarded(): the job then always succeeds for Snakemake and writes `output.status` beside
-# its outputs, saying ok or the error. A failed job leaves one-line markers in place of
-# its outputs, and the jobs after it (those listing its status file in `input.after`)
-# record the same failure without running. The summary lists failed points with their
-# error; `rule check` runs last and fails the run if any point failed. `params.attempt`
-# grows after a failure, so the next run retries exactly the failed jobs (Snakemake's
-# params rerun trigger). The logic lives in commsweep.status.
+# its outputs (a sweep-wide step: results/steps/<rule>.status), saying ok or the error. A
+# failed job leaves one-line markers in place of its outputs, and the jobs after it (those
+# listing its status file in `input.after`) record the same failure without running. The
+# summary lists failed points with their error; the check runs last, whatever failed, and
+# fails the run if anything did. `params.attempt` grows after a failure, so the next run
+# retries exactly the failed jobs (Snakemake's params rerun trigger). The logic lives in
+# commsweep.status; docs/workflow.md shows the pattern of a guarded rule:
 #
-# The pattern for a per-point rule (simulate, audit, AIOB profiling ...):
-#
-#     rule simulate:
-#         input:
-#             workload=f"{RESULTS}/workloads/{{workload}}/workload.txt",
-#             after=f"{RESULTS}/workloads/{{workload}}/workload.status",   # upstream statuses
-#         output:
-#             times=f"{RESULTS}/points/{{point}}/times.csv",
-#             status=f"{RESULTS}/points/{{point}}/simulate.status",        # <stage>.status
-#         params:
-#             attempt=attempt(f"{RESULTS}/points/{{point}}/simulate.status"),  # = output.status
-#         log: ...
-#         shell:
-#             guarded("simulate {input.workload} ... -o {output.times}")
-#
-# Rules:
 # * `input.after` lists the status files of the guarded jobs this one reads (a list,
 #   possibly empty: `after=[]`);
-# * `output.status` lives in the workload's folder (results/workloads/<workload>/) or the
-#   point's (results/points/<point>/), where the summary and the check look; a per-profile
-#   job keeps it beside the profile, and the workload rule lists it in `input.after`;
-# * the leaf stages' status files are inputs of the summary: add them in all_status();
+# * `output.status` is the path of commsweep.paths for the stage; the leaf stages' status
+#   files are inputs of the summary and the check: add them in all_status();
 # * the command is a `commsweep` subcommand (guard runs it in-process); it must raise
 #   (CommsweepError for bad input) rather than write partial outputs.
 #
 # Resources: every rule declares mem_mb, runtime (minutes) and threads; the cluster
-# profiles turn them into the job's request (workflow/profiles/slurm). A rule that needs
-# a GPU declares `gpu` only when it will use one, e.g. for torch AIOB profiling:
-#
-#         resources:
-#             mem_mb=16000,
-#             runtime=30,
-#             gpu=lambda wildcards: 1 if <the AIOB backend runs on CUDA> else 0,
-#
-# (Slurm: --gpus=1, gpu_model via the profile's set-resources; Kubernetes: nvidia.com/gpu
-# with gpu_manufacturer=nvidia; a local run ignores it unless --resources gpu=N is given.)
+# profiles turn them into the job's request (profiles/slurm). A rule that needs a GPU
+# declares `gpu` only when it will use one (the torch AIOB rule, see aiob.smk).
 
 
 def guarded(command):
-    """The shell command of a per-point rule: `commsweep COMMAND` run by `commsweep guard`."""
+    """The shell command of a guarded rule: `commsweep COMMAND` run by `commsweep guard`."""
     return (
         "commsweep guard --status {output.status} --outputs {output} --after {input.after}"
         " --attempt {params.attempt} -- " + command + " > {log} 2>&1"
     )
+
+
+def guarded_argv(*command):
+    """The `params.command` of a guarded rule run by workflow/scripts/commsweep.py (see
+    commsweep.pipeline.run_rule): for commands whose file lists are too long for a shell."""
+    return ["guard", "--status", "<output.status>", "--outputs", "<output>", "--after", "<input.after>",
+            "--attempt", "<params.attempt>", "--", *command]
 
 
 def attempt(status_file):
@@ -345,11 +343,3 @@ def attempt(status_file):
     function of the wildcards alone: Snakemake ignores params derived from the outputs.)
     """
     return lambda wildcards: status.next_attempt(status_file.format(**dict(wildcards.items())))
-
-
-def all_status(wildcards):
-    """The status files of every per-point job the summary must wait for (and read)."""
-    out = [f"{RESULTS}/workloads/{w}/{stage}.status" for w in WORKLOADS for stage in ("workload", "volumes")]
-    out += [f"{RESULTS}/points/{p}/simulate.status" for p in sorted(POINT_BY_KEY)]
-    out += [f"{RESULTS}/points/{p.point_key}/audit.status" for p in AUDITED]
-    return out

@@ -4,37 +4,45 @@
 
 
 rule trace:
+    input:
+        after=[],
     output:
-        trace=f"{RESULTS}/traces/{{trace}}.csv",
-        compare=f"{RESULTS}/traces/{{trace}}.compare.csv",
+        trace=L.trace(),
+        compare=L.trace_compare(),
+        status=L.trace_status(),
     params:
         args=trace_args,
+        attempt=attempt(L.trace_status()),
     log:
-        f"{RESULTS}/logs/trace/{{trace}}.log",
+        L.log("trace", "{trace}"),
     benchmark:
-        f"{RESULTS}/benchmarks/trace/{{trace}}.tsv"
+        L.benchmark("trace", "{trace}")
     threads: trace_processes
     resources:
         # about 0.4 GB per process (torch and megatron), one process per rank
         mem_mb=lambda wildcards, threads: 500 * trace_processes(wildcards) + 500,
         runtime=20,
     shell:
-        "commsweep trace {params.args} --format csv -o {output.trace} --compare {output.compare} > {log} 2>&1"
+        guarded("trace {params.args} --format csv -o {output.trace} --compare {output.compare}")
 
 
 rule trace_check:
     # The sweep's verdict on the Megatron schedule, one row per trace.
     input:
-        [f"{RESULTS}/traces/{key}.compare.csv" for key in sorted(TRACES)],
+        compare=all_trace_comparisons,
+        after=all_trace_statuses,
     output:
-        report(f"{RESULTS}/trace_check.csv", caption="../report/trace_check.rst", category="Megatron schedule"),
+        table=report(L.trace_check(), caption="../report/trace_check.rst", category="Megatron schedule"),
+        status=L.step_status("trace_check"),
+    params:
+        attempt=attempt(L.step_status("trace_check")),
     log:
-        f"{RESULTS}/logs/trace_check.log",
+        L.log("trace_check"),
     benchmark:
-        f"{RESULTS}/benchmarks/trace_check.tsv"
+        L.benchmark("trace_check")
     resources:
         mem_mb=512,
         runtime=5,
     threads: 1
     shell:
-        "commsweep trace-check {input} -o {output} > {log} 2>&1"
+        guarded("trace-check {input.compare} -o {output.table}")

@@ -45,18 +45,22 @@ def read_points(sweep_csv: Path) -> list[dict[str, str]]:
     return [r for r in rows if r.get("status", "ok") == "ok"]
 
 
-def summarize(sweep_csv: Path, results: Path) -> str:
+def summarize(sweep_csv: Path, files: paths.PointFiles) -> str:
+    """The summary table of the sweep's points, read from their ``files`` (see ``paths.PointFiles``)."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(COLUMNS)
     for point in read_points(sweep_csv):
         base = [point[c] for c in TABLE_COLUMNS]
-        failed = status.failures(results, point["workload"], point["point"])
+        failed = status.failures(files, point["workload"], point["point"])
         if failed:
             writer.writerow(base + [f"failed: {status.reasons(failed)}"] + [""] * (len(COLUMNS) - len(base) - 1))
             continue
-        table = volumes.read_csv(paths.volumes_file(results, point["workload"]).read_text(encoding="utf-8"))
-        times, totals = simulated(results, point["point"])
+        path = files.volumes(point["workload"])
+        if path is None:
+            raise InputError(f"no volumes file given for workload {point['workload']}", file=sweep_csv)
+        table = volumes.read_csv(path.read_text(encoding="utf-8"))
+        times, totals = simulated(files.times(point["point"]))
         for v in table:
             if v.phase == "pp":
                 time, exposed = "", totals.get("sim_pp_us", "")
@@ -67,15 +71,14 @@ def summarize(sweep_csv: Path, results: Path) -> str:
     return buf.getvalue()
 
 
-def simulated(results: Path, point: str) -> tuple[dict[tuple[str, str, str], tuple[str, str]], dict[str, str]]:
+def simulated(path: Path | None) -> tuple[dict[tuple[str, str, str], tuple[str, str]], dict[str, str]]:
     """A point's simulated us per (phase, collective, group), and its summary line (us).
 
     Read from the point's times file (``simulate.times``), never from its EndToEnd.csv or
     collectives.csv, so a sweep of thousands of points is summarized in seconds. Both are
-    empty for a point without a simulation.
+    empty for a point without a simulation (``path`` None or absent).
     """
-    path = paths.times_file(results, point)
-    if not path.exists():
+    if path is None or not path.exists():
         return {}, {}
     parsed = sim_times.read(path)
     totals = {column: parsed.iteration[key] for column, key in SIM_KEYS.items() if key in parsed.iteration}

@@ -1,0 +1,111 @@
+"""What the Snakemake workflow calls into: the rules stay thin, the logic lives here.
+
+``run_rule`` runs a ``commsweep`` command for a sweep-wide rule in the job's own
+process (a Snakemake ``script:``), with the rule's declared files: the summary, the
+comparison and the check read every point's files, and a sweep of a thousand points
+names more of them than one shell command line may hold (Linux caps a single argument,
+hence ``bash -c COMMAND``, at 128 KiB).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+_PLACEHOLDER = re.compile(r"^<(input|output|params)(?:\.(\w+))?>$")
+
+
+def expand_command(template: Sequence[str], namespaces: Mapping[str, object]) -> list[str]:
+    """A command line from a template whose items may be placeholders for the job's files.
+
+    An item ``<input.NAME>``, ``<output.NAME>`` or ``<params.NAME>`` becomes that file, or
+    every file of that list, as separate arguments; ``<output>`` (or ``<input>``) becomes
+    all of them. Other items are kept as they are. (Not Snakemake's ``{input.NAME}``:
+    Snakemake would expand those in params itself, as one string.)
+    """
+    argv: list[str] = []
+    for item in template:
+        match = _PLACEHOLDER.match(item)
+        if match is None:
+            argv.append(str(item))
+            continue
+        space, name = match.groups()
+        value = namespaces[space]
+        if name is not None:
+            try:
+                value = getattr(value, name)
+            except AttributeError:
+                raise KeyError(f"{item}: the rule has no {space} named {name!r}") from None
+        if isinstance(value, (str, int, float)):
+            argv.append(str(value))
+        else:
+            argv.extend(str(v) for v in value)
+    return argv
+
+
+def run_rule(smk) -> None:
+    """Run ``smk.params.command`` (see ``expand_command``) as ``commsweep`` in this process.
+
+    ``smk`` is the ``snakemake`` object of a ``script:`` rule. The command's stdout and
+    stderr go to the rule's log; a non-zero exit status fails the job.
+    """
+    from .cli import main
+
+    argv = expand_command(smk.params.command, {"input": smk.input, "output": smk.output, "params": smk.params})
+    with open(smk.log[0], "w", encoding="utf-8") as log, contextlib.redirect_stdout(log), \
+            contextlib.redirect_stderr(log):
+        print("$ commsweep " + " ".join(argv[:40]) + (f" ... ({len(argv)} arguments)" if len(argv) > 40 else ""))
+        code = main(argv)
+    if code:
+        raise SystemExit(code)
+
+
+# -- hooks of the Snakefile ------------------------------------------------------------------
+
+
+def load_config(workflow, config: dict) -> None:
+    """Replace Snakemake's reading of the sweep config with commsweep's (``configfile.load``).
+
+    The files are those Snakemake read (``--configfile``, else the Snakefile's default),
+    the overrides the raw ``--config KEY=VALUE`` arguments; ``config`` is updated in place.
+    """
+    from .configfile import load
+
+    files = [str(f) for f in workflow.configfiles]
+    overrides = list(getattr(workflow.config_settings, "config_args", None) or ())
+    loaded = load(files, overrides)
+    config.clear()
+    config.update(loaded)
+
+
+def will_run(workflow, rule: str) -> bool:
+    """Whether a job of ``rule`` is among those this run executes."""
+    return any(job.rule.name == rule for job in workflow.dag.needrun_jobs())
+
+
+def on_start(workflow, layout) -> None:
+    """Before the first job: no verdict of an earlier run may outlive this one's start.
+
+    When this run ends in the check, the old ``status.txt`` goes now, so that a run cut
+    short (Ctrl-C, kill -9, a crash) leaves no verdict rather than the last run's.
+    """
+    if will_run(workflow, "check"):
+        Path(layout.verdict()).unlink(missing_ok=True)
+
+
+def on_success(layout) -> None:
+    """After the last job: a run whose check recorded failures ends with an error, and the list."""
+    from .status import verdict_failed
+
+    path = Path(layout.verdict())
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return
+    if verdict_failed(text):
+        sys.stderr.write(f"commsweep: {text}commsweep: the run failed ({path}); the next run retries what failed\n")
+        sys.stderr.flush()
+        raise SystemExit(1)
