@@ -114,7 +114,7 @@ def _point_files(ns: argparse.Namespace, lists: tuple[str, ...]):
 def cmd_summarize(ns: argparse.Namespace) -> None:
     from .analysis import summary
 
-    _emit(summary.summarize(Path(ns.sweep), _point_files(ns, ("status", "volumes", "times"))), ns.output)
+    _emit(summary.summarize(Path(ns.sweep), _point_files(ns, ("status", "volumes", "times")), ns.run or ""), ns.output)
 
 
 def cmd_simulate(ns: argparse.Namespace) -> None:
@@ -215,14 +215,16 @@ def cmd_guard(ns: argparse.Namespace) -> None:
         inner = status.parse_quietly(lambda: parser.parse_args(argv))
         inner.func(inner)
 
-    status.guard(argv[0], run, status_path=ns.status, outputs=ns.outputs, after=ns.after, attempt=ns.attempt)
+    status.guard(argv[0], run, status_path=ns.status, outputs=ns.outputs, after=ns.after, attempt=ns.attempt,
+                 provenance=status.job_provenance(ns.provenance) if ns.provenance is not None else None)
 
 
 def cmd_check(ns: argparse.Namespace) -> None:
     from . import status
     from .analysis import summary
 
-    ok, text = status.check(summary.read_points(Path(ns.sweep)), _point_files(ns, ("status",)), ns.steps or ())
+    ok, text = status.check(summary.read_points(Path(ns.sweep)), _point_files(ns, ("status",)), ns.steps or (),
+                            run=ns.run, ignored=ns.ignored or ())
     _emit(text, ns.output)
     if not ok and not ns.exit_zero:
         to_file = ns.output not in (None, "-")
@@ -409,6 +411,7 @@ def add_summarize_parser(sub) -> None:
     p.add_argument("--results", default="results", help="the results directory (when no files are given)")
     _add_file_lists(p, status="the points' status files (<workload or point>/<stage>.status)",
                     volumes="the workloads' volumes.csv files", times="the points' times.csv files")
+    p.add_argument("--run", help="the run the table belongs to, for its run column (results/run.json's run)")
     p.add_argument("-o", "--output", help="output CSV (default: stdout)")
     p.set_defaults(func=cmd_summarize)
 
@@ -424,6 +427,9 @@ def add_guard_parser(sub) -> None:
     p.add_argument("--outputs", nargs="*", default=[], help="the job's declared outputs")
     p.add_argument("--after", nargs="*", default=[], help="status files of the jobs this one needs")
     p.add_argument("--attempt", type=int, default=1, help="which run of the job this is (recorded in the status)")
+    p.add_argument("--provenance", nargs="*", metavar="KEY=CHECKSUM",
+                   help="record what made the outputs: commsweep's version, the run's config digest and these "
+                        "external inputs' checksums (the pipeline passes them)")
     p.add_argument("argv", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...: the commsweep command to run")
     p.set_defaults(func=cmd_guard)
 
@@ -439,6 +445,9 @@ def add_check_parser(sub) -> None:
     p.add_argument("--results", default="results", help="the results directory (when no files are given)")
     _add_file_lists(p, status="the points' status files (<workload or point>/<stage>.status)")
     p.add_argument("--steps", nargs="*", metavar="FILE", help="the sweep-wide steps' status files")
+    p.add_argument("--run", help="the run to name in the verdict (results/run.json's run)")
+    p.add_argument("--ignored", nargs="*", metavar="PATH",
+                   help="outputs of points not in this sweep, left from an earlier one, to list as ignored")
     p.add_argument("-o", "--output", help="write the verdict here too (also when something failed)")
     p.add_argument("--exit-zero", action="store_true",
                    help="exit 0 when something failed, once the verdict is written (the pipeline fails the run "

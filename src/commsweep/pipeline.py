@@ -109,3 +109,33 @@ def on_success(layout) -> None:
         sys.stderr.write(f"commsweep: {text}commsweep: the run failed ({path}); the next run retries what failed\n")
         sys.stderr.flush()
         raise SystemExit(1)
+
+
+def prepare(workflow, config: dict, points, layout, *, traces=()):
+    """Everything a run needs before its first job; returns ``(run, ignored)``.
+
+    Checks and checksums the external inputs (``provenance.check_external``: a missing one
+    stops the run here, naming its key and path), names the run (``provenance.Run``), puts
+    this Python's ``commsweep`` first on ``PATH`` for the shell rules (also when the venv is
+    not activated, e.g. ``.venv/bin/snakemake``), tells the jobs the run's config digest,
+    and, in the main Snakemake process, lists the outputs of points not in this sweep.
+    """
+    import copy
+    import os
+
+    from . import provenance
+
+    inputs = provenance.check_external(config, points)
+    run = provenance.Run(
+        config=copy.deepcopy(dict(config)), inputs=inputs,
+        config_files=tuple(provenance.relative_to_cwd(f) for f in workflow.configfiles),
+    )
+    os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+    os.environ[provenance.CONFIG_DIGEST_ENV] = run.config_digest
+    ignored: list[str] = []
+    if workflow.is_main_process:
+        ignored = provenance.stale_outputs(layout, points, backend=config["aiob"]["backend"], traces=traces)
+        if ignored:
+            print(f"commsweep: {len(ignored)} output(s) of points not in this sweep are ignored (the check lists "
+                  f"them in {layout.verdict()}), e.g. {ignored[0]}", file=sys.stderr)
+    return run, ignored

@@ -34,7 +34,7 @@ import json
 import sys
 import traceback
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import paths
@@ -58,6 +58,9 @@ class Status:
     outputs: tuple[str, ...] = field(default=())
     # Which run of the job this was (see next_attempt).
     attempt: int = 1
+    # What made the outputs: commsweep's version, the run's config digest, the checksums of
+    # the external inputs the job read (see commsweep.provenance). Empty: not recorded.
+    provenance: dict = field(default_factory=dict, compare=False)
 
     def render(self) -> str:
         record = {
@@ -68,6 +71,8 @@ class Status:
             "outputs": list(self.outputs),
             "attempt": self.attempt,
         }
+        if self.provenance:
+            record["provenance"] = self.provenance
         return json.dumps(record, sort_keys=True) + "\n"
 
     def reason(self) -> str:
@@ -100,6 +105,9 @@ def read(path: str | Path) -> Status:
     attempt = record.get("attempt", 1)
     if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
         raise InputError(f"expected a positive integer, got {attempt!r}", file=path, line=1, field="attempt")
+    provenance = record.get("provenance") or {}
+    if not isinstance(provenance, dict):
+        raise InputError("expected a mapping", file=path, line=1, field="provenance")
     return Status(
         ok=record["status"] == "ok",
         stage=str(record.get("stage", "")),
@@ -107,7 +115,30 @@ def read(path: str | Path) -> Status:
         upstream=upstream if isinstance(upstream, str) else None,
         outputs=tuple(outputs),
         attempt=attempt,
+        provenance=provenance,
     )
+
+
+def job_provenance(words: Iterable[str] = ()) -> dict:
+    """What a status records of the job's making: commsweep's version, the run's config digest
+    (from the workflow, ``provenance.CONFIG_DIGEST_ENV``) and the external inputs' checksums
+    (``KEY=CHECKSUM`` words, the job's ``params.provenance``)."""
+    import os
+
+    from . import __version__
+    from .provenance import CONFIG_DIGEST_ENV
+
+    inputs = {}
+    for word in words:
+        key, sep, value = word.partition("=")
+        if not sep:
+            raise CommsweepError(f"--provenance: expected KEY=VALUE, got {word!r}")
+        if key != "commsweep":
+            inputs[key] = value
+    record: dict = {"commsweep": __version__, "config": os.environ.get(CONFIG_DIGEST_ENV)}
+    if inputs:
+        record["inputs"] = inputs
+    return record
 
 
 def marker_text(status: Status, status_path: str | Path) -> str:
@@ -145,13 +176,14 @@ def guard(
     outputs: Sequence[str | Path] = (),
     after: Iterable[str | Path] = (),
     attempt: int = 1,
+    provenance: dict | None = None,
 ) -> Status:
     """Run one per-point command and record its outcome in ``status_path``.
 
     ``run`` is the command (it raises on failure); ``outputs`` are the job's declared
     outputs (the status file among them is skipped); ``after`` are the status files of
-    the jobs this one depends on; ``attempt`` is recorded (see ``next_attempt``). Returns
-    the status written. Only a failure to write
+    the jobs this one depends on; ``attempt`` and ``provenance`` (see ``job_provenance``)
+    are recorded. Returns the status written. Only a failure to write
     the status itself (or an interruption) escapes.
     """
     status_path = Path(status_path)
@@ -185,6 +217,8 @@ def guard(
                 status = Status(ok=False, stage=stage, error=message, outputs=outs, attempt=attempt)
             else:
                 status = Status(ok=True, stage=stage, outputs=outs, attempt=attempt)
+    if provenance:
+        status = replace(status, provenance=provenance)
     if not status.ok:
         for out in outs:
             write_text(out, marker_text(status, status_path))
@@ -249,6 +283,7 @@ def check(
     steps: Iterable[str | Path] = (),
     *,
     run: str | None = None,
+    ignored: Iterable[str] = (),
 ) -> tuple[bool, str]:
     """The verdict of a run: whether every point and sweep-wide step succeeded, and its text.
 
@@ -257,7 +292,8 @@ def check(
     The text is ``all N point(s) ok`` on success; otherwise its first line starts with
     ``failed:`` and one line per failed point or step follows, with the error. A point with
     no status file at all counts as failed too: its results were never made (or were
-    removed by hand). ``run`` names the run (``provenance.Run.id``).
+    removed by hand). ``run`` names the run (``provenance.Run.id``); ``ignored`` lists
+    outputs of points not in this sweep (``provenance.stale_outputs``), which it names.
     """
     points = list(points)
     named = f" (run {run})" if run else ""
@@ -275,8 +311,14 @@ def check(
         st = read(path)
         if not st.ok:
             broken.append(f"  {path.name.removesuffix(SUFFIX)}: {st.reason()}")
+    ignored = list(ignored)
+    notes = []
+    if ignored:
+        notes.append(f"ignored: {len(ignored)} output(s) of points not in this sweep (left from an earlier "
+                      "one; not part of this run's results):")
+        notes += [f"  {path}" for path in ignored]
     if not failed and not broken:
-        return True, f"all {len(points)} point(s) ok{named}\n"
+        return True, "\n".join([f"all {len(points)} point(s) ok{named}", *notes]) + "\n"
     lines = []
     if failed:
         lines.append(f"{FAILED} {len(failed)} of {len(points)} point(s) failed{named} (results/summary.csv "
@@ -285,7 +327,7 @@ def check(
     if broken:
         lines.append(f"{FAILED} {len(broken)} sweep-wide step(s) failed{named} (the next run retries them):")
         lines += broken
-    return False, "\n".join(lines) + "\n"
+    return False, "\n".join(lines + notes) + "\n"
 
 
 def verdict_failed(text: str) -> bool:

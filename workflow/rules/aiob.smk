@@ -18,6 +18,7 @@ rule profile_roofline:
         table=L.profile_table("roofline"),
         status=L.profile_status("roofline"),
     params:
+        provenance=provenance(),
         args=profile_args,
         attempt=attempt(L.profile_status("roofline")),
     log:
@@ -40,6 +41,7 @@ rule profile_torch:
         table=L.profile_table("torch"),
         status=L.profile_status("torch"),
     params:
+        provenance=provenance(),
         args=profile_args,
         attempt=attempt(L.profile_status("torch")),
     log:
@@ -64,6 +66,7 @@ rule profile_file:
         table=L.profile_table("file"),
         status=L.profile_status("file"),
     params:
+        provenance=profile_file_provenance,
         args=profile_args,
         attempt=attempt(L.profile_status("file")),
     log:

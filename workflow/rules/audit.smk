@@ -9,6 +9,7 @@ rule audit:
         audit=L.audit(),
         status=L.point_status("audit"),
     params:
+        provenance=provenance("simulator.ratio_dir"),
         args=audit_args,
         attempt=attempt(L.point_status("audit")),
     log:
@@ -37,6 +38,7 @@ rule compare:
         by_kind=report(L.findings_by_kind(), caption="../report/findings_by_kind.rst", category="Audit against Megatron"),
         status=L.step_status("compare"),
     params:
+        provenance=provenance(),
         attempt=attempt(L.step_status("compare")),
         command=guarded_argv("compare", "--sweep", "<input.sweep>", "--summary", "<input.summary>",
                              "--audits", "<input.audits>", "--findings", "<output.findings>",
@@ -63,6 +65,7 @@ rule plot_tp_bytes_by_phase:
                     category="Communication volumes"),
         status=L.step_status("plot_tp_bytes_by_phase"),
     params:
+        provenance=provenance(),
         attempt=attempt(L.step_status("plot_tp_bytes_by_phase")),
     log:
         L.log("plot_tp_bytes_by_phase"),
@@ -84,6 +87,7 @@ rule plot_exposed_by_group:
         plot=report(L.plot("exposed_by_group"), caption="../report/exposed_by_group.rst", category="Simulated times"),
         status=L.step_status("plot_exposed_by_group"),
     params:
+        provenance=provenance(),
         attempt=attempt(L.step_status("plot_exposed_by_group")),
     log:
         L.log("plot_exposed_by_group"),
@@ -104,6 +108,7 @@ rule plot_timeline:
         plot=report(L.plot("timeline"), caption="../report/timeline.rst", category="Simulated times"),
         status=L.step_status("plot_timeline"),
     params:
+        provenance=provenance(),
         args=timeline_args,
         attempt=attempt(L.step_status("plot_timeline")),
     log:
@@ -127,6 +132,7 @@ rule plot_audit_by_kind:
         plot=report(L.plot("audit_by_kind"), caption="../report/audit_by_kind.rst", category="Audit against Megatron"),
         status=L.step_status("plot_audit_by_kind"),
     params:
+        provenance=provenance(),
         attempt=attempt(L.step_status("plot_audit_by_kind")),
     log:
         L.log("plot_audit_by_kind"),

@@ -3,7 +3,6 @@
 
 import os
 import shlex
-import sys
 
 from snakemake.exceptions import WorkflowError
 
@@ -20,10 +19,6 @@ try:
 except CommsweepError as err:
     raise WorkflowError(str(err)) from None
 
-# Shell rules call `commsweep`: use the one installed beside the Python running Snakemake,
-# also when its environment is not activated (e.g. `.venv/bin/snakemake`).
-os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
-
 try:
     POINTS, INVALID = sweep.points_from_config(config)
 except CommsweepError as err:
@@ -39,6 +34,13 @@ AUDITED = [p for p in POINTS if not megatron.unsupported(p.setup)]
 # reference: measured traces real megatron-core once per model family, TP, PP and SP.
 TRACES = trace_setups([p.setup for p in POINTS]) if config["reference"] == "measured" else {}
 
+# The run: external inputs checked (a missing one stops it here) and checksummed, its name,
+# and the outputs of points not in this sweep (ignored, listed by the check).
+try:
+    RUN, IGNORED = pipeline.prepare(workflow, config, POINTS, L, traces=TRACES)
+except CommsweepError as err:
+    raise WorkflowError(str(err)) from None
+
 
 wildcard_constraints:
     workload=r"[^/]+",
@@ -49,8 +51,7 @@ wildcard_constraints:
 
 def final_outputs():
     """Everything `rule all` asks for (the check's inputs)."""
-    out = [L.summary(), L.plot("volume_by_tp"), *audit_outputs(), *trace_outputs()]
-    return out
+    return [L.run_record(), L.summary(), L.plot("volume_by_tp"), *audit_outputs(), *trace_outputs()]
 
 
 def step_statuses():
@@ -325,7 +326,7 @@ def guarded(command):
     """The shell command of a guarded rule: `commsweep COMMAND` run by `commsweep guard`."""
     return (
         "commsweep guard --status {output.status} --outputs {output} --after {input.after}"
-        " --attempt {params.attempt} -- " + command + " > {log} 2>&1"
+        " --attempt {params.attempt} --provenance {params.provenance} -- " + command + " > {log} 2>&1"
     )
 
 
@@ -333,7 +334,22 @@ def guarded_argv(*command):
     """The `params.command` of a guarded rule run by workflow/scripts/commsweep.py (see
     commsweep.pipeline.run_rule): for commands whose file lists are too long for a shell."""
     return ["guard", "--status", "<output.status>", "--outputs", "<output>", "--after", "<input.after>",
-            "--attempt", "<params.attempt>", "--", *command]
+            "--attempt", "<params.attempt>", "--provenance", "<params.provenance>", "--", *command]
+
+
+def provenance(*keys):
+    """`params.provenance` of a guarded rule: commsweep's version and the checksums of the
+    external inputs `keys` its jobs read (a changed one reruns exactly those jobs)."""
+    return RUN.job_provenance(*keys)
+
+
+def profile_file_provenance(wildcards):
+    return RUN.job_provenance("aiob.file", profile=wildcards.profile)
+
+
+def generate_provenance(wildcards):
+    """The user's AICB writes the aicb schedule's workloads when generator.aicb_root is set."""
+    return RUN.job_provenance(*(["generator.aicb_root"] if workload_point(wildcards).schedule == "aicb" else []))
 
 
 def attempt(status_file):

@@ -12,6 +12,7 @@ rule simulate:
         times=L.times(),
         status=L.point_status("simulate"),
     params:
+        provenance=provenance("simulator.root", "simulator.ratio_dir"),
         args=simulate_args,
         attempt=attempt(L.point_status("simulate")),
     log:

@@ -20,6 +20,26 @@ rule sweep_table:
         "../scripts/write_text.py"
 
 
+rule run_record:
+    # What made this run's results: commsweep's version, the config and the external
+    # inputs' checksums (commsweep.provenance). Rewritten when any of them changes.
+    output:
+        report(L.run_record(), caption="../report/run_record.rst", category="Run"),
+    params:
+        text=RUN.record(),
+    log:
+        L.log("run_record"),
+    benchmark:
+        L.benchmark("run_record")
+    resources:
+        mem_mb=512,
+        runtime=5,
+    threads: 1
+    localrule: True
+    script:
+        "../scripts/write_text.py"
+
+
 rule summarize:
     # Reads each point's files as declared here: their lists are too long for a shell
     # command, so the command runs in a script (commsweep.pipeline.run_rule).
@@ -33,9 +53,12 @@ rule summarize:
         summary=L.summary(),
         status=L.step_status("summarize"),
     params:
+        provenance=provenance(),
         attempt=attempt(L.step_status("summarize")),
+        run=RUN.id,
         command=guarded_argv("summarize", "--sweep", "<input.sweep>", "--status", "<input.status>",
-                             "--volumes", "<input.volumes>", "--times", "<input.times>", "-o", "<output.summary>"),
+                             "--volumes", "<input.volumes>", "--times", "<input.times>", "--run", "<params.run>",
+                             "-o", "<output.summary>"),
     log:
         L.log("summarize"),
     benchmark:
@@ -56,6 +79,7 @@ rule plot_volume_by_tp:
         plot=report(L.plot("volume_by_tp"), caption="../report/volume_by_tp.rst", category="Communication volumes"),
         status=L.step_status("plot_volume_by_tp"),
     params:
+        provenance=provenance(),
         attempt=attempt(L.step_status("plot_volume_by_tp")),
     log:
         L.log("plot_volume_by_tp"),
@@ -79,10 +103,12 @@ rule check:
         steps=step_statuses(),
         outputs=final_outputs(),
     output:
-        verdict=L.verdict(),
+        verdict=report(L.verdict(), caption="../report/verdict.rst", category="Run"),
     params:
-        command=["check", "--sweep", "<input.sweep>", "--status", "<input.status>", "--steps", "<input.steps>", "--exit-zero",
-                 "-o", "<output.verdict>"],
+        run=RUN.id,
+        ignored=IGNORED,
+        command=["check", "--sweep", "<input.sweep>", "--status", "<input.status>", "--steps", "<input.steps>",
+                 "--run", "<params.run>", "--ignored", "<params.ignored>", "--exit-zero", "-o", "<output.verdict>"],
     log:
         L.log("check"),
     benchmark:

@@ -11,6 +11,7 @@ rule trace:
         compare=L.trace_compare(),
         status=L.trace_status(),
     params:
+        provenance=provenance(),
         args=trace_args,
         attempt=attempt(L.trace_status()),
     log:
@@ -35,6 +36,7 @@ rule trace_check:
         table=report(L.trace_check(), caption="../report/trace_check.rst", category="Megatron schedule"),
         status=L.step_status("trace_check"),
     params:
+        provenance=provenance(),
         attempt=attempt(L.step_status("trace_check")),
     log:
         L.log("trace_check"),

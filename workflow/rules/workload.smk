@@ -10,6 +10,7 @@ rule generate:
         workload=L.workload(),
         status=L.workload_status("workload"),
     params:
+        provenance=generate_provenance,
         args=generate_args,
         profile=generate_profile_args,
         attempt=attempt(L.workload_status("workload")),
@@ -33,6 +34,7 @@ rule volumes:
         volumes=L.volumes(),
         status=L.workload_status("volumes"),
     params:
+        provenance=provenance(),
         attempt=attempt(L.workload_status("volumes")),
     log:
         L.log("volumes", "{workload}"),

@@ -11,6 +11,9 @@ Then the simulation (the point's ``times.csv``, see ``simulate.times``): ``time_
 SimAI's summary line gives it (whole us): ``sim_total_us``, exposed ``sim_dp_us``, ``sim_dp_ep_us``,
 ``sim_tp_us``, ``sim_ep_us``, ``sim_pp_us``, ``sim_bubble_us``, ``sim_compute_us`` and
 ``sim_exposed_us``. They are empty for a point without a (complete) simulation.
+
+Last, ``run``: the run the table belongs to (``provenance.Run.id``; ``results/run.json``
+says what made it), so a table passed on still names its sweep.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ SIM_COLUMNS = ("time_us", "exposed_us", "sim_total_us", *SIM_COMPONENTS)
 # The summary's per-point columns -> their keys in a point's times file (``simulate.times``).
 SIM_KEYS = {"sim_total_us": sim_times.ITERATION["total"],
             **{column: sim_times.ITERATION[component] for column, component in SIM_COMPONENTS.items()}}
-COLUMNS = (*TABLE_COLUMNS, "status", *volumes.COLUMNS, *SIM_COLUMNS)
+COLUMNS = (*TABLE_COLUMNS, "status", *volumes.COLUMNS, *SIM_COLUMNS, "run")
 
 
 def read_points(sweep_csv: Path) -> list[dict[str, str]]:
@@ -45,8 +48,9 @@ def read_points(sweep_csv: Path) -> list[dict[str, str]]:
     return [r for r in rows if r.get("status", "ok") == "ok"]
 
 
-def summarize(sweep_csv: Path, files: paths.PointFiles) -> str:
-    """The summary table of the sweep's points, read from their ``files`` (see ``paths.PointFiles``)."""
+def summarize(sweep_csv: Path, files: paths.PointFiles, run: str = "") -> str:
+    """The summary table of the sweep's points, read from their ``files`` (see ``paths.PointFiles``),
+    every row naming the ``run``."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(COLUMNS)
@@ -54,7 +58,8 @@ def summarize(sweep_csv: Path, files: paths.PointFiles) -> str:
         base = [point[c] for c in TABLE_COLUMNS]
         failed = status.failures(files, point["workload"], point["point"])
         if failed:
-            writer.writerow(base + [f"failed: {status.reasons(failed)}"] + [""] * (len(COLUMNS) - len(base) - 1))
+            writer.writerow(base + [f"failed: {status.reasons(failed)}"] + [""] * (len(COLUMNS) - len(base) - 2)
+                            + [run])
             continue
         path = files.volumes(point["workload"])
         if path is None:
@@ -67,7 +72,7 @@ def summarize(sweep_csv: Path, files: paths.PointFiles) -> str:
             else:
                 time, exposed = times.get((v.phase, v.collective, v.group), ("", ""))
             sim = [totals.get(c, "") for c in SIM_COLUMNS[2:]]
-            writer.writerow(base + ["ok"] + [getattr(v, c) for c in volumes.COLUMNS] + [time, exposed] + sim)
+            writer.writerow(base + ["ok"] + [getattr(v, c) for c in volumes.COLUMNS] + [time, exposed] + sim + [run])
     return buf.getvalue()
 
 
