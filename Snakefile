@@ -43,3 +43,7 @@ onstart:
 
 onsuccess:
     pipeline.on_success(L)
+
+
+onerror:
+    pipeline.on_error()

@@ -86,6 +86,9 @@ def cmd_sweep(ns: argparse.Namespace) -> None:
     from . import sweep
 
     config = sweep.load_config(ns.config)
+    if ns.check:
+        _check_sweep(ns, config)
+        return
     if ns.table:
         points, invalid = sweep.points_from_config(config)
         _emit(sweep.table_csv(points, invalid), ns.table)
@@ -111,6 +114,27 @@ def _point_files(ns: argparse.Namespace, lists: tuple[str, ...]):
     return PointFiles.under(ns.results)
 
 
+def _check_sweep(ns: argparse.Namespace, config: dict) -> None:
+    """``sweep --check``: everything a run checks before its first job, and its name."""
+    from . import provenance, sweep
+
+    points, invalid = sweep.points_from_config(config)
+    run = provenance.Run(config=config, inputs=provenance.check_external(config, points))
+    if ns.made is not None:
+        try:
+            record = provenance.read_record(ns.made)
+        except FileNotFoundError:
+            raise CommsweepError(f"{ns.made}: no run record: run the sweep first (make run CONFIG={ns.config})") from None
+        if record["run"] != run.id:
+            made_from = ", ".join(record.get("config_files") or ["?"])
+            why = ("the same config, but its external inputs or commsweep's version changed since"
+                   if record.get("config_digest") == run.config_digest else f"another config ({made_from})")
+            raise CommsweepError(f"{ns.made} is run {record['run']}, made from {why}, not run {run.id} of "
+                                 f"{ns.config}: run this sweep first (make run CONFIG={ns.config}), or name the "
+                                 f"config of those results (make report CONFIG={made_from})")
+    print(f"{ns.config}: {len(points)} point(s), {len(invalid)} combination(s) skipped; run {run.id}")
+
+
 def cmd_summarize(ns: argparse.Namespace) -> None:
     from .analysis import summary
 
@@ -125,7 +149,7 @@ def cmd_simulate(ns: argparse.Namespace) -> None:
         nvlink=ns.nvlink, nic=ns.nic, prefix=ns.prefix, tp_overlap=ns.tp_overlap, dp_overlap=ns.dp_overlap,
         ep_overlap=ns.ep_overlap, pp_overlap=ns.pp_overlap, ratio_dir=ns.ratio_dir, out_dir=ns.out_dir,
         endtoend=ns.endtoend, collectives=ns.collectives, times=ns.times, simai_bugs=ns.simai_bugs, backend=ns.backend,
-        simai_root=ns.simai_root, timeout=ns.timeout,
+        simai_root=ns.simai_root, timeout=ns.timeout, strict=ns.strict,
     ))
 
 
@@ -273,6 +297,8 @@ def add_simulate_parser(sub) -> None:
                    help="builtin: the closed-form engine; simai: run <simai-root>/bin/SimAI_analytical")
     p.add_argument("--simai-root", help="a built SimAI checkout")
     p.add_argument("--timeout", type=float, help="seconds before a SimAI run is stopped (simai backend)")
+    p.add_argument("--strict", action="store_true",
+                   help="fail when -g is not the workload's all_gpus (default: warn; SimAI takes DP from -g)")
     p.set_defaults(func=cmd_simulate)
 
 
@@ -391,6 +417,12 @@ def add_sweep_parser(sub) -> None:
     p = sub.add_parser("sweep", help="validate a sweep config and list its points")
     p.add_argument("config", help="a sweep config YAML (see config/config.yaml)")
     p.add_argument("--table", help="write the points table (CSV) to this file")
+    p.add_argument("--check", action="store_true",
+                   help="check it as a run does before its first job (schema, points, limits, external inputs) and "
+                        "print one line with the run's name (what make run does first)")
+    p.add_argument("--made", metavar="RUN_JSON",
+                   help="with --check: also fail unless RUN_JSON (results/run.json) is this config's run, e.g. "
+                        "before building a report of the results (make report)")
     p.set_defaults(func=cmd_sweep)
 
 

@@ -87,19 +87,32 @@ def will_run(workflow, rule: str) -> bool:
 
 
 def on_start(workflow, layout) -> None:
-    """Before the first job: no verdict of an earlier run may outlive this one's start.
+    """Before the first job (Snakemake holds its lock): note this run as the lock's holder,
+    and let no verdict of an earlier run outlive this one's start.
 
     When this run ends in the check, the old ``status.txt`` goes now, so that a run cut
     short (Ctrl-C, kill -9, a crash) leaves no verdict rather than the last run's.
     """
+    from .locks import record_holder
+
+    record_holder()
     if will_run(workflow, "check"):
         Path(layout.verdict()).unlink(missing_ok=True)
 
 
+def on_error() -> None:
+    """A run that failed (e.g. a job killed outside commsweep's guard): Snakemake releases its lock; forget the holder."""
+    from .locks import release_holder
+
+    release_holder()
+
+
 def on_success(layout) -> None:
     """After the last job: a run whose check recorded failures ends with an error, and the list."""
+    from .locks import release_holder
     from .status import verdict_failed
 
+    release_holder()
     path = Path(layout.verdict())
     try:
         text = path.read_text(encoding="utf-8")
@@ -118,7 +131,8 @@ def prepare(workflow, config: dict, points, layout, *, traces=()):
     stops the run here, naming its key and path), names the run (``provenance.Run``), puts
     this Python's ``commsweep`` first on ``PATH`` for the shell rules (also when the venv is
     not activated, e.g. ``.venv/bin/snakemake``), tells the jobs the run's config digest,
-    and, in the main Snakemake process, lists the outputs of points not in this sweep.
+    and, in the main Snakemake process, clears a stale lock (``locks.clear_stale``: never a
+    live run's) and lists the outputs of points not in this sweep.
     """
     import copy
     import os
@@ -134,6 +148,11 @@ def prepare(workflow, config: dict, points, layout, *, traces=()):
     os.environ[provenance.CONFIG_DIGEST_ENV] = run.config_digest
     ignored: list[str] = []
     if workflow.is_main_process:
+        from .locks import clear_stale
+
+        cleared = clear_stale()
+        if cleared:
+            print(f"commsweep: {cleared}", file=sys.stderr)
         ignored = provenance.stale_outputs(layout, points, backend=config["aiob"]["backend"], traces=traces)
         if ignored:
             print(f"commsweep: {len(ignored)} output(s) of points not in this sweep are ignored (the check lists "

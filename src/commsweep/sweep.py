@@ -219,7 +219,8 @@ def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
 
 
 def points_from_config(config: dict) -> tuple[list[Point], list[Invalid]]:
-    """Expand and enforce validity: invalid points fail the sweep unless ``skip_invalid``."""
+    """Expand and enforce validity: invalid points fail the sweep unless ``skip_invalid``,
+    and a point over the limits (``limits.check``: workload rows, memory, GPUs) fails it."""
     points, invalid = expand(config)
     if invalid and not config.get("skip_invalid", False):
         listed = "\n".join(f"  - {bad.describe()}" for bad in invalid)
@@ -229,6 +230,9 @@ def points_from_config(config: dict) -> tuple[list[Point], list[Invalid]]:
         )
     if not points:
         raise ConfigError("no valid sweep point", key="sweep")
+    from . import limits
+
+    limits.check(points, config.get("limits"))
     return points, invalid
 
 

@@ -17,7 +17,7 @@ rule audit:
     benchmark:
         L.benchmark("audit", "{point}")
     resources:
-        mem_mb=512,
+        mem_mb=job_memory_mb,
         runtime=5,
     threads: 1
     shell:

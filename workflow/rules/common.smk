@@ -6,7 +6,7 @@ import shlex
 
 from snakemake.exceptions import WorkflowError
 
-from commsweep import paths, pipeline, status, sweep
+from commsweep import limits, paths, pipeline, status, sweep
 from commsweep.arguments import to_commsweep_argv
 from commsweep.errors import CommsweepError
 from commsweep.trace.scale import pipeline_dp, trace_setups
@@ -155,6 +155,13 @@ def simulate_inputs(wildcards):
     return inputs
 
 
+def job_memory_mb(wildcards):
+    """What a per-workload or per-point job asks a cluster for: the estimate of its peak
+    memory from its workload's rows (commsweep.limits), at least 512 MB."""
+    point = point_of(wildcards) if "point" in wildcards.keys() else workload_point(wildcards)
+    return max(512, limits.job_memory_mb(limits.workload_rows(point.setup)))
+
+
 def network_flags(net):
     """SimAI's four network flags of a network."""
     return ["-g_p_s", str(net.gpus_per_server), "-n_p_s", str(net.nics_per_server),
@@ -168,7 +175,7 @@ def simulate_args(wildcards):
     argv = ["-g", str(point.world_size), *network_flags(point.net), "-r", f"{point.point_key}-"]
     for name, value in sim["overlap"].items():
         argv += [f"-{name}_o", str(value)]
-    argv += ["--simai-bugs", sim["simai_bugs"], "--backend", sim["backend"]]
+    argv += ["--simai-bugs", sim["simai_bugs"], "--backend", sim["backend"], "--strict"]
     if sim["root"]:
         argv += ["--simai-root", sim["root"]]
     ratio_dir = simulator_ratio_dir()

@@ -20,7 +20,7 @@ rule simulate:
     benchmark:
         L.benchmark("simulate", "{point}")
     resources:
-        mem_mb=lambda wc: 4096 if config["simulator"]["backend"] == "simai" else 512,
+        mem_mb=lambda wc: max(4096 if config["simulator"]["backend"] == "simai" else 0, job_memory_mb(wc)),
         runtime=lambda wc: 120 if config["simulator"]["backend"] == "simai" else 5,
     threads: 1
     shell:

@@ -19,7 +19,7 @@ rule generate:
     benchmark:
         L.benchmark("generate", "{workload}")
     resources:
-        mem_mb=512,
+        mem_mb=job_memory_mb,
         runtime=5,
     threads: 1
     shell:
@@ -41,7 +41,7 @@ rule volumes:
     benchmark:
         L.benchmark("volumes", "{workload}")
     resources:
-        mem_mb=512,
+        mem_mb=job_memory_mb,
         runtime=5,
     threads: 1
     shell:
