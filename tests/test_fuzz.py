@@ -76,16 +76,9 @@ def _aiob_seeds() -> list[str]:
 
 
 def _config_seeds() -> list[str]:
-    readme_model = (
-        "models:\n  gpt-7b-8layers: {base: gpt-7b, num_layers: 8}\nsweep:\n  model: [gpt-7b-8layers]\n"
-    )
-    custom = (
-        "models:\n  tiny: {num_layers: 4, hidden_size: 256, num_attention_heads: 8, ffn_hidden_size: 1024,"
-        " vocab_size: 1000, num_query_groups: 4, swiglu: true}\n"
-        "sweep:\n  model: [tiny, llama-7b]\n  tp: [1, 2]\n  pp: [1, 2]\n  sp: [false, true]\n"
-        "  schedule: [megatron, aicb]\n  network: [netA]\nskip_invalid: true\n"
-    )
-    return [(REPO / "config" / "config.yaml").read_text(), readme_model, custom]
+    import sweeps
+
+    return [(REPO / "config" / "config.yaml").read_text(), sweeps.text("custom-models"), sweeps.text("partial")]
 
 
 WORKLOADS = _workload_seeds()

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+import sweeps
 from commsweep import paths, status
 from commsweep.analysis import summary
 from commsweep.errors import CommsweepError, InputError
@@ -120,9 +121,7 @@ def make_results(tmp_path):
 
     results = tmp_path / "results"
     table = tmp_path / "sweep.csv"
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text("sweep:\n  tp: [2, 4]\n  global_batch: [16]\n")
-    commsweep("sweep", str(cfg), "--table", str(table))
+    commsweep("sweep", str(sweeps.path("two-points")), "--table", str(table))
     points = summary.read_points(table)
     for p, pp in zip(points, (1, 5)):  # tp*pp = 20 does not divide the world size
         wdir = results / "workloads" / p["workload"]

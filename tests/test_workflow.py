@@ -23,16 +23,12 @@ def test_default_sweep_dry_run(tmp_path):
 
 
 def test_invalid_sweep_fails_before_any_job(tmp_path):
-    sweeps.fails_before_any_job(tmp_path, "sweep:\n  tp: [3]\n", "tp=3 does not divide the 32 attention heads")
+    sweeps.fails_before_any_job(tmp_path, "bad-tp", "tp=3 does not divide the 32 attention heads")
 
 
 @pytest.mark.slow
 def test_small_sweep_runs_end_to_end(tmp_path):
-    cfg = tmp_path / "small.yaml"
-    cfg.write_text(
-        "sweep:\n  model: [gpt-13b]\n  world_size: [16]\n  sp: [false, true]\n"
-        "  global_batch: [8]\n  tp: [2, 4]\n  network: [netA]\n"
-    )
+    cfg = sweeps.write_config(tmp_path, "small")
     snakemake(tmp_path, "--configfile", str(cfg))
     results = tmp_path / "results"
     with open(results / "summary.csv", newline="") as fh:
@@ -59,8 +55,7 @@ def test_a_given_sweep_replaces_the_default_one(tmp_path):
 
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "config.yaml").write_text((REPO / "config" / "config.yaml").read_text())
-    mine = tmp_path / "mine.yaml"
-    mine.write_text("sweep:\n  tp: [2, 4]\n  sp: [true]\n")
+    mine = sweeps.write_config(tmp_path, "partial")
     # Not the default sweep's AIOB, schedules and networks: 2 points, 2 workloads.
     assert jobs(snakemake(tmp_path, "--configfile", str(mine), "--dry-run")) == {"simulate": 2, "generate": 2}
     default_points, _ = sweep.points_from_config(sweep.load_config(REPO / "config" / "config.yaml"))

@@ -135,7 +135,7 @@ def generate_profile_args(wildcards, input):
 
 
 def simulator_ratio_dir():
-    """The ratio tables the simulate rule uses (None: the engine's default)."""
+    """The ratio tables of the simulation (None: the engine's default)."""
     from commsweep.simulate.run import ratio_dir_for
 
     return ratio_dir_for(config["simulator"]["ratio_dir"], config["simulator"]["root"])
@@ -333,7 +333,7 @@ def guarded(command):
     """The shell command of a guarded rule: `commsweep COMMAND` run by `commsweep guard`."""
     return (
         "commsweep guard --status {output.status} --outputs {output} --after {input.after}"
-        " --attempt {params.attempt} --provenance {params.provenance} -- " + command + " > {log} 2>&1"
+        f" --attempt {{params.attempt}} --provenance {{params.provenance}} -- {command} > {{log}} 2>&1"
     )
 
 

@@ -26,7 +26,8 @@ rule run_record:
     output:
         report(L.run_record(), caption="../report/run_record.rst", category="Run"),
     params:
-        text=RUN.record(),
+        # (a function: Snakemake would read {profile} in aiob.file as a wildcard)
+        text=lambda wildcards: RUN.record(),
     log:
         L.log("run_record"),
     benchmark:
@@ -106,7 +107,7 @@ rule check:
         verdict=report(L.verdict(), caption="../report/verdict.rst", category="Run"),
     params:
         run=RUN.id,
-        ignored=IGNORED,
+        ignored=lambda wildcards: IGNORED,
         command=["check", "--sweep", "<input.sweep>", "--status", "<input.status>", "--steps", "<input.steps>",
                  "--run", "<params.run>", "--ignored", "<params.ignored>", "--exit-zero", "-o", "<output.verdict>"],
     log:
