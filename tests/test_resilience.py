@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import os
 import shutil
 import signal
@@ -249,6 +250,16 @@ def test_ctrl_c_mid_sweep_then_make_run_gives_identical_results(tmp_path):
     sweeps.run(ref, "--configfile", str(sweeps.write_config(ref, "small")))
     final = {k: v for k, v in sweeps.result_files(run).items() if k != "report.html"}
     assert sweeps.differences(sweeps.result_files(ref), final) == []
+
+    # The report of another sweep's results is refused, naming the config they came from;
+    # the report of this one names its run.
+    run_id = json.loads((run / "results" / "run.json").read_text())["run"]
+    refused = sweeps.make(run, "report", check=False)
+    assert refused.returncode != 0
+    assert f"results/run.json is run {run_id}, made from another config (sweep.yaml)" in refused.stderr
+    (run / "results" / "report.html").unlink()
+    sweeps.make(run, "report", "CONFIG=sweep.yaml")
+    assert run_id in (run / "results" / "report.html").read_text(errors="replace")
 
 
 # -- determinism -----------------------------------------------------------------------

@@ -11,7 +11,7 @@ import pytest
 import sweeps
 from commsweep import paths, status
 from commsweep.analysis import summary
-from commsweep.errors import CommsweepError, InputError
+from commsweep.errors import InputError
 from commsweep.workload import format as wf
 
 GENERATE = ["generate", "--schedule", "megatron", "--model", "gpt-7b", "--world_size=16",

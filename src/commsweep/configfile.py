@@ -19,8 +19,6 @@ from .errors import ConfigError
 
 def read(path: str | Path) -> dict:
     """The mapping of one config file, not yet validated; ConfigError naming file, line, column."""
-    import yaml
-
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
