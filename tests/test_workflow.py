@@ -60,3 +60,12 @@ def test_a_given_sweep_replaces_the_default_one(tmp_path):
     assert jobs(snakemake(tmp_path, "--configfile", str(mine), "--dry-run")) == {"simulate": 2, "generate": 2}
     default_points, _ = sweep.points_from_config(sweep.load_config(REPO / "config" / "config.yaml"))
     assert jobs(snakemake(tmp_path, "--dry-run"))["simulate"] == len(default_points)
+
+
+def test_every_test_sweep_says_what_it_covers_and_a_test_runs_it():
+    """tests/sweeps/*.yaml: a first line on what the sweep covers, and a test that names it
+    (.ci/workflow_checks.py dry-runs each one)."""
+    sources = "".join(p.read_text() for p in (REPO / "tests").glob("test_*.py"))
+    for name in sweeps.names():
+        assert len(sweeps.covers(name)) > 20, name
+        assert f'"{name}"' in sources, f"tests/sweeps/{name}.yaml: no test uses it"
