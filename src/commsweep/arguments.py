@@ -13,7 +13,7 @@ import argparse
 import dataclasses
 
 from .errors import ConfigError
-from .models import PRESETS, ModelSpec
+from .models import ModelSpec, preset
 from .training import TrainingSetup
 
 # AICB arguments that do not change a Megatron training workload; accepted for compatibility.
@@ -41,7 +41,9 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     """Add AICB's training arguments (its names and defaults) and commsweep's extensions."""
     a = parser.add_argument_group("training setup (AICB's argument names)")
     a.add_argument("--frame", default="Megatron", help="only Megatron is supported")
-    a.add_argument("--model", choices=sorted(PRESETS), help="fill every model field from a preset")
+    # No `choices`: listing the presets would read them on every start (see models.presets).
+    a.add_argument("--model", metavar="PRESET",
+                   help="fill every model field from a preset (gpt-7b, llama-70b, ...; docs/config.md lists them)")
     a.add_argument("--model_name", help="label of the model (AICB puts it in its file name)")
     a.add_argument("--world_size", type=int, default=1)
     a.add_argument("--tensor_model_parallel_size", type=int, default=1)
@@ -93,7 +95,7 @@ def _pick(value, default):
 def model_from_args(ns: argparse.Namespace) -> ModelSpec:
     """The model the arguments describe: a preset, overridden by any explicit field."""
     if ns.model is not None:
-        base = PRESETS[ns.model]
+        base = preset(ns.model)
         name = base.name
     else:
         base = None
