@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 
 from .errors import ConfigError
+from .flags import add_flag
 from .models import ModelSpec, preset
 from .training import TrainingSetup
 
@@ -75,11 +76,19 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
         a.add_argument(name, type=int, default=None, help=argparse.SUPPRESS,
                        **({"choices": (1, 2, 3)} if name == "--stage" else {}))
     a.add_argument("--test_comm", default=None, help=argparse.SUPPRESS)
+    # commsweep's own flags: hyphens, the first underscore spellings kept as aliases (flags.py).
     x = parser.add_argument_group("architecture beyond AICB's arguments (Megatron schedule)")
-    x.add_argument("--num_query_groups", type=int, default=None, help="GQA key/value heads")
-    x.add_argument("--position_embedding", choices=("learned", "rope"), default=None)
+    add_flag(x, "--num-query-groups", type=int, default=None, help="GQA key/value heads")
+    add_flag(x, "--position-embedding", choices=("learned", "rope"), default=None)
     x.add_argument("--normalization", choices=("layernorm", "rmsnorm"), default=None)
-    x.add_argument("--untie_embeddings", action="store_true", default=None)
+    add_flag(x, "--untie-embeddings", action="store_true", default=None)
+
+
+def add_stage_argument(parser: argparse.ArgumentParser) -> None:
+    """Which pipeline stage's view a megatron-schedule workload holds (generate, audit, timeline)."""
+    add_flag(parser, "--pp-stage", default="first",
+             help="with pp > 1: the pipeline stage whose view the workload holds (first, last or an index; "
+                  "megatron schedule)")
 
 
 def add_aiob_arguments(parser: argparse.ArgumentParser) -> None:
@@ -218,11 +227,11 @@ def to_commsweep_argv(setup: TrainingSetup) -> list[str]:
     m = setup.model
     argv = to_aicb_argv(setup)
     if m.num_query_groups is not None:
-        argv.append(f"--num_query_groups={m.num_query_groups}")
-    argv.append(f"--position_embedding={m.position_embedding}")
+        argv.append(f"--num-query-groups={m.num_query_groups}")
+    argv.append(f"--position-embedding={m.position_embedding}")
     argv.append(f"--normalization={m.normalization}")
     if not m.tie_embeddings:
-        argv.append("--untie_embeddings")
+        argv.append("--untie-embeddings")
     return argv
 
 
