@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Any
 
 from .errors import ConfigError
@@ -63,12 +62,18 @@ class ModelSpec:
 PRESET_FILE = "presets/models.yaml"
 
 
+def _preset_path():
+    from importlib import resources  # here, not at import: it costs the per-point commands ~5 ms
+
+    return resources.files(__package__).joinpath(PRESET_FILE)
+
+
 @cache
 def preset_entries() -> dict[str, dict[str, Any]]:
     """The presets as written in ``presets/models.yaml``: ``models:`` entries, each with its source."""
     import yaml
 
-    text = resources.files(__package__).joinpath(PRESET_FILE).read_text(encoding="utf-8")
+    text = _preset_path().read_text(encoding="utf-8")
     return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
@@ -79,7 +84,7 @@ def presets() -> dict[str, ModelSpec]:
     Read on first use, not at import: the per-point commands never name a preset, and they
     should not pay for YAML and the schema check thousands of times.
     """
-    source = resources.files(__package__).joinpath(PRESET_FILE)
+    source = _preset_path()
     out: dict[str, ModelSpec] = {}
     for name, values in preset_entries().items():
         out[name] = model_from_dict(name, values, key="", bases=out, source=source)
