@@ -10,7 +10,9 @@ its lock. A lock is stale when no Snakemake runs in this directory: none among t
 machine's processes, and the run that took it (``holder.json``, written when a run starts)
 ran on this machine. Then the lock files are removed, as ``--unlock`` would. Otherwise
 ``LockHeld`` names the live run (its PID, host, start and command) and nothing is touched:
-a lock taken on another machine, or by another user, is never broken.
+a lock taken on another machine, or by another user, is never broken. (The workflow prints
+it and leaves the refusal to Snakemake, which alone knows whether this run needs the lock:
+a dry run or ``--unlock`` does not.)
 """
 
 from __future__ import annotations

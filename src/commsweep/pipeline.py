@@ -131,8 +131,8 @@ def prepare(workflow, config: dict, points, layout, *, traces=()):
     stops the run here, naming its key and path), names the run (``provenance.Run``), puts
     this Python's ``commsweep`` first on ``PATH`` for the shell rules (also when the venv is
     not activated, e.g. ``.venv/bin/snakemake``), tells the jobs the run's config digest,
-    and, in the main Snakemake process, clears a stale lock (``locks.clear_stale``: never a
-    live run's) and lists the outputs of points not in this sweep.
+    and, in the main Snakemake process, clears a stale lock (``locks.clear_stale``; a live
+    run's is named, never broken) and lists the outputs of points not in this sweep.
     """
     import copy
     import os
@@ -148,11 +148,16 @@ def prepare(workflow, config: dict, points, layout, *, traces=()):
     os.environ[provenance.CONFIG_DIGEST_ENV] = run.config_digest
     ignored: list[str] = []
     if workflow.is_main_process:
-        from .locks import clear_stale
+        from .locks import LockHeld, clear_stale
 
-        cleared = clear_stale()
-        if cleared:
-            print(f"commsweep: {cleared}", file=sys.stderr)
+        # A live (or unknowable) lock is only named here: Snakemake itself then refuses a run,
+        # and still allows what needs no lock (a dry run, --unlock when you know better).
+        try:
+            said = clear_stale()
+        except LockHeld as held:
+            said = str(held)
+        if said:
+            print(f"commsweep: {said}", file=sys.stderr)
         ignored = provenance.stale_outputs(layout, points, backend=config["aiob"]["backend"], traces=traces)
         if ignored:
             print(f"commsweep: {len(ignored)} output(s) of points not in this sweep are ignored (the check lists "
