@@ -14,6 +14,7 @@ layout is spelled once::
     results/points/<point>/times.csv                    their sums and SimAI's summary line (the summary's input)
     results/points/<point>/audit.csv                    its workload's audit against Megatron's schedule
     results/summary.csv, results/plots/*.png, ...       the sweep's tables and figures
+    results/steps/<rule>.status                         the outcome of each sweep-wide step
     results/traces/<trace>.csv|.compare.csv             measured megatron-core traces (reference: measured)
     results/logs/<rule>/<key>.log                       each job's log (results/logs/<rule>.log: sweep-wide)
     results/benchmarks/<rule>/<key>.tsv                 each job's time and memory, likewise

@@ -1,5 +1,12 @@
 """What the Snakemake workflow calls into: the rules stay thin, the logic lives here.
 
+* ``load_config``: the sweep config as commsweep reads it (``configfile``);
+* ``prepare``: everything checked and recorded before the first job (external inputs,
+  the run's name, a stale lock, outputs of earlier sweeps);
+* ``on_start``, ``on_success``, ``on_error``: the Snakefile's hooks (the lock's holder, the
+  verdict of the run);
+* ``run_rule``: a sweep-wide rule's command with its declared files.
+
 ``run_rule`` runs a ``commsweep`` command for a sweep-wide rule in the job's own
 process (a Snakemake ``script:``), with the rule's declared files: the summary, the
 comparison and the check read every point's files, and a sweep of a thousand points

@@ -14,8 +14,10 @@ file* beside the rule's outputs:
   records the same stage and error, with ``upstream`` naming the status it came from, so
   the root cause travels to the summary whatever stage it happened in.
 
-The summary lists the failed points with their error (``failures``); ``commsweep check``
-runs last and fails the run when a point failed. Each status also records its attempt
+The sweep-wide steps (summary, comparison, figures) are guarded the same way. The summary
+lists the failed points with their error (``failures``); ``commsweep check`` runs last,
+whatever failed, and writes the run's verdict (``check``): all ok, or the failed points
+and steps, which fail the run. Each status also records its attempt
 number, which the rules pass to the job as a parameter (``next_attempt``): it changes
 after a failure, so Snakemake's ``params`` rerun trigger retries exactly the failed jobs
 on the next run, and the summary after them.
@@ -23,7 +25,7 @@ on the next run, and the summary after them.
 A job that is killed (out of memory, time limit, node failure) writes no status: it
 fails in Snakemake as usual and is rerun, and ``--keep-going`` lets the other points go on.
 The status is written last and atomically, so a status file always speaks for outputs
-that are complete.
+that are complete. It also records what made them (``job_provenance``).
 """
 
 from __future__ import annotations
