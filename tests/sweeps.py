@@ -146,8 +146,14 @@ def project(dest: Path) -> Path:
 
 def make(folder: Path, *args: str, check: bool = True, timeout: float = 600, umask: int = 0o022
          ) -> subprocess.CompletedProcess:
-    """``make ARGS`` in a ``project`` folder, under ``umask``; raise with its output on failure."""
-    result = subprocess.run(["make", "-C", str(folder), *args], capture_output=True, text=True, env=env(),
+    """``make ARGS`` in a ``project`` folder, under ``umask``; raise with its output on failure.
+
+    The venv is this one, shared: make must never reinstall into it (``-o``: take the
+    install markers as up to date), whatever the times of pyproject.toml and the markers.
+    """
+    keep = [arg for marker in (".venv/.base-installed", ".venv/.extras-installed", ".venv/bin/python")
+            for arg in ("-o", marker)]
+    result = subprocess.run(["make", "-C", str(folder), *keep, *args], capture_output=True, text=True, env=env(),
                             timeout=timeout, preexec_fn=lambda: os.umask(umask))
     if check and result.returncode != 0:
         raise AssertionError(f"make failed ({result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-8000:]}")
