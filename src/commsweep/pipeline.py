@@ -88,6 +88,10 @@ def load_config(workflow, config: dict) -> None:
     config.update(loaded)
 
 
+# What on_start learnt about this run, for on_success (the hooks run in one process).
+_RUN = {"checks": False}
+
+
 def will_run(workflow, rule: str) -> bool:
     """Whether a job of ``rule`` is among those this run executes."""
     return any(job.rule.name == rule for job in workflow.dag.needrun_jobs())
@@ -103,7 +107,8 @@ def on_start(workflow, layout) -> None:
     from .locks import record_holder
 
     record_holder()
-    if will_run(workflow, "check"):
+    _RUN["checks"] = will_run(workflow, "check")
+    if _RUN["checks"]:
         Path(layout.verdict()).unlink(missing_ok=True)
 
 
@@ -120,6 +125,8 @@ def on_success(layout) -> None:
     from .status import verdict_failed
 
     release_holder()
+    if not _RUN["checks"]:  # e.g. --until volumes: the verdict on file is an earlier run's
+        return
     path = Path(layout.verdict())
     try:
         text = path.read_text(encoding="utf-8")
