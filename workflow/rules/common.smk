@@ -182,6 +182,8 @@ def simulate_args(wildcards):
     sim = config["simulator"]
     argv = ["-g", str(point.world_size), *network_flags(point.net), "-r", f"{point.point_key}-"]
     for name, value in sim["overlap"].items():
+        if name == "tp" and point.tp_overlap is not None:  # the sweep's tp_overlap axis
+            value = point.tp_overlap
         argv += [f"-{name}_o", str(value)]
     argv += ["--simai-bugs", sim["simai_bugs"], "--backend", sim["backend"]]
     if sim["root"]:
