@@ -46,7 +46,19 @@ def final_outputs():
         f"{RESULTS}/summary.csv",
         f"{RESULTS}/plots/volume_by_tp.png",
         *audit_outputs(),
+        *answer_outputs(),
     ] + trace_outputs()
+
+
+def answer_outputs():
+    """The answer first (workflow/rules/answer.smk): the difference by cause and the landing page."""
+    return [
+        f"{RESULTS}/difference_by_cause.csv",
+        f"{RESULTS}/plots/difference_by_cause.png",
+        f"{RESULTS}/plots/exposed_tp_by_overlap.png",
+        f"{RESULTS}/answer.md",
+        f"{RESULTS}/answer.rst",
+    ]
 
 
 def trace_outputs():
