@@ -161,7 +161,7 @@ def page(rows: list[cz.Row], points: dict[str, dict[str, str]], figures: dict[st
                  f"backward all-reduces come to {exact_bytes(layernorm + embedding)}." if embedding else "")
         blocks.append(Block("p", (
             "**And both paths add a whole-model all-reduce that Megatron never sends.** "
-            "With SP off, both AICB paths write a `layernorm` row whose backward pass all-reduces 2 bytes per "
+            "With SP off, both AICB paths write a `layernorm` row whose backward pass all-reduces two bytes per "
             "parameter of the whole model on TP (AICB 23eec3c, `SimAI_training_workload_generator.py`, the "
             "`layernorm` Work_Item under `if not enable_sequence_parallel`), on top of the DP all-gather and "
             "reduce-scatter of the same workload. Megatron all-reduces layernorm gradients on TP only *with* "

@@ -106,6 +106,14 @@ CAUSES: dict[str, Cause] = _causes(
     ("missing_fwd_tp_collective", "forward TP collective dropped",
      "A forward collective Megatron issues on TP (with SP: the embedding's all-reduce) that the workload "
      "writes as NONE, with its size in the NONE column; SimAI skips it."),
+    ("embedding_allreduce_for_reducescatter", "embedding all-reduce instead of reduce-scatter",
+     "With SP and rotary position embeddings, Megatron reduce-scatters the embedding's output on TP into the "
+     "sequence-parallel region (without them it all-reduces, then splits). AICB all-reduces it (AIOB path) or "
+     "writes NONE (default path): the reduce-scatter is missing, the all-reduce extra."),
+    ("module_on_every_stage", "embedding, output layer or loss on a stage without it",
+     "With PP > 1 AICB writes the embedding's, the output layer's and the cross entropy's collectives into "
+     "every stage's file; Megatron runs the embedding on the first pipeline stage only and the output layer "
+     "and loss on the last, so the stage this file describes has none of them."),
     ("missing_sp_layernorm_grad_allreduce", "SP layernorm-gradient all-reduce dropped",
      "With SP, Megatron all-reduces the gradients of the sequence-parallel parameters (the layernorms) on TP "
      "once per iteration, after the backward pass. Neither AICB path writes it."),
@@ -185,19 +193,42 @@ class Item:
 # Units whose column-parallel linear Megatron re-gathers for the weight gradient with SP.
 WGRAD_UNITS = ("attention", "mlp", "output_layer")
 
-# (slug, rule): the first rule that holds names the finding's cause. A rule sees the
-# finding and the units whose weight-gradient all-gather was already named (``seen``).
-Rule = Callable[[Item, set], bool]
+@dataclass
+class Context:
+    """What a rule may know of the point's other findings."""
+
+    # Units where Megatron's forward reduce-scatter is missing (the embedding with RoPE and SP).
+    missing_fwd_reducescatter: set = field(default_factory=set)
+    # Units whose weight-gradient all-gather was already named.
+    wgrad_named: set = field(default_factory=set)
+    # The point's pipeline size: with pp > 1 a file holds one stage.
+    pp: int = 1
+
+    @classmethod
+    def of(cls, items: list[Item], pp: int = 1) -> Context:
+        return cls(missing_fwd_reducescatter={f.unit for f in items
+                                              if f.kind == "missing" and f.expects("fwd", "reducescatter")}, pp=pp)
 
 
-def _first_wgrad_allgather(f: Item, seen: set) -> bool:
+# (slug, rule): the first rule that holds names the finding's cause.
+Rule = Callable[[Item, Context], bool]
+
+
+def _first_wgrad_allgather(f: Item, ctx: Context) -> bool:
     """A unit's first missing backward all-gather is its weight-gradient re-gather: Megatron
     issues one per column-parallel unit (the other, where there is one, reverses the
     forward reduce-scatter, and the AIOB path writes that one)."""
-    if f.kind == "missing" and f.expects("ig", "allgather") and f.module in WGRAD_UNITS and f.unit not in seen:
-        seen.add(f.unit)
+    if f.kind == "missing" and f.expects("ig", "allgather") and f.module in WGRAD_UNITS and f.unit not in ctx.wgrad_named:
+        ctx.wgrad_named.add(f.unit)
         return True
     return False
+
+
+def _embedding_allreduce_for_reducescatter(f: Item, ctx: Context) -> bool:
+    if f.module != "embedding" or f.unit not in ctx.missing_fwd_reducescatter:
+        return False
+    return (f.kind == "missing" and f.expects("fwd", "reducescatter")) or (
+        f.kind == "extra" and f.phase == "fwd" and f.found_collective == "allreduce")
 
 
 RULES: tuple[tuple[str, Rule], ...] = (
@@ -216,11 +247,14 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("dp_sync_sized_by_mock_params", lambda f, s: f.module == "dp" and f.kind == "size"),
     ("cross_entropy_once_per_iteration", lambda f, s: f.module == "loss" and f.kind == "missing"),
     ("size1_group", lambda f, s: f.kind == "size1_group"),
+    ("embedding_allreduce_for_reducescatter", _embedding_allreduce_for_reducescatter),
+    ("extra_embedding_bwd_allreduce", lambda f, s: f.kind == "extra" and f.module == "embedding"
+     and f.phase == "ig" and f.found_collective == "allreduce"),
+    ("module_on_every_stage", lambda f, s: s.pp > 1 and not f.expected_collective and f.kind in ("extra", "zero_bytes")
+     and (f.module in ("output_layer", "loss") or (f.module == "embedding" and f.phase == "fwd"))),
     ("recompute_doubled_fwd", lambda f, s: f.kind == "size" and f.phase == "fwd" and f.module == "attention"
      and f.found_bytes == 2 * (f.expected_bytes or 0)),
     ("zero_byte_reducescatter", lambda f, s: f.kind == "zero_bytes" and f.expects("ig", "reducescatter")),
-    ("extra_embedding_bwd_allreduce", lambda f, s: f.kind == "extra" and f.module == "embedding"
-     and f.phase == "ig" and f.found_collective == "allreduce"),
     ("missing_bwd_tp_allreduce", lambda f, s: f.kind == "missing" and f.expects("ig", "allreduce")),
     ("missing_bwd_tp_reducescatter", lambda f, s: f.kind == "missing" and f.expects("ig", "reducescatter")),
     ("missing_wgrad_allgather", _first_wgrad_allgather),
@@ -232,12 +266,14 @@ FALLBACK = {"missing": "other_missing", "extra": "other_extra", "size": "other_s
             "zero_bytes": "other_zero_bytes", "size1_group": "size1_group", "none_with_size": "size_in_none_column"}
 
 
-def classify(items: Iterable[Item]) -> list[str]:
-    """The cause of each of one point's findings, in order (findings in the audit's order)."""
-    seen: set = set()
+def classify(items: Iterable[Item], pp: int = 1) -> list[str]:
+    """The cause of each of one point's findings, in order (findings in the audit's order;
+    ``pp``: the point's pipeline size)."""
+    items = list(items)
+    ctx = Context.of(items, pp)
     out = []
     for f in items:
-        slug = next((slug for slug, rule in RULES if rule(f, seen)), None)
+        slug = next((slug for slug, rule in RULES if rule(f, ctx)), None)
         out.append(slug or FALLBACK.get(f.kind, "other_" + f.kind))
     return out
 
@@ -353,7 +389,7 @@ def _sub(a: int | None, b: int | None) -> int | None:
     return None if a is None or b is None else a - b
 
 
-def parts(items: list[Item], found_sim: Simulated | None, expected_sim: Simulated | None) -> list[Part]:
+def parts(items: list[Item], found_sim: Simulated | None, expected_sim: Simulated | None, pp: int = 1) -> list[Part]:
     """Each finding's signed bytes and exposed time under its cause.
 
     ``found_sim``: the AICB point's simulation; ``expected_sim``: its Megatron point's
@@ -362,7 +398,7 @@ def parts(items: list[Item], found_sim: Simulated | None, expected_sim: Simulate
     timed = found_sim is not None and expected_sim is not None
     fsim, esim = (found_sim, expected_sim) if timed else (None, None)
     out = []
-    for f, cause in zip(items, classify(items)):
+    for f, cause in zip(items, classify(items, pp)):
         found_bytes = wf.effective_size(f.phase, f.found_bytes or 0) if f.found_collective not in ("", "none") else 0
         expected_bytes = wf.effective_size(_expected_phase(f), f.expected_bytes or 0) if f.expected_collective else 0
         if f.phase == "pp":
@@ -502,7 +538,7 @@ def point_causes(results: Path, point: dict[str, str], partner: dict[str, str] |
         total_bytes = payload_bytes(results, point["workload"]) - payload_bytes(results, partner["workload"])
         if found_sim is not None and expected_sim is not None:
             total_ns = found_sim.exposed - expected_sim.exposed
-    rows = aggregate(parts(items, found_sim, expected_sim), total_bytes, total_ns)
+    rows = aggregate(parts(items, found_sim, expected_sim, int(point.get("pp") or 1)), total_bytes, total_ns)
     return PointCauses(point, partner["point"] if partner else None, rows, total_bytes, total_ns)
 
 
