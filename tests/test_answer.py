@@ -14,7 +14,7 @@ from test_causes import default_config, run_sweep
 
 GiB = 2**30
 UNITS = {"GiB": 2**30, "MiB": 2**20, "KiB": 2**10}
-QUANTITY = re.compile(r"([+\u2212]?)([\d,]+(?:\.\d+)?) (bytes|GiB|MiB|KiB|ms)\b")
+QUANTITY = re.compile(r"([+\u2212]?)(\d[\d,]*(?:\.\d+)?) (bytes|GiB|MiB|KiB|ms)\b")
 
 
 def derivable(rows: list[causes.Row]) -> tuple[set[int], set[float], set[int]]:
@@ -71,7 +71,7 @@ def check_numbers(text: str, rows: list[causes.Row]) -> int:
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     results = tmp_path_factory.mktemp("answer") / "results"
-    run_sweep(results, default_config(tp=[2], network=["netA", "netB"]))
+    run_sweep(results, default_config(tp=[2, 8], network=["netA", "netB"]))
     assert cli.main(["causes", "--sweep", str(results / "sweep.csv"), "--results", str(results),
                      "-o", str(results / "difference_by_cause.csv")]) == 0
     return results
@@ -90,7 +90,7 @@ def test_every_number_on_the_page_comes_from_the_table(results):
     assert "`extra_layernorm_grad_allreduce`" in text and "+7,303,725,056 bytes" in text
     assert "network netA" in text and "netB" not in text.split("## Per setting")[1]
     # Both paths of both settings have a verdict.
-    assert text.count("AICB default path: net ") == 2 and text.count("AICB AIOB path: net ") == 2
+    assert text.count("AICB default path: net ") == 4 and text.count("AICB AIOB path: net ") == 4
 
 
 def test_a_wrong_number_is_caught(results):
@@ -149,3 +149,15 @@ def test_without_the_axis_keys_and_tables_stay_as_they_were():
     assert len(varied) == 2 * len(a)
     assert varied[1].point_key == a[0].point_key + "_tpo0.5"
     assert sweep.table_csv(varied).splitlines()[0].endswith(",tp_overlap,status")
+
+
+def test_the_readme_quotes_the_default_sweeps_answer(results):
+    """The README's answer: numbers of the default sweep's TP 2 and TP 8 points on netA, as
+    difference_by_cause.csv has them (these points are the default sweep's, made the same way)."""
+    from conftest import REPO
+
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## The answer (default sweep)")[1].split("## Run it")[0]
+    rows = [r for r in causes.read_csv(results / "difference_by_cause.csv") if r.point.endswith("__netA")]
+    assert check_numbers(section, rows) >= 10
+    assert "\u22122,181,038,080 bytes (\u22122.03 GiB)" in section and "+7,303,725,056 bytes" in section
