@@ -161,3 +161,22 @@ def test_the_readme_quotes_the_default_sweeps_answer(results):
     rows = [r for r in causes.read_csv(results / "difference_by_cause.csv") if r.point.endswith("__netA")]
     assert check_numbers(section, rows) >= 10
     assert "\u22122,181,038,080 bytes (\u22122.03 GiB)" in section and "+7,303,725,056 bytes" in section
+
+
+def test_a_sweep_without_aicb_points_still_has_its_page_and_figures(tmp_path):
+    from commsweep.analysis import plots, summary
+
+    results = tmp_path / "results"
+    run_sweep(results, default_config(tp=[2], schedule=["megatron"], network=["netA"]))
+    (results / "summary.csv").write_text(summary.summarize(results / "sweep.csv", results))
+    assert cli.main(["causes", "--sweep", str(results / "sweep.csv"), "--results", str(results),
+                     "-o", str(results / "difference_by_cause.csv")]) == 0
+    assert (results / "difference_by_cause.csv").read_text() == ",".join(causes.COLUMNS) + "\n"
+    (results / "plots").mkdir()
+    plots.difference_by_cause(results / "difference_by_cause.csv", results / "plots" / "difference_by_cause.png")
+    plots.exposed_tp_by_overlap(results / "summary.csv", results / "plots" / "exposed_tp_by_overlap.png")
+    assert cli.main(["answer", str(results / "difference_by_cause.csv"), "--sweep", str(results / "sweep.csv"),
+                     "-o", str(results / "answer.md")]) == 0
+    text = (results / "answer.md").read_text()
+    assert "What SimAI does with NONE:" in text and "## Per setting" not in text
+    assert "](plots/difference_by_cause.png)" in text

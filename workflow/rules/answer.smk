@@ -1,25 +1,6 @@
 # The answer first: each AICB point's difference from its Megatron point by cause, its
 # figures, and the landing page (results/answer.md; the report's front page includes
-# results/answer.rst, see workflow/report/workflow.rst).
-
-from commsweep.analysis.causes import megatron_partners as _megatron_partners
-
-
-def cause_points():
-    """The audited AICB points, and the Megatron point each is compared with."""
-    rows = {p.point_key: {k: str(v) for k, v in p.row().items()} for p in POINTS}
-    audited = {p.point_key for p in AUDITED}
-    partners = _megatron_partners(list(rows.values()))
-    return {p: partners.get(p) for p in sorted(audited) if rows[p]["schedule"] == "aicb"}
-
-
-def cause_inputs(wildcards):
-    """What `commsweep causes` reads: the AICB points' audits, both sides' simulations."""
-    pairs = cause_points()
-    audits = [f"{RESULTS}/points/{p}/audit.csv" for p in pairs]
-    simulated = sorted(set(pairs) | {m for m in pairs.values() if m})
-    simulations = [f"{RESULTS}/points/{p}/{name}" for p in simulated for name in ("collectives.csv", "times.csv")]
-    return {"audits": audits, "simulations": simulations}
+# results/answer.rst, see workflow/report/workflow.rst). Input functions: common.smk.
 
 
 rule difference_by_cause:
@@ -42,8 +23,11 @@ rule difference_by_cause:
         mem_mb=2048,
         runtime=10,
     threads: 1
+    params:
+        # The files of the points the inputs name, found there by their keys.
+        results=RESULTS,
     shell:
-        "commsweep causes --sweep {input.sweep} --results {RESULTS} -o {output} > {log} 2>&1"
+        "commsweep causes --sweep {input.sweep} --results {params.results} -o {output} > {log} 2>&1"
 
 
 rule plot_difference_by_cause:

@@ -213,6 +213,7 @@ def all_simulations(wildcards):
 
 # -- audit and comparison (workflow/rules/audit.smk) -------------------------------------
 
+from commsweep.analysis.causes import megatron_partners as _megatron_partners
 from commsweep.workload import megatron as _megatron
 
 # Points the Megatron schedule can describe (dense models): they get an audit.
@@ -232,6 +233,23 @@ def audit_outputs():
     if AUDITED:
         out.append(f"{RESULTS}/plots/timeline.png")
     return out
+
+
+def cause_points():
+    """The audited AICB points, and the Megatron point each is compared with."""
+    rows = {p.point_key: {k: str(v) for k, v in p.row().items()} for p in POINTS}
+    audited = {p.point_key for p in AUDITED}
+    partners = _megatron_partners(list(rows.values()))
+    return {p: partners.get(p) for p in sorted(audited) if rows[p]["schedule"] == "aicb"}
+
+
+def cause_inputs(wildcards):
+    """What `commsweep causes` reads: the AICB points' audits, both sides' simulations."""
+    pairs = cause_points()
+    audits = [f"{RESULTS}/points/{p}/audit.csv" for p in pairs]
+    simulated = sorted(set(pairs) | {m for m in pairs.values() if m})
+    simulations = [f"{RESULTS}/points/{p}/{name}" for p in simulated for name in ("collectives.csv", "times.csv")]
+    return {"audits": audits, "simulations": simulations}
 
 
 def network_args(point):
