@@ -305,16 +305,23 @@ def read_items(path: Path) -> list[Item]:
 
 @dataclass
 class Simulated:
-    """What one point's simulation says, in whole ns: per collective, and in all."""
+    """What one point's simulation says, in whole ns: per collective, and in all.
 
-    by_row: dict[tuple[int, str], int] = field(default_factory=dict)  # (row, phase) -> exposed
-    by_collective: dict[tuple[str, str, str, int], int] = field(default_factory=dict)  # (phase, coll, group, bytes)
+    A collective's time depends only on its phase, type, group and size (within one
+    point), so one lookup serves every row: ``by_collective[(phase, collective, group,
+    bytes)]`` with the bytes SimAI times it with (``engine.effective_size``)."""
+
+    by_collective: dict[tuple[str, str, str, int], int] = field(default_factory=dict)
     exposed: int = 0  # all collectives' exposed time, plus the exposed pipeline time
     pipeline: int = 0  # the exposed pipeline time
+
+    def exposed_of(self, phase: str, collective: str, group: str, size: int) -> int | None:
+        return self.by_collective.get((phase, collective, group, engine.effective_size(phase, size)))
 
 
 def read_simulated(results: Path, point: str) -> Simulated | None:
     """A point's collectives.csv and times.csv, or None when it has no (complete) simulation."""
+    from ..simulate.collectives import COLUMNS as TIDY
     from ..status import is_marker
 
     coll_path, times_path = paths.collectives_file(results, point), paths.times_file(results, point)
@@ -326,17 +333,20 @@ def read_simulated(results: Path, point: str) -> Simulated | None:
     sim = Simulated()
     sim.pipeline = sim_times.ns(times.iteration[("exposed_us", "PP")])
     sim.exposed = sum(sim_times.ns(exposed) for _, exposed in times.collective.values()) + sim.pipeline
-    with open(coll_path, newline="", encoding="utf-8") as fh:
-        reader = csv.reader(fh)
-        next(reader, None)
-        for n, cells in enumerate(reader, start=2):
-            try:
-                row, _, phase, collective, group, _, size, _, exposed = cells
-                ns = sim_times.ns(exposed)
-                sim.by_row[(int(row), phase)] = ns
-                sim.by_collective.setdefault((phase, collective, group, int(size)), ns)
-            except ValueError:
-                raise InputError("expected a row of simulate.collectives.COLUMNS", file=coll_path, line=n) from None
+    header, _, body = read_text(coll_path).partition("\n")
+    if header != ",".join(TIDY):
+        raise InputError(f"expected the header {','.join(TIDY)}", file=coll_path, line=1)
+    # Thousands of rows repeat a few dozen collectives: parse each distinct one once.
+    if '"' in body:  # a row name that needed quoting: the csv module's way
+        tails = {tuple(cells[2:]) for cells in csv.reader(io.StringIO(body)) if cells}
+    else:
+        tails = {tuple(line.split(",", 2)[2].split(",")) for line in body.split("\n") if line}
+    for cells in tails:
+        try:
+            phase, collective, group, _, size, _, exposed = cells
+            sim.by_collective[(phase, collective, group, int(size))] = sim_times.ns(exposed)
+        except ValueError:
+            raise InputError(f"expected a row of {','.join(TIDY)}, got {','.join(cells)!r}", file=coll_path) from None
     return sim
 
 
@@ -372,17 +382,13 @@ def _expected_phase(f: Item) -> str:
 def _expected_exposed(f: Item, sim: Simulated | None) -> int | None:
     if sim is None:
         return None
-    phase = _expected_phase(f)
-    size = engine.effective_size(phase, f.expected_bytes or 0)
-    return sim.by_collective.get((phase, f.expected_collective, f.expected_group, size))
+    return sim.exposed_of(_expected_phase(f), f.expected_collective, f.expected_group, f.expected_bytes or 0)
 
 
 def _found_exposed(f: Item, sim: Simulated | None) -> int | None:
-    if sim is None:
+    if sim is None or f.phase == "pp":
         return None
-    if f.phase == "pp":
-        return None
-    return sim.by_row.get((f.row, f.phase), 0) if f.row is not None else 0
+    return sim.exposed_of(f.phase, f.found_collective, f.found_group, f.found_bytes or 0)
 
 
 def _sub(a: int | None, b: int | None) -> int | None:
@@ -531,7 +537,8 @@ def point_causes(results: Path, point: dict[str, str], partner: dict[str, str] |
     if not audit_path.exists() or is_marker(audit_path):
         return None
     items = read_items(audit_path)
-    found_sim = read_simulated(results, point["point"])
+    # Times need both simulations; without a Megatron point only bytes are known.
+    found_sim = read_simulated(results, point["point"]) if partner else None
     expected_sim = read_simulated(results, partner["point"]) if partner else None
     total_bytes = total_ns = None
     if partner is not None:
