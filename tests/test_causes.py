@@ -51,7 +51,7 @@ def run_sweep(results: Path, config: dict) -> list[dict[str, str]]:
                          "--gpu", p.gpu, "-o", profile)
                 extra = ["--aiob_enable", f"--comp_filepath={profile}"]
             if p.schedule == "megatron":
-                extra += ["--pp_stage", config["generator"]["megatron_pp_stage"]]
+                extra += ["--pp-stage", config["generator"]["megatron_pp_stage"]]
             main("generate", *to_commsweep_argv(p.setup), "--schedule", p.schedule, *extra, "-o", workload)
             main("volumes", workload, "--format", "csv", "-o", paths.volumes_file(results, p.workload_key))
         out = paths.point_dir(results, p.point_key)
@@ -64,7 +64,7 @@ def run_sweep(results: Path, config: dict) -> list[dict[str, str]]:
         main("simulate", "-w", workload, "-g", p.world_size, *net, "-r", f"{p.point_key}-",
              *(x for name, value in overlap.items() for x in (f"-{name}_o", value)),
              "--endtoend", out / "EndToEnd.csv", "--collectives", out / "collectives.csv", "--times", out / "times.csv")
-        main("audit", workload, *to_commsweep_argv(p.setup), "--pp_stage", config["generator"]["megatron_pp_stage"],
+        main("audit", workload, *to_commsweep_argv(p.setup), "--pp-stage", config["generator"]["megatron_pp_stage"],
              *net, "--format", "csv", "-o", paths.audit_file(results, p.point_key))
     with open(results / "sweep.csv", newline="") as fh:
         return [r for r in csv.DictReader(fh) if r["status"] == "ok"]
