@@ -218,6 +218,8 @@ def cmd_validate(ns: argparse.Namespace) -> None:
     _emit(validate.to_csv(results) if ns.format == "csv" else validate.to_table(results, sw), ns.output)
     if ns.plot:
         validate.plot(results, ns.plot)
+    if ns.workloads:
+        validate.write_workloads(results, ns.workloads)
 
 
 def cmd_check(ns: argparse.Namespace) -> None:
@@ -273,7 +275,7 @@ def add_simulate_parser(sub) -> None:
 
 
 def add_generate_parser(sub) -> None:
-    from .arguments import add_aiob_arguments, add_training_arguments
+    from .arguments import add_aiob_arguments, add_schedule_arguments, add_training_arguments
 
     p = sub.add_parser(
         "generate", allow_abbrev=False,
@@ -281,6 +283,7 @@ def add_generate_parser(sub) -> None:
         description="Write a SimAI workload file. Takes AICB's own arguments, so an AICB command line works unchanged.",
     )
     add_training_arguments(p)
+    add_schedule_arguments(p)
     add_aiob_arguments(p)
     p.add_argument("--schedule", choices=("aicb", "megatron"), default="aicb",
                    help="aicb: what AICB writes (default path, or AIOB path with --aiob_enable); "
@@ -361,7 +364,7 @@ def add_volumes_parser(sub) -> None:
 
 
 def add_audit_parser(sub) -> None:
-    from .arguments import add_aiob_arguments, add_training_arguments
+    from .arguments import add_aiob_arguments, add_schedule_arguments, add_training_arguments
     from .analysis.audit import add_network_arguments
 
     p = sub.add_parser(
@@ -372,6 +375,7 @@ def add_audit_parser(sub) -> None:
     )
     p.add_argument("workload", help="a SimAI workload file")
     add_training_arguments(p)
+    add_schedule_arguments(p)
     add_aiob_arguments(p)
     p.add_argument("--pp_stage", default="first",
                    help="with pp > 1: the stage whose Megatron view the workload is compared with (first, last or an index)")
@@ -482,6 +486,8 @@ def add_validate_parser(sub) -> None:
                         "attention, distributed optimizer, overlapped DP)")
     p.add_argument("--ratio-dir", help="SimAI's ratio tables ({nvlink,nic,ata}_ratio.csv); default: efficiency 1.0")
     p.add_argument("--plot", metavar="FILE", help="also draw predicted against measured seconds (PNG)")
+    p.add_argument("--workloads", metavar="DIR",
+                   help="also write each run's SimAI workload and SimAI command line (DIR/commands.sh) there")
     p.add_argument("-o", "--output", help="output file (default: stdout)")
     p.set_defaults(func=cmd_validate)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +35,7 @@ from ..files import read_text
 from ..models import ModelSpec
 from ..training import TrainingSetup
 from ..workload.megatron import local_parameters
-from .predict import BREAKDOWN, Cluster, predict
+from .predict import BREAKDOWN, Cluster, Prediction, predict
 
 RUN_COLUMNS = (
     "name", "num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "seq_length", "vocab_size",
@@ -75,7 +76,7 @@ def read_runs(path: str | Path) -> list[Run]:
     while skip < len(lines) and (lines[skip].startswith("#") or not lines[skip].strip()):
         skip += 1
     if skip == len(lines):
-        raise InputError("no header line (expected the columns " + ", ".join(RUN_COLUMNS) + ")", file=path, line=skip + 1)
+        raise InputError("no header line (expected the columns " + ", ".join(RUN_COLUMNS) + ")", file=path)
     reader = csv.reader(io.StringIO("".join(lines[skip:])))
     try:
         header = [h.strip() for h in next(reader)]
@@ -161,10 +162,17 @@ def _run(values: dict[str, str], path: str | Path, line: int) -> Run:
 @dataclass(frozen=True)
 class Result:
     run: Run
-    predicted_s: float
-    breakdown: dict[str, float]
+    prediction: Prediction
     memory: memory.Memory
     fits: bool
+
+    @property
+    def predicted_s(self) -> float:
+        return self.prediction.total_s
+
+    @property
+    def breakdown(self) -> dict[str, float]:
+        return self.prediction.breakdown()
 
     @property
     def error_pct(self) -> float | None:
@@ -184,9 +192,27 @@ def validate(runs: list[Run], sw: mk.Software, *, ratios=None, source: str | Pat
             raise InputError(f"cannot predict this run: {err}", file=source, line=run.line) from None
         params = {stage: local_parameters(setup, stage) for stage in {0, setup.pp - 1}}
         mem = memory.estimate(setup, params, flash_attention=sw.attention == "flash", dropout=sw.dropout)
-        out.append(Result(run=run, predicted_s=p.total_s, breakdown=p.breakdown(), memory=mem,
-                          fits=mem.fits(run.gpu.memory_gib)))
+        out.append(Result(run=run, prediction=p, memory=mem, fits=mem.fits(run.gpu.memory_gib)))
     return out
+
+
+def write_workloads(results: list[Result], folder: str | Path) -> Path:
+    """Each run's SimAI workload (``<name>.txt``) and ``commands.sh``: the SimAI_analytical
+    command line of each (run from that folder, SimAI's ``results/`` beside it), which
+    ``commsweep simulate`` also takes. Returns the commands file."""
+    from ..files import write_text
+
+    folder = Path(folder)
+    lines = ["# SimAI_analytical (or commsweep simulate) on each run's workload, from this folder",
+             "mkdir -p results"]
+    for r in results:
+        name = re.sub(r"[^A-Za-z0-9._-]", "_", r.run.name)
+        write_text(folder / f"{name}.txt", r.prediction.workload.render())
+        flags = " ".join(r.prediction.flags())
+        lines.append(f"SimAI_analytical -w {name}.txt {flags} -r {name}-")
+    commands = folder / "commands.sh"
+    write_text(commands, "\n".join(lines) + "\n")
+    return commands
 
 
 def _cells(r: Result) -> list[str]:

@@ -54,7 +54,7 @@ class Overlap:
 
 
 def _text(ratio: float) -> str:
-    return f"{ratio:.6f}".rstrip("0").rstrip(".") if ratio else "0"
+    return f"{ratio:.9f}".rstrip("0").rstrip(".") if ratio else "0"
 
 
 def _column_kind(name: str) -> tuple[str | None, bool]:
