@@ -5,13 +5,14 @@ For each published table shipped in ``src/commsweep/data/validation/`` (Korthika
 under the Megatron-LM version the table was measured with and under the default version
 (2022), and prints the mean and largest absolute error per source.
 
-``--fit`` redoes the fit of the two A100 efficiencies of ``aiob/gpus.py`` (the large-GEMM
+``--plot FILE`` draws both tables' predictions against the measurements (the figure of
+``docs/validation.md``). ``--fit`` redoes the fit of the two A100 efficiencies of ``aiob/gpus.py`` (the large-GEMM
 efficiency and the streaming-kernel memory efficiency; everything else in the model is a
 datasheet figure or a count of bytes and FLOPs): a grid search minimising the mean of the
 two tables' mean absolute errors, each table under its own Megatron-LM version. These two
 tables are the only data the fit sees. About 5 minutes on 2 cores.
 
-Run with ``.venv/bin/python bench/validate.py [--fit]``.
+Run with ``.venv/bin/python bench/validate.py [--plot FILE] [--fit]``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ import time
 from commsweep.aiob import gpus
 from commsweep.aiob.megatron_kernels import software
 from commsweep.analysis import validate
+
+
+CITATION = {"korthikanti2022_table5.csv": "Korthikanti et al. 2022, Table 5",
+            "narayanan2021_table1.csv": "Narayanan et al. 2021, Table 1"}
 
 
 def errors(runs: dict[str, list], versions: dict[str, str], gpu_changes: dict | None = None) -> dict[str, dict]:
@@ -37,6 +42,7 @@ def errors(runs: dict[str, list], versions: dict[str, str], gpu_changes: dict | 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fit", action="store_true", help="grid-search the A100 GEMM and memory efficiencies")
+    parser.add_argument("--plot", metavar="FILE", help="draw both tables, each under its own version (docs/validation.png)")
     args = parser.parse_args()
     runs = {name: validate.read_runs(validate.DATA / name) for name in validate.PUBLISHED}
     a100 = gpus.gpu("A100-80GB")
@@ -46,13 +52,18 @@ def main() -> None:
         for name, s in errors(runs, versions).items():
             print(f"{name.removesuffix('.csv'):<28} {versions[name]:>8} {s['runs']:>4} {s['mean_abs_error_pct']:>12.2f} "
                   f"{s['mean_error_pct']:>+10.2f} {s['max_abs_error_pct']:>11.2f}  {s['worst']}")
+    if args.plot:
+        groups = {f"{CITATION[name]} (Megatron-LM {v})": validate.validate(runs[name], software(v))
+                  for name, v in validate.PUBLISHED.items()}
+        validate.plot(groups, args.plot, title="Iteration time on A100 (Selene): predicted vs measured")
+        print(f"wrote {args.plot}")
     if not args.fit:
         return
     start = time.perf_counter()
     best = None
     # A coarse grid, then a fine one around its best point: steps of 0.05, then 0.01.
     grid = [(g / 100, m / 100) for g in range(60, 91, 5) for m in range(50, 91, 5)]
-    for step in (0.05, 0.01):
+    for _ in range(2):
         for gemm, mem in grid:
             changes = {"gemm_efficiency": round(gemm, 2), "memory_efficiency": round(mem, 2)}
             e = errors(runs, validate.PUBLISHED, changes)

@@ -97,6 +97,10 @@ def cmd_sweep(ns: argparse.Namespace) -> None:
     print(f"{len(points)} valid point(s), {len(invalid)} invalid combination(s)")
     for p in points:
         print(p.point_key)
+    unfit = [p for p in points if p.memory()["fits"] is False]
+    if unfit:
+        print(f"note: {len(unfit)} point(s) do not fit their GPU's memory (fits=False in sweep.csv; "
+              "skip_invalid: true drops them)", file=sys.stderr)
     if invalid and not config.get("skip_invalid"):
         raise CommsweepError(f"{len(invalid)} invalid combination(s); set skip_invalid: true to drop them")
 
@@ -217,7 +221,7 @@ def cmd_validate(ns: argparse.Namespace) -> None:
     results = validate.validate(validate.read_runs(ns.runs), sw, ratios=load_ratios(ns.ratio_dir), source=ns.runs)
     _emit(validate.to_csv(results) if ns.format == "csv" else validate.to_table(results, sw), ns.output)
     if ns.plot:
-        validate.plot(results, ns.plot)
+        validate.plot({f"{Path(ns.runs).stem} (Megatron-LM {sw.name})": results}, ns.plot)
     if ns.workloads:
         validate.write_workloads(results, ns.workloads)
 

@@ -272,8 +272,9 @@ def to_table(results: list[Result], sw: mk.Software) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(results: list[Result], output: str | Path, *, title: str | None = None) -> None:
-    """Predicted against measured seconds (log-log), with the +-10% band."""
+def plot(groups: dict[str, list[Result]], output: str | Path, *, title: str | None = None) -> None:
+    """Two panels: predicted against measured seconds (log-log, with the +-10% band), and
+    each run's error against its measured time; one marker per group (e.g. per source)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -281,34 +282,44 @@ def plot(results: list[Result], output: str | Path, *, title: str | None = None)
 
     from ..files import atomic_open
 
-    measured = [r for r in results if r.run.measured_s is not None]
-    if not measured:
+    measured = {label: [r for r in rs if r.run.measured_s is not None] for label, rs in groups.items()}
+    every = [r for rs in measured.values() for r in rs]
+    if not every:
         raise CommsweepError("no run has a measured time to plot")
-    fig, ax = plt.subplots(figsize=(6, 6))
-    xs = [r.run.measured_s for r in measured]
-    ys = [r.predicted_s for r in measured]
-    lo, hi = min(xs + ys) / 1.5, max(xs + ys) * 1.5
+    fig, (ax, res) = plt.subplots(1, 2, figsize=(12, 5.5))
+    values = [r.run.measured_s for r in every] + [r.predicted_s for r in every]
+    lo, hi = min(values) / 1.6, max(values) * 1.6
     ax.plot([lo, hi], [lo, hi], color="black", linewidth=1, label="predicted = measured")
-    ax.fill_between([lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], color="0.85", label="within 10%")
-    groups: dict[str, list[Result]] = {}
-    for r in measured:
-        groups.setdefault(r.run.values["recompute"], []).append(r)
-    for (recompute, rs), marker in zip(sorted(groups.items()), "os^"):
-        ax.scatter([r.run.measured_s for r in rs], [r.predicted_s for r in rs], marker=marker, zorder=3,
-                   label=f"recompute {recompute}")
-    for r in measured:
-        ax.annotate(r.run.name, (r.run.measured_s, r.predicted_s), fontsize=7, xytext=(4, -8),
-                    textcoords="offset points")
-    ax.set_xscale("log")
+    ax.fill_between([lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], color="0.88", label="within 10%")
+    res.axhspan(-10, 10, color="0.88")
+    res.axhspan(-5, 5, color="0.78")
+    res.axhline(0, color="black", linewidth=1)
+    for (label, rs), marker in zip(measured.items(), "os^vD"):
+        if not rs:
+            continue
+        s = summary(rs)
+        xs = [r.run.measured_s for r in rs]
+        ax.scatter(xs, [r.predicted_s for r in rs], marker=marker, zorder=3,
+                   label=f"{label}: mean |error| {s['mean_abs_error_pct']:.1f}%, max {s['max_abs_error_pct']:.1f}%")
+        res.scatter(xs, [r.error_pct for r in rs], marker=marker, zorder=3)
+        for r in rs:
+            res.annotate(r.run.name, (r.run.measured_s, r.error_pct), fontsize=7, xytext=(4, 3),
+                         textcoords="offset points")
+    for axis in (ax, res):
+        axis.set_xscale("log")
+        axis.set_xlim(lo, hi)
+        axis.set_xlabel("measured seconds per iteration")
     ax.set_yscale("log")
-    ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
-    ax.set_xlabel("measured seconds per iteration")
     ax.set_ylabel("predicted seconds per iteration")
-    s = summary(results)
-    ax.set_title(title or f"mean |error| {s['mean_abs_error_pct']:.1f}%, max {s['max_abs_error_pct']:.1f}%")
-    ax.legend(loc="upper left", fontsize=8)
+    worst = max(abs(r.error_pct) for r in every)
+    res.set_ylim(-max(12, worst + 3), max(12, worst + 3))
+    res.set_ylabel("error: predicted / measured - 1 (%)")
+    res.set_title("each run's error (bands: 5% and 10%)", fontsize=10)
+    if title:
+        ax.set_title(title, fontsize=10)
+    ax.legend(loc="upper left", fontsize=7.5)
     fig.tight_layout()
     with atomic_open(output, "wb") as fh:
-        fig.savefig(fh, format="png", dpi=120, metadata={"Software": None})
+        fig.savefig(fh, format="png", dpi=110, metadata={"Software": None})
     plt.close(fig)
