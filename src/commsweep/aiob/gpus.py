@@ -6,7 +6,7 @@ sparsity", twice the dense rate; the dense half is what a training GEMM can use)
 entry names its source next to it.
 
 Efficiencies say what fraction of the peak a well-shaped kernel of each kind reaches, and
-can be overridden per run (``commsweep profile --gemm_efficiency ...``). The A100's GEMM and
+can be overridden per run (``commsweep profile --gemm-efficiency ...``). The A100's GEMM and
 memory efficiencies are **fitted** on the two published tables of measured Megatron-LM
 iteration times (Korthikanti et al. 2022 Table 5, Narayanan et al. 2021 Table 1; shipped in
 ``commsweep/data/validation/``; ``bench/validate.py --fit`` redoes the fit, a grid search of
@@ -82,9 +82,9 @@ class GpuSpec:
         for key, value in changes.items():
             if key == "launch_us":
                 if value < 0:
-                    raise ConfigError(f"must be >= 0, got {value}", key="--launch_us")
+                    raise ConfigError(f"must be >= 0, got {value}", key="--launch-us")
             elif not 0 < value <= 1:
-                raise ConfigError(f"must be in (0, 1], got {value}", key=f"--{key}")
+                raise ConfigError(f"must be in (0, 1], got {value}", key=f"--{key.replace('_', '-')}")
         return replace(self, **changes)
 
 
@@ -145,7 +145,7 @@ def gpu(name: str, *, key: str = "--gpu") -> GpuSpec:
 
 
 def table() -> str:
-    """The GPU table as text (name, peaks, efficiencies, source), for ``commsweep profile --list_gpus``."""
+    """The GPU table as text (name, peaks, efficiencies, source), for ``commsweep profile --list-gpus``."""
     lines = [f"{'gpu':<10} {'bf16 TFLOP/s':>12} {'HBM TB/s':>9} {'gemm':>5} {'attn':>5} {'mem':>5} {'launch us':>9}  source"]
     for g in GPUS.values():
         lines.append(
