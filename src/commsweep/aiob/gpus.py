@@ -98,10 +98,12 @@ GPUS: dict[str, GpuSpec] = {
         # NVIDIA A100 Tensor Core GPU datasheet (nvidia.com, "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf"):
         # BFLOAT16 Tensor Core 312 TFLOPS (624 with sparsity); A100 40GB SXM 1,555 GB/s.
         GpuSpec("A100-40GB", 312.0, 1.555, **_AMPERE, sm_count=108, memory_gib=40,
-                source="NVIDIA A100 datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf): 312 TFLOPS bf16, 1,555 GB/s"),
+                source="NVIDIA A100 datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf): 312 TFLOPS bf16, 1,555 GB/s; "
+                       "gemm and mem efficiencies fitted (docs/validation.md)"),
         # Same datasheet: A100 80GB SXM 2,039 GB/s.
         GpuSpec("A100-80GB", 312.0, 2.039, **_AMPERE, sm_count=108, memory_gib=80,
-                source="NVIDIA A100 datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf): 312 TFLOPS bf16, 2,039 GB/s (SXM)"),
+                source="NVIDIA A100 datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf): 312 TFLOPS bf16, 2,039 GB/s (SXM); "
+                       "gemm and mem efficiencies fitted (docs/validation.md)"),
         # NVIDIA H100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h100/, "h100-datasheet"):
         # H100 SXM BF16 Tensor Core 1,979 TFLOPS with sparsity (989.5 dense); 3.35 TB/s.
         GpuSpec("H100-SXM", 989.5, 3.35, **_HOPPER, sm_count=132, memory_gib=80,
@@ -146,10 +148,11 @@ def gpu(name: str, *, key: str = "--gpu") -> GpuSpec:
 
 def table() -> str:
     """The GPU table as text (name, peaks, efficiencies, source), for ``commsweep profile --list-gpus``."""
-    lines = [f"{'gpu':<10} {'bf16 TFLOP/s':>12} {'HBM TB/s':>9} {'gemm':>5} {'attn':>5} {'mem':>5} {'launch us':>9}  source"]
+    lines = [f"{'gpu':<10} {'bf16 TFLOP/s':>12} {'HBM TB/s':>9} {'HBM GiB':>7} {'SMs':>4} {'gemm':>5} {'attn':>5} "
+             f"{'mem':>5} {'launch us':>9}  source"]
     for g in GPUS.values():
         lines.append(
-            f"{g.name:<10} {g.bf16_tflops:>12g} {g.hbm_tbps:>9g} {g.gemm_efficiency:>5g} {g.attention_efficiency:>5g} "
-            f"{g.memory_efficiency:>5g} {g.launch_us:>9g}  {g.source}"
+            f"{g.name:<10} {g.bf16_tflops:>12g} {g.hbm_tbps:>9g} {g.memory_gib:>7g} {g.sm_count:>4} {g.gemm_efficiency:>5g} "
+            f"{g.attention_efficiency:>5g} {g.memory_efficiency:>5g} {g.launch_us:>9g}  {g.source}"
         )
     return "\n".join(lines) + "\n"
