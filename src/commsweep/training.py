@@ -153,7 +153,4 @@ class TrainingSetup:
             out.append(f"sequence parallelism needs tp={t} to divide seq_length={self.seq_length}")
         if m.is_moe and self.dp % self.ep:
             out.append(f"ep={self.ep} does not divide dp={self.dp}")
-        if self.virtual_pipeline > 1 and p > 1 and not out and self.num_microbatches % p:
-            out.append(f"the interleaved schedule needs the {self.num_microbatches} micro-batches to be "
-                       f"a multiple of pp={p} (Megatron-LM's rule)")
         return out

@@ -430,7 +430,9 @@ class RowTimes:
     ``recompute_attention`` and ``recompute_mlp`` (the layer's forward, run in backward)."""
 
     rows: dict[str, tuple[float, float, float]]
-    gemm_us: dict[str, float]  # per row kind, the weight- and input-gradient GEMM time (what async TP hides behind)
+    # per row kind, (weight-gradient, input-gradient) GEMM us: what an asynchronous TP
+    # collective of that row hides behind (``simulate/overlap.py``)
+    gemm_us: dict[str, tuple[float, float]]
 
     def get(self, kind: str) -> tuple[float, float, float]:
         return self.rows.get(kind, (0.0, 0.0, 0.0))
@@ -441,7 +443,7 @@ def row_times(setup: TrainingSetup, gpu: GpuSpec, sw: Software, *, parameters: i
     ``parameters``: the rank's (its pipeline stage's) parameter count, for the optimizer."""
     lk = kernels(setup, sw)
     rows: dict[str, tuple[float, float, float]] = {}
-    gemm_us: dict[str, float] = {}
+    gemm_us: dict[str, tuple[float, float]] = {}
     for kind, part in lk.parts.items():
         fwd, ig, wg = (total_us(part.fwd, gpu), total_us(part.ig, gpu), total_us(part.wg, gpu))
         if kind == "attention_proj" and setup.recompute_mode == "selective":

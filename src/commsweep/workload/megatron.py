@@ -28,13 +28,19 @@ Per micro-batch, TP group (t > 1 only: Megatron has no TP communication at t = 1
 Per iteration: with SP, one TP all-reduce of the sequence-parallel parameters' gradients
 (norms, and the biases of linear_proj and linear_fc2); with DP > 1 and the distributed
 optimizer, a reduce-scatter of 4*P gradient bytes and an all-gather of 2*P parameter bytes
-over DP (P = this rank's parameters); with p > 1 and tied embeddings, an all-reduce of
+over DP (P = this rank's parameters), or with plain DDP one all-reduce of the gradients
+(4*P bytes, 2*P when reduced in 16 bits); with p > 1 and tied embeddings, an all-reduce of
 the word-embedding gradient between the first and last stage (not expressible in SimAI).
-Pipeline sends (u, or u/t with SP, per micro-batch and direction) go into the header's
-``pp_comm``; ``vpp`` holds the virtual pipeline size, 1, so that SimAI's bubble
-(pp-1)/(ga*vpp) and PP formulas follow the 1F1B schedule.
+Pipeline sends (u, or u/t with SP, per micro-batch, model chunk and direction) go into the
+header's ``pp_comm``; ``vpp`` holds the virtual pipeline size v (Megatron's interleaved
+schedule: stage i holds chunks i, i+p, ... of L/(p*v) layers each), so that SimAI's bubble
+(pp-1)/(ga*vpp) and PP formulas follow the (interleaved) 1F1B schedule.
 
-Compute times: the AIOB profile when given (see ``_compute_times``), else 0 everywhere.
+Full recompute (``recompute_granularity="full"``) re-runs each layer's forward, collectives
+included, at the start of its backward pass: rows after the layer's own (``_recompute_blocks``).
+
+Compute times: the kernel model's (``aiob/megatron_kernels.py``) when given, else the AIOB
+profile's (see ``_compute_times``), else 0 everywhere.
 """
 
 from __future__ import annotations
