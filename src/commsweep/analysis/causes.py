@@ -484,13 +484,12 @@ def aggregate(point_parts: list[Part], total_bytes: int | None = None, total_exp
 # -- the sweep -----------------------------------------------------------------------------
 
 
-SETTING_EXCLUDES = ("point", "workload", "profile", "schedule", "aiob", "status")
-
-
 def setting_key(point: dict[str, str]) -> tuple:
-    """What an AICB point shares with its Megatron point: every column of the points
-    table but the point's names, its schedule and its aiob (``sweep.table_csv``)."""
-    return tuple(sorted((k, v) for k, v in point.items() if k not in SETTING_EXCLUDES))
+    """What an AICB point shares with its Megatron point: every axis but the schedule and
+    ``aiob`` (``compare.setting_of``)."""
+    from .compare import setting_of
+
+    return setting_of(point)
 
 
 def megatron_partners(points: list[dict[str, str]]) -> dict[str, str]:

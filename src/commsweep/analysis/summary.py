@@ -22,7 +22,7 @@ from pathlib import Path
 from .. import paths, status
 from ..errors import InputError
 from ..simulate import times as sim_times
-from ..sweep import TABLE_COLUMNS, table_columns
+from ..sweep import MEMORY_COLUMNS, TABLE_COLUMNS, table_columns
 from . import volumes
 
 SIM_COMPONENTS = {
@@ -33,7 +33,7 @@ SIM_COLUMNS = ("time_us", "exposed_us", "sim_total_us", *SIM_COMPONENTS)
 # The summary's per-point columns -> their keys in a point's times file (``simulate.times``).
 SIM_KEYS = {"sim_total_us": sim_times.ITERATION["total"],
             **{column: sim_times.ITERATION[component] for column, component in SIM_COMPONENTS.items()}}
-COLUMNS = (*TABLE_COLUMNS, "status", *volumes.COLUMNS, *SIM_COLUMNS)
+COLUMNS = (*TABLE_COLUMNS, *MEMORY_COLUMNS, "status", *volumes.COLUMNS, *SIM_COLUMNS)
 
 
 def read_points(sweep_csv: Path) -> list[dict[str, str]]:
@@ -54,7 +54,7 @@ def summarize(sweep_csv: Path, results: Path) -> str:
     columns = (*point_columns, *COLUMNS[len(TABLE_COLUMNS):])
     writer.writerow(columns)
     for point in points:
-        base = [point[c] for c in point_columns]
+        base = [point[c] for c in point_columns] + [point.get(c, "") for c in MEMORY_COLUMNS]
         failed = status.failures(results, point["workload"], point["point"])
         if failed:
             writer.writerow(base + [f"failed: {status.reasons(failed)}"] + [""] * (len(columns) - len(base) - 1))
