@@ -21,6 +21,10 @@ if not workflow.overwrite_configfiles:
     configfile: "config/config.yaml"
 
 
+# The report's front page: the sweep's answer (results/answer.rst, made by rule answer).
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/aiob.smk"
 include: "workflow/rules/workload.smk"
@@ -28,6 +32,7 @@ include: "workflow/rules/simulate.smk"
 include: "workflow/rules/summary.smk"
 include: "workflow/rules/trace.smk"
 include: "workflow/rules/audit.smk"
+include: "workflow/rules/answer.smk"
 
 
 rule all:

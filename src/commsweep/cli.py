@@ -100,6 +100,10 @@ def cmd_sweep(ns: argparse.Namespace) -> None:
     print(f"{len(points)} valid point(s), {len(invalid)} invalid combination(s)")
     for p in points:
         print(p.point_key)
+    unfit = [p for p in points if p.memory()["fits"] is False]
+    if unfit:
+        print(f"note: {len(unfit)} point(s) do not fit their GPU's memory (fits=False in sweep.csv; "
+              "skip_invalid: true drops them)", file=sys.stderr)
     if invalid and not config.get("skip_invalid"):
         raise CommsweepError(f"{len(invalid)} invalid combination(s); set skip_invalid: true to drop them")
 
@@ -150,7 +154,25 @@ def cmd_simulate(ns: argparse.Namespace) -> None:
 def cmd_plot(ns: argparse.Namespace) -> None:
     from .analysis import plots
 
-    plots.PLOTS[ns.kind](Path(ns.summary), Path(ns.output))
+    options = {}
+    if ns.kind == "difference-by-cause" and ns.sweep:
+        options["sweep_csv"] = Path(ns.sweep)
+    if ns.kind == "exposed-tp-by-overlap":
+        options["default_tp_overlap"] = ns.tp_overlap
+    plots.PLOTS[ns.kind](Path(ns.summary), Path(ns.output), **options)
+
+
+def cmd_causes(ns: argparse.Namespace) -> None:
+    from .analysis import causes
+
+    files = _point_files(ns, ("status", "volumes", "times", "collectives", "audits"))
+    _emit(causes.difference_by_cause(Path(ns.sweep), files), ns.output)
+
+
+def cmd_answer(ns: argparse.Namespace) -> None:
+    from .analysis import answer
+
+    answer.write(Path(ns.causes), Path(ns.sweep), Path(ns.output), Path(ns.rst) if ns.rst else None)
 
 
 def cmd_trace(ns: argparse.Namespace) -> None:
@@ -237,6 +259,20 @@ def cmd_guard(ns: argparse.Namespace) -> None:
                  provenance=status.job_provenance(ns.provenance) if ns.provenance is not None else None)
 
 
+def cmd_validate(ns: argparse.Namespace) -> None:
+    from .aiob.megatron_kernels import software
+    from .analysis import validate
+    from .simulate.engine import load_ratios
+
+    sw = software(ns.megatron)
+    results = validate.validate(validate.read_runs(ns.runs), sw, ratios=load_ratios(ns.ratio_dir), source=ns.runs)
+    _emit(validate.to_csv(results) if ns.format == "csv" else validate.to_table(results, sw), ns.output)
+    if ns.plot:
+        validate.plot({f"{Path(ns.runs).stem} (Megatron-LM {sw.name})": results}, ns.plot)
+    if ns.workloads:
+        validate.write_workloads(results, ns.workloads)
+
+
 def cmd_check(ns: argparse.Namespace) -> None:
     from . import status
     from .analysis import summary
@@ -285,7 +321,7 @@ def add_simulate_parser(sub) -> None:
 
 
 def add_generate_parser(sub) -> None:
-    from .arguments import add_aiob_arguments, add_stage_argument, add_training_arguments
+    from .arguments import add_aiob_arguments, add_schedule_arguments, add_stage_argument, add_training_arguments
 
     p = sub.add_parser(
         "generate", allow_abbrev=False,
@@ -293,6 +329,7 @@ def add_generate_parser(sub) -> None:
         description="Write a SimAI workload file. Takes AICB's own arguments, so an AICB command line works unchanged.",
     )
     add_training_arguments(p)
+    add_schedule_arguments(p)
     add_aiob_arguments(p)
     p.add_argument("--schedule", choices=("aicb", "megatron"), default="aicb",
                    help="aicb: what AICB writes (default path, or AIOB path with --aiob_enable); "
@@ -375,7 +412,7 @@ def add_volumes_parser(sub) -> None:
 
 
 def add_audit_parser(sub) -> None:
-    from .arguments import add_aiob_arguments, add_stage_argument, add_training_arguments
+    from .arguments import add_aiob_arguments, add_schedule_arguments, add_stage_argument, add_training_arguments
     from .simulate.run import add_gpus_argument, add_network_arguments
 
     p = sub.add_parser(
@@ -386,6 +423,7 @@ def add_audit_parser(sub) -> None:
     )
     p.add_argument("workload", help="a SimAI workload file")
     add_training_arguments(p)
+    add_schedule_arguments(p)
     add_aiob_arguments(p)
     add_stage_argument(p)
     p.add_argument("--format", choices=("csv", "table"), default="table")
@@ -472,11 +510,40 @@ def add_check_parser(sub) -> None:
 
 def add_plot_parser(sub) -> None:
     p = sub.add_parser("plot", help="draw a figure from the summary table")
-    p.add_argument("kind", choices=("volume-by-tp", "tp-bytes-by-phase", "exposed-by-group", "audit-by-kind"))
-    # audit-by-kind reads results/findings_by_kind.csv; the others results/summary.csv
-    p.add_argument("summary", help="results/summary.csv (results/findings_by_kind.csv for audit-by-kind)")
+    p.add_argument("kind", choices=("volume-by-tp", "tp-bytes-by-phase", "exposed-by-group", "audit-by-kind",
+                                    "difference-by-cause", "exposed-tp-by-overlap"))
+    # audit-by-kind reads results/findings_by_kind.csv; difference-by-cause
+    # results/difference_by_cause.csv; the others results/summary.csv
+    p.add_argument("summary", help="results/summary.csv (results/findings_by_kind.csv for audit-by-kind, "
+                                   "results/difference_by_cause.csv for difference-by-cause)")
     p.add_argument("-o", "--output", required=True, help="output PNG")
+    p.add_argument("--sweep", help="difference-by-cause: the points table (default: sweep.csv beside the input)")
+    p.add_argument("--tp-overlap", type=float, default=0.0,
+                   help="exposed-tp-by-overlap: the TP overlap ratio of a sweep without a tp_overlap axis "
+                        "(its simulator.overlap.tp; default 0)")
     p.set_defaults(func=cmd_plot)
+
+
+def add_causes_parser(sub) -> None:
+    p = sub.add_parser("causes", help="each AICB point's difference from its Megatron point, by cause")
+    p.add_argument("--sweep", required=True, help="the points table (results/sweep.csv)")
+    p.add_argument("--results", default="results",
+                   help="the results directory (audits, simulations, volumes), when no files are given")
+    _add_file_lists(p, status="the points' status files", volumes="the workloads' volumes.csv files",
+                    times="the points' times.csv files", collectives="the points' collectives.csv files",
+                    audits="the AICB points' audit.csv files")
+    p.add_argument("-o", "--output", help="output CSV (results/difference_by_cause.csv; default: stdout)")
+    p.set_defaults(func=cmd_causes)
+
+
+def add_answer_parser(sub) -> None:
+    p = sub.add_parser("answer", help="the landing page: the sweep's answer in words, from difference_by_cause.csv")
+    p.add_argument("causes", help="results/difference_by_cause.csv")
+    p.add_argument("--sweep", required=True, help="the points table (results/sweep.csv)")
+    p.add_argument("-o", "--output", required=True,
+                   help="the page in Markdown (results/answer.md; figures linked relative to it, from plots/)")
+    p.add_argument("--rst", help="also the page in reStructuredText, figures embedded (the report's front page)")
+    p.set_defaults(func=cmd_answer)
 
 
 def add_compare_parser(sub) -> None:
@@ -518,6 +585,28 @@ def add_timeline_parser(sub) -> None:
     p.set_defaults(func=cmd_timeline)
 
 
+def add_validate_parser(sub) -> None:
+    p = sub.add_parser(
+        "validate", allow_abbrev=False,
+        help="predict measured training runs' iteration times and compare (runs file: CSV)",
+        description="Predict the iteration time of every run of a runs file (Megatron schedule with the kernel "
+                    "model's compute, SimAI's model) and compare it with the measured time. Columns of the "
+                    "runs file: see docs/validation.md.",
+    )
+    p.add_argument("runs", help="a runs file (CSV), e.g. src/commsweep/data/validation/korthikanti2022_table5.csv")
+    p.add_argument("--format", choices=("table", "csv"), default="table")
+    p.add_argument("--megatron", choices=("2021", "2022", "core"), default="2022",
+                   help="the Megatron-LM the runs used: 2021 (Narayanan et al.: fp16, local DDP), 2022 (default; "
+                        "Korthikanti et al.: async TP, gradient-accumulation fusion), core (megatron-core: flash "
+                        "attention, distributed optimizer, overlapped DP)")
+    p.add_argument("--ratio-dir", help="SimAI's ratio tables ({nvlink,nic,ata}_ratio.csv); default: efficiency 1.0")
+    p.add_argument("--plot", metavar="FILE", help="also draw predicted against measured seconds (PNG)")
+    p.add_argument("--workloads", metavar="DIR",
+                   help="also write each run's SimAI workload and SimAI command line (DIR/commands.sh) there")
+    p.add_argument("-o", "--output", help="output file (default: stdout)")
+    p.set_defaults(func=cmd_validate)
+
+
 def add_trace_check_parser(sub) -> None:
     p = sub.add_parser("trace-check", help="one verdict per trace: does the megatron schedule match megatron-core")
     p.add_argument("compare", nargs="+", help="comparison CSVs of `commsweep trace --compare` (<key>.compare.csv)")
@@ -534,10 +623,13 @@ COMMANDS = {
     "sweep": add_sweep_parser,
     "summarize": add_summarize_parser,
     "compare": add_compare_parser,
+    "causes": add_causes_parser,
+    "answer": add_answer_parser,
     "plot": add_plot_parser,
     "timeline": add_timeline_parser,
     "trace": add_trace_parser,
     "trace-check": add_trace_check_parser,
+    "validate": add_validate_parser,
     "guard": add_guard_parser,
     "check": add_check_parser,
 }

@@ -143,6 +143,17 @@ class Layout:
     def plot(self, name: str) -> str:
         return self._at(f"plots/{name}.png")
 
+    def difference_by_cause(self) -> str:
+        return self._at("difference_by_cause.csv")
+
+    def answer_page(self) -> str:
+        """The landing page, in Markdown (its figures linked from plots/)."""
+        return self._at("answer.md")
+
+    def answer_rst(self) -> str:
+        """The landing page in reStructuredText, figures embedded: the report's front page."""
+        return self._at("answer.rst")
+
     # -- measured traces (reference: measured) ---------------------------------------------
 
     def trace(self, trace: str = "{trace}") -> str:
@@ -228,6 +239,7 @@ class PointFiles:
         self._status: dict[str, list[Path]] = {}
         self._volumes: dict[str, Path] = {}
         self._times: dict[str, Path] = {}
+        self._collectives: dict[str, Path] = {}
         self._audits: dict[str, Path] = {}
 
     @classmethod
@@ -235,12 +247,13 @@ class PointFiles:
         return cls(results)
 
     @classmethod
-    def given(cls, *, status=(), volumes=(), times=(), audits=()) -> PointFiles:
+    def given(cls, *, status=(), volumes=(), times=(), collectives=(), audits=()) -> PointFiles:
         files = cls()
         for path in map(Path, status):
             files._status.setdefault(key_of(path), []).append(path)
         files._volumes = {key_of(p): Path(p) for p in volumes}
         files._times = {key_of(p): Path(p) for p in times}
+        files._collectives = {key_of(p): Path(p) for p in collectives}
         files._audits = {key_of(p): Path(p) for p in audits}
         return files
 
@@ -259,6 +272,9 @@ class PointFiles:
 
     def times(self, point: str) -> Path | None:
         return times_file(self.results, point) if self.results is not None else self._times.get(point)
+
+    def collectives(self, point: str) -> Path | None:
+        return collectives_file(self.results, point) if self.results is not None else self._collectives.get(point)
 
     def audit(self, point: str) -> Path | None:
         return audit_file(self.results, point) if self.results is not None else self._audits.get(point)

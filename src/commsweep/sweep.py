@@ -26,11 +26,18 @@ AXES = (
     "model", "world_size", "tp", "pp", "ep", "sp", "aiob", "schedule",
     "micro_batch", "global_batch", "seq_length", "recompute", "network",
 )
+# Axes that name points and fill table columns only where a sweep varies them, so a sweep
+# that leaves them out keeps its point keys and tables. ``tp_overlap``: SimAI's TP overlap
+# ratio (-tp_o); without the axis every point takes ``simulator.overlap.tp``.
+OPTIONAL_AXES = ("tp_overlap",)
 SCHEDULES = ("aicb", "megatron")
 NETWORK_FIELDS = ("gpus_per_server", "nics_per_server", "nvlink_gbps", "nic_gbps")
 TABLE_COLUMNS = (
     "point", "workload", "profile", *AXES, "dp", "ga", *NETWORK_FIELDS,
 )
+# The point's peak memory per GPU and whether it fits the sweep's GPU (``memory.py``);
+# in sweep.csv and summary.csv after the point's columns.
+MEMORY_COLUMNS = ("memory_gib", "fits")
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,8 @@ class Point:
     setup: TrainingSetup = field(compare=False, repr=False)
     net: Network = field(compare=False, repr=False)
     gpu: str = field(default="H100-SXM", compare=False, repr=False)
+    # SimAI's TP overlap ratio when the sweep has a tp_overlap axis (None: no such axis).
+    tp_overlap: float | None = None
 
     @property
     def setup_key(self) -> str:
@@ -77,7 +86,8 @@ class Point:
 
     @property
     def point_key(self) -> str:
-        return f"{self.workload_key}__{self.network}"
+        key = f"{self.workload_key}__{self.network}"
+        return key if self.tp_overlap is None else key + f"_tpo{self.tp_overlap:g}"
 
     @property
     def profile_key(self) -> str:
@@ -92,6 +102,15 @@ class Point:
     def describe(self) -> str:
         return ", ".join(f"{axis}={getattr(self, axis)}" for axis in AXES)
 
+    def memory(self) -> dict[str, Any]:
+        """The ``MEMORY_COLUMNS``: GiB per GPU and ``fits`` against the sweep's GPU (empty
+        where the model does not say: MoE models, a GPU label the table does not know)."""
+        verdict = memory_verdict(self.setup, self.gpu)
+        if verdict is None:
+            return {"memory_gib": "", "fits": ""}
+        gib, fits = verdict
+        return {"memory_gib": f"{gib:.1f}", "fits": "" if fits is None else fits}
+
     def row(self) -> dict[str, Any]:
         """The point as a flat record for tables (the columns of ``TABLE_COLUMNS``)."""
         record: dict[str, Any] = {
@@ -101,6 +120,8 @@ class Point:
         record.update({axis: getattr(self, axis) for axis in AXES})
         record.update(dp=self.setup.dp, ga=self.setup.num_microbatches)
         record.update({f: getattr(self.net, f) for f in NETWORK_FIELDS})
+        if self.tp_overlap is not None:
+            record["tp_overlap"] = self.tp_overlap
         return record
 
 
@@ -161,6 +182,35 @@ def custom_models(config: dict) -> dict[str, ModelSpec]:
     return out
 
 
+def memory_verdict(setup: TrainingSetup, gpu: str) -> tuple[float, bool | None] | None:
+    """(GiB per GPU, fits) of a sweep point, as megatron-core trains it (distributed
+    optimizer, fp32 gradients, flash attention, dropout); ``fits`` None for a GPU the table
+    does not know, None for an MoE model (its memory is not modelled)."""
+    if setup.model.is_moe:
+        return None
+    from . import memory
+    from .aiob import gpus
+    from .workload.megatron import local_parameters
+
+    params = {stage: local_parameters(setup, stage) for stage in {0, setup.pp - 1}}
+    mem = memory.estimate(setup, params, flash_attention=True, dropout=True)
+    known = {name.lower(): spec for name, spec in gpus.GPUS.items()}
+    spec = known.get(gpu.lower())
+    return mem.total_gib, (None if spec is None else mem.fits(spec.memory_gib))
+
+
+def memory_problem(setup: TrainingSetup, gpu: str) -> str | None:
+    """Why a point does not fit its GPU (None when it fits or the model cannot say)."""
+    verdict = memory_verdict(setup, gpu)
+    if verdict is None or verdict[1] is not False:
+        return None
+    from .aiob import gpus
+    from .memory import RESERVE_GIB
+
+    return (f"needs {verdict[0]:.1f} GiB per GPU; the {gpu} has {gpus.gpu(gpu).memory_gib:g} GiB "
+            f"({RESERVE_GIB:g} GiB kept free)")
+
+
 def schedule_problems(setup: TrainingSetup, schedule: str) -> list[str]:
     """Why a schedule cannot generate this setup's workload (empty when it can)."""
     if schedule == "megatron":
@@ -174,6 +224,30 @@ def schedule_problems(setup: TrainingSetup, schedule: str) -> list[str]:
     return [f"unknown schedule {schedule!r}; expected one of {', '.join(SCHEDULES)}"]
 
 
+def tp_overlap_axis(config: dict) -> list[float | None]:
+    """The TP overlap ratios of the sweep: ``[None]`` (no axis: ``simulator.overlap.tp``
+    applies, keys and tables stay as they are) unless ``sweep.tp_overlap`` lists a value
+    other than ``simulator.overlap.tp``."""
+    values = (config.get("sweep") or {}).get("tp_overlap")
+    if values is None:
+        return [None]
+    if not isinstance(values, list) or not values:
+        raise ConfigError("must be a non-empty list", key="sweep.tp_overlap")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
+            raise ConfigError(f"values must be numbers from 0 to 1, got {v!r}", key="sweep.tp_overlap")
+    default = ((config.get("simulator") or {}).get("overlap") or {}).get("tp", 0)
+    unique = list(dict.fromkeys(float(v) for v in values))
+    return [None] if unique == [float(default)] else unique
+
+
+def table_columns(points: list[dict[str, Any]] | list[Point]) -> tuple[str, ...]:
+    """The points table's columns for these points: ``TABLE_COLUMNS``, then the optional
+    axes the sweep has (points as ``Point`` or as rows of the table)."""
+    rows = [p.row() if isinstance(p, Point) else p for p in points[:1]]
+    return (*TABLE_COLUMNS, *(a for a in OPTIONAL_AXES if rows and a in rows[0]))
+
+
 def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
     """All points of the sweep, valid first, then the invalid combinations with reasons."""
     axes = {name: _axis(config, name) for name in AXES}
@@ -181,6 +255,9 @@ def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
     models = custom_models(config)
     aiob = config.get("aiob") or {}
     gpu = str(aiob.get("gpu", "H100-SXM"))
+    # With skip_invalid, a point that does not fit its GPU's memory is dropped like an
+    # invalid one; without, it stays, marked fits=False in sweep.csv.
+    skip_unfit = bool(config.get("skip_invalid", False))
     for name in axes["network"]:
         if name not in nets:
             raise ConfigError(f"unknown network {name!r}; defined: {', '.join(nets) or 'none'}", key="sweep.network")
@@ -198,6 +275,7 @@ def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
             if not isinstance(v, bool):
                 raise ConfigError(f"values must be true or false, got {v!r}", key=f"sweep.{name}")
 
+    overlaps = tp_overlap_axis(config)
     points: list[Point] = []
     invalid: list[Invalid] = []
     for combo in itertools.product(*(axes[a] for a in AXES)):
@@ -211,10 +289,13 @@ def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
         reasons = setup.problems()
         if not reasons:
             reasons += schedule_problems(setup, values["schedule"])
+        if not reasons and skip_unfit:
+            reasons += [r for r in (memory_problem(setup, gpu),) if r]
         if reasons:
             invalid.append(Invalid(values=values, reasons=tuple(reasons)))
         else:
-            points.append(Point(**values, setup=setup, net=nets[values["network"]], gpu=gpu))
+            points += [Point(**values, setup=setup, net=nets[values["network"]], gpu=gpu, tp_overlap=tpo)
+                       for tpo in overlaps]
     return points, invalid
 
 
@@ -239,10 +320,10 @@ def points_from_config(config: dict) -> tuple[list[Point], list[Invalid]]:
 def table_csv(points: list[Point], invalid: list[Invalid] = ()) -> str:
     """The sweep as CSV: one row per point, plus skipped combinations with ``status``."""
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=[*TABLE_COLUMNS, "status"], lineterminator="\n")
+    writer = csv.DictWriter(buf, fieldnames=[*table_columns(points), *MEMORY_COLUMNS, "status"], lineterminator="\n")
     writer.writeheader()
     for p in points:
-        writer.writerow({**p.row(), "status": "ok"})
+        writer.writerow({**p.row(), **p.memory(), "status": "ok"})
     for bad in invalid:
         writer.writerow({**bad.values, "status": "skipped: " + "; ".join(bad.reasons)})
     return buf.getvalue()

@@ -7,6 +7,7 @@ import shlex
 from snakemake.exceptions import WorkflowError
 
 from commsweep import limits, paths, pipeline, status, sweep
+from commsweep.analysis.causes import megatron_partners
 from commsweep.arguments import to_commsweep_argv
 from commsweep.errors import CommsweepError
 from commsweep.trace.scale import pipeline_dp, trace_setups
@@ -51,7 +52,8 @@ wildcard_constraints:
 
 def final_outputs():
     """Everything `rule all` asks for (the check's inputs)."""
-    return [L.run_record(), L.summary(), L.plot("volume_by_tp"), *audit_outputs(), *trace_outputs()]
+    return [L.run_record(), L.summary(), L.plot("volume_by_tp"), *audit_outputs(), *answer_outputs(),
+            *trace_outputs()]
 
 
 def step_statuses():
@@ -60,6 +62,7 @@ def step_statuses():
              "plot_audit_by_kind"]
     if AUDITED:
         steps.append("plot_timeline")
+    steps += ["difference_by_cause", "plot_difference_by_cause", "plot_exposed_tp_by_overlap", "answer"]
     if TRACES:
         steps.append("trace_check")
     return [L.step_status(step) for step in steps]
@@ -174,6 +177,8 @@ def simulate_args(wildcards):
     sim = config["simulator"]
     argv = ["-g", str(point.world_size), *network_flags(point.net), "-r", f"{point.point_key}-"]
     for name, value in sim["overlap"].items():
+        if name == "tp" and point.tp_overlap is not None:  # the sweep's tp_overlap axis
+            value = point.tp_overlap
         argv += [f"-{name}_o", str(value)]
     argv += ["--simai-bugs", sim["simai_bugs"], "--backend", sim["backend"], "--strict"]
     if sim["root"]:
@@ -268,6 +273,31 @@ def timeline_inputs(wildcards):
 def timeline_args(wildcards):
     point = timeline_point()
     return shlex.join(point_args(point) + ["--title", point.point_key])
+
+
+# -- the answer first (workflow/rules/answer.smk) -------------------------------------------
+
+
+def answer_outputs():
+    """The difference by cause and the landing page."""
+    return [L.difference_by_cause(), L.plot("difference_by_cause"), L.plot("exposed_tp_by_overlap"),
+            L.answer_page(), L.answer_rst()]
+
+
+def cause_points():
+    """The audited AICB points, and the Megatron point each is compared with."""
+    rows = {p.point_key: {k: str(v) for k, v in p.row().items()} for p in POINTS}
+    audited = {p.point_key for p in AUDITED}
+    partners = megatron_partners(list(rows.values()))
+    return {p: partners.get(p) for p in sorted(audited) if rows[p]["schedule"] == "aicb"}
+
+
+def cause_inputs(wildcards):
+    """What `commsweep causes` reads: the AICB points' audits, both sides' simulations."""
+    pairs = cause_points()
+    simulated = sorted(set(pairs) | {m for m in pairs.values() if m})
+    return {"audits": [L.audit(p) for p in pairs], "collectives": [L.collectives(p) for p in simulated],
+            "times": [L.times(p) for p in simulated]}
 
 
 # -- measured traces (workflow/rules/trace.smk) --------------------------------------------

@@ -25,7 +25,7 @@ from pathlib import Path
 from .. import paths, status
 from ..errors import InputError
 from ..simulate import times as sim_times
-from ..sweep import TABLE_COLUMNS
+from ..sweep import MEMORY_COLUMNS, TABLE_COLUMNS, table_columns
 from . import volumes
 
 SIM_COMPONENTS = {
@@ -36,7 +36,7 @@ SIM_COLUMNS = ("time_us", "exposed_us", "sim_total_us", *SIM_COMPONENTS)
 # The summary's per-point columns -> their keys in a point's times file (``simulate.times``).
 SIM_KEYS = {"sim_total_us": sim_times.ITERATION["total"],
             **{column: sim_times.ITERATION[component] for column, component in SIM_COMPONENTS.items()}}
-COLUMNS = (*TABLE_COLUMNS, "status", *volumes.COLUMNS, *SIM_COLUMNS, "run")
+COLUMNS = (*TABLE_COLUMNS, *MEMORY_COLUMNS, "status", *volumes.COLUMNS, *SIM_COLUMNS, "run")
 
 
 def read_points(sweep_csv: Path) -> list[dict[str, str]]:
@@ -53,12 +53,16 @@ def summarize(sweep_csv: Path, files: paths.PointFiles, run: str = "") -> str:
     every row naming the ``run``."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(COLUMNS)
-    for point in read_points(sweep_csv):
-        base = [point[c] for c in TABLE_COLUMNS]
+    points = read_points(sweep_csv)
+    # COLUMNS, with the optional axes of the sweep after the points table's columns.
+    point_columns = table_columns(points)
+    columns = (*point_columns, *COLUMNS[len(TABLE_COLUMNS):])
+    writer.writerow(columns)
+    for point in points:
+        base = [point[c] for c in point_columns] + [point.get(c, "") for c in MEMORY_COLUMNS]
         failed = status.failures(files, point["workload"], point["point"])
         if failed:
-            writer.writerow(base + [f"failed: {status.reasons(failed)}"] + [""] * (len(COLUMNS) - len(base) - 2)
+            writer.writerow(base + [f"failed: {status.reasons(failed)}"] + [""] * (len(columns) - len(base) - 2)
                             + [run])
             continue
         path = files.volumes(point["workload"])
