@@ -129,8 +129,8 @@ def cmd_trace(ns: argparse.Namespace) -> None:
     from .arguments import setup_from_args
     from .trace import compare, records, runner, scale
 
-    if ns.world_size is None:  # a trace needs no more processes than one model replica
-        ns.world_size = ns.tensor_model_parallel_size * ns.pipeline_model_parallel
+    if ns.world_size is None:  # a trace needs no more processes than one model replica (EP is carved out of DP)
+        ns.world_size = ns.tensor_model_parallel_size * ns.pipeline_model_parallel * ns.expert_model_parallel_size
     setup = setup_from_args(ns)
     if ns.scaled:
         setup = scale.scaled_setup(setup, dp=ns.scaled_dp)

@@ -30,6 +30,8 @@ class TrainingSetup:
     seq_length: int = 2048
     recompute: bool = False
     make_vocab_size_divisible_by: int = 128
+    # Megatron's expert tensor parallelism (--expert-tensor-parallel-size): None follows tp.
+    etp: int | None = None
 
     # -- derived sizes -------------------------------------------------------------
     @property
@@ -58,9 +60,14 @@ class TrainingSetup:
         return 2 * self.micro_batch * self.seq_length * self.model.hidden_size
 
     @property
+    def expert_tp(self) -> int:
+        """The expert tensor-parallel size: ``etp``, or t when it is not set (megatron's default)."""
+        return self.tp if self.etp is None else self.etp
+
+    @property
     def expert_dp(self) -> int:
-        """The expert-data-parallel size d / ep."""
-        return self.dp // self.ep
+        """The expert-data-parallel size world / (etp * ep * p): d / ep when etp = t."""
+        return self.world_size // (self.expert_tp * self.ep * self.pp)
 
     # -- validity ------------------------------------------------------------------
     def _below_one(self, names: tuple[str, ...]) -> list[str]:
@@ -90,8 +97,20 @@ class TrainingSetup:
             assert m.num_experts is not None
             if m.num_experts % self.ep:
                 out.append(f"ep={self.ep} does not divide the {m.num_experts} experts")
-        elif self.ep != 1:
-            out.append(f"ep={self.ep} needs an MoE model ({m.name} is dense)")
+            if m.moe_topk > m.num_experts:
+                out.append(f"moe_topk={m.moe_topk} exceeds the {m.num_experts} experts")
+            if self.expert_tp < 1:
+                out.append(f"etp must be at least 1 (got {self.expert_tp})")
+            elif m.expert_ffn_hidden_size % self.expert_tp:
+                out.append(f"etp={self.expert_tp} does not divide the experts' FFN width {m.expert_ffn_hidden_size}")
+            shared = m.moe_shared_expert_intermediate_size
+            if shared is not None and shared % t:
+                out.append(f"tp={t} does not divide the shared experts' FFN width {shared}")
+        else:
+            if self.ep != 1:
+                out.append(f"ep={self.ep} needs an MoE model ({m.name} is dense)")
+            if self.etp is not None and self.etp != t:
+                out.append(f"etp={self.etp} needs an MoE model ({m.name} is dense)")
         return out
 
     def problems(self) -> list[str]:
@@ -117,4 +136,7 @@ class TrainingSetup:
             out.append(f"sequence parallelism needs tp={t} to divide seq_length={self.seq_length}")
         if m.is_moe and self.dp % self.ep:
             out.append(f"ep={self.ep} does not divide dp={self.dp}")
+        if m.is_moe and self.expert_tp >= 1 and self.world_size % (self.expert_tp * self.ep * p):
+            out.append(f"world_size={self.world_size} is not divisible by etp*ep*pp="
+                       f"{self.expert_tp * self.ep * p}")
         return out

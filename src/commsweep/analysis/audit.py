@@ -78,11 +78,12 @@ ITERATION = "iteration"
 ROW_KINDS: tuple[tuple[str, str], ...] = (
     (r"embedding_layer", "embedding"),
     (r"(layer\d+_)?attention(_.*)?", "attention"),
-    (r"(layer\d+_)?mlp(_.*)?", "mlp"),
+    (r"(layer\d+_)?mlp(_.*)?|layer\d+_moe_.*", "mlp"),
     (r"final_column|output_layer(_.*)?", "output_layer"),
     (r"cross_entropy.*", "loss"),
     (r"embedding_norm", "embedding_norm"),
     (r"embedding_grads", "embedding_grads"),
+    (r"dp_ep_.*", "moe_dp"),
     (r"grad_norm|grad_gather|grad_param_comm|grad_param_compute|dp_.*", "dp"),
     (r"layernorm|sp_grads_allreduce", "sp_grads"),
     (r"moe_grad_norm\d*", "moe_dp"),
@@ -114,12 +115,14 @@ def module_kind(module: str) -> str:
         return "embedding"
     if ".self_attention." in module:
         return "attention"
-    if ".mlp." in module:
+    if ".mlp." in module or module.endswith(".mlp"):
         return "mlp"
     if module == "output_layer":
         return "output_layer"
     if module.startswith("loss."):
         return "loss"
+    if module in ("optimizer.expert_param_allgather", "ddp.expert_grad_reducescatter"):
+        return "moe_dp"
     if module.startswith(("optimizer.", "ddp.")):
         return "dp"
     if module == "finalize_model_grads.sequence_parallel":
