@@ -42,7 +42,6 @@ largest, then cut) behind the counting wrapper, so that megatron's call is the o
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import torch
@@ -311,6 +310,10 @@ def trace_step(setup: TrainingSetup, *, seed: int = 1234) -> tuple[list, dict]:
 
 def _trace_step(setup: TrainingSetup, seed: int) -> tuple[list, dict]:
     rank = dist.get_rank()
+    # megatron keeps the MoE losses it logs in a module-level tracker sized by the model's
+    # layers (its training loop only zeroes it): a new model starts a new one.
+    moe_utils.get_moe_layer_wise_logging_tracker().clear()
+    moe_utils.MoEAuxLossAutoScaler.main_loss_backward_scale = None
     ps.initialize_model_parallel(
         tensor_model_parallel_size=setup.tp, pipeline_model_parallel_size=setup.pp,
         expert_model_parallel_size=setup.ep, expert_tensor_parallel_size=setup.expert_tp,
@@ -398,9 +401,11 @@ def _trace_step(setup: TrainingSetup, seed: int) -> tuple[list, dict]:
         parameters = sum(p.numel() for p in model.parameters())
         meta = {"rank": rank, "stage": stage, "parameters": parameters, "buffer_padding": padding["DP"],
                 "expert_buffer_padding": padding["DP_EP"]}
+        collectives.install(lambda call: None)
+        dist.barrier()  # every rank done before the groups go
         return attribution.records, meta
     finally:
+        # On an error no barrier: the other ranks would wait in theirs (or in the step) and
+        # the error would never be seen; this process exits and the runner stops the rest.
         collectives.install(lambda call: None)
-        with contextlib.suppress(Exception):
-            dist.barrier()
         ps.destroy_model_parallel()
