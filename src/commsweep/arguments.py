@@ -13,7 +13,8 @@ import argparse
 import dataclasses
 
 from .errors import ConfigError
-from .models import PRESETS, ModelSpec
+from .flags import add_flag
+from .models import ModelSpec, preset
 from .training import TrainingSetup
 
 # AICB arguments that do not change a Megatron training workload; accepted for compatibility.
@@ -41,7 +42,9 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     """Add AICB's training arguments (its names and defaults) and commsweep's extensions."""
     a = parser.add_argument_group("training setup (AICB's argument names)")
     a.add_argument("--frame", default="Megatron", help="only Megatron is supported")
-    a.add_argument("--model", choices=sorted(PRESETS), help="fill every model field from a preset")
+    # No `choices`: listing the presets would read them on every start (see models.presets).
+    a.add_argument("--model", metavar="PRESET",
+                   help="fill every model field from a preset (gpt-7b, llama-70b, ...; docs/config.md lists them)")
     a.add_argument("--model_name", help="label of the model (AICB puts it in its file name)")
     a.add_argument("--world_size", type=int, default=1)
     a.add_argument("--tensor_model_parallel_size", type=int, default=1)
@@ -73,21 +76,42 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
         a.add_argument(name, type=int, default=None, help=argparse.SUPPRESS,
                        **({"choices": (1, 2, 3)} if name == "--stage" else {}))
     a.add_argument("--test_comm", default=None, help=argparse.SUPPRESS)
+    # commsweep's own flags: hyphens, the first underscore spellings kept as aliases (flags.py).
     x = parser.add_argument_group("architecture beyond AICB's arguments (Megatron schedule)")
-    x.add_argument("--num_query_groups", type=int, default=None, help="GQA key/value heads")
-    x.add_argument("--position_embedding", choices=("learned", "rope"), default=None)
+    add_flag(x, "--num-query-groups", type=int, default=None, help="GQA key/value heads")
+    add_flag(x, "--position-embedding", choices=("learned", "rope"), default=None)
     x.add_argument("--normalization", choices=("layernorm", "rmsnorm"), default=None)
-    x.add_argument("--untie_embeddings", action="store_true", default=None)
-    x.add_argument("--add_qkv_bias", action="store_true", default=None, help="biases on q, k and v only (Qwen)")
-    e = parser.add_argument_group("MoE beyond AICB's arguments (Megatron schedule; docs/moe.md)")
-    e.add_argument("--expert_tensor_parallel_size", type=int, default=None, help="expert TP (default: TP)")
-    e.add_argument("--moe_ffn_hidden_size", type=int, default=None,
-                   help="one expert's FFN width (default: --ffn_hidden_size)")
-    e.add_argument("--moe_shared_expert_intermediate_size", type=int, default=None,
-                   help="the shared experts' total FFN width (default: no shared expert)")
-    e.add_argument("--moe_shared_expert_gate", action="store_true", default=None)
-    e.add_argument("--moe_layer_freq", type=int, default=None, help="one MoE layer every N layers (default 1)")
-    e.add_argument("--moe_aux_loss_coeff", type=float, default=None, help="load-balancing loss (default 0)")
+    add_flag(x, "--untie-embeddings", action="store_true", default=None)
+    add_flag(x, "--add-qkv-bias", action="store_true", default=None, help="biases on q, k and v only (Qwen)")
+    e = parser.add_argument_group("MoE beyond AICB's arguments (Megatron's spellings; docs/moe.md)")
+    add_flag(e, "--expert-tensor-parallel-size", type=int, default=None, help="expert TP (default: TP)")
+    add_flag(e, "--moe-ffn-hidden-size", type=int, default=None,
+             help="one expert's FFN width (default: --ffn_hidden_size)")
+    add_flag(e, "--moe-shared-expert-intermediate-size", type=int, default=None,
+             help="the shared experts' total FFN width (default: no shared expert)")
+    add_flag(e, "--moe-shared-expert-gate", action="store_true", default=None)
+    add_flag(e, "--moe-layer-freq", type=int, default=None, help="one MoE layer every N layers (default 1)")
+    add_flag(e, "--moe-aux-loss-coeff", type=float, default=None, help="load-balancing loss (default 0)")
+
+
+def add_stage_argument(parser: argparse.ArgumentParser) -> None:
+    """Which pipeline stage's view a megatron-schedule workload holds (generate, audit, timeline)."""
+    add_flag(parser, "--pp-stage", default="first",
+             help="with pp > 1: the pipeline stage whose view the workload holds (first, last or an index; "
+                  "megatron schedule)")
+
+
+def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
+    """Megatron's schedule options beyond AICB's arguments (the megatron schedule only)."""
+    from .flags import add_flag
+
+    g = parser.add_argument_group("Megatron schedule beyond AICB's arguments")
+    add_flag(g, "--virtual-pipeline", dest="virtual_pipeline", type=int, default=1,
+             help="model chunks per pipeline stage: the interleaved 1F1B schedule (Megatron's "
+                  "--virtual-pipeline-model-parallel-size; default 1, not interleaved)")
+    add_flag(g, "--recompute-granularity", dest="recompute_granularity", choices=("selective", "full"), default=None,
+             help="full: recompute every layer's forward, collectives included (implies recomputation); "
+                  "selective: the attention core (as --recompute_activations)")
 
 
 def add_aiob_arguments(parser: argparse.ArgumentParser) -> None:
@@ -103,7 +127,7 @@ def _pick(value, default):
 def model_from_args(ns: argparse.Namespace) -> ModelSpec:
     """The model the arguments describe: a preset, overridden by any explicit field."""
     if ns.model is not None:
-        base = PRESETS[ns.model]
+        base = preset(ns.model)
         name = base.name
     else:
         base = None
@@ -177,8 +201,10 @@ def setup_from_args(ns: argparse.Namespace) -> TrainingSetup:
         micro_batch=ns.micro_batch,
         global_batch=ns.global_batch,
         seq_length=_pick(ns.seq_length, 2048),
-        recompute=ns.recompute_activations,
+        recompute=ns.recompute_activations or getattr(ns, "recompute_granularity", None) is not None,
         make_vocab_size_divisible_by=ns.make_vocab_size_divisible_by,
+        recompute_granularity=getattr(ns, "recompute_granularity", None) or "selective",
+        virtual_pipeline=getattr(ns, "virtual_pipeline", 1),
         # Megatron's default expert TP is TP: the same setup, written one way.
         etp=None if ns.expert_tensor_parallel_size in (None, ns.tensor_model_parallel_size)
         else ns.expert_tensor_parallel_size,
@@ -245,25 +271,25 @@ def to_commsweep_argv(setup: TrainingSetup) -> list[str]:
     argv = [a for a in to_aicb_argv(setup) if not a.startswith("--ffn_hidden_size=")]
     argv.append(f"--ffn_hidden_size={m.ffn_hidden_size}")
     if m.num_query_groups is not None:
-        argv.append(f"--num_query_groups={m.num_query_groups}")
-    argv.append(f"--position_embedding={m.position_embedding}")
+        argv.append(f"--num-query-groups={m.num_query_groups}")
+    argv.append(f"--position-embedding={m.position_embedding}")
     argv.append(f"--normalization={m.normalization}")
     if not m.tie_embeddings:
-        argv.append("--untie_embeddings")
+        argv.append("--untie-embeddings")
     if m.add_qkv_bias:
-        argv.append("--add_qkv_bias")
+        argv.append("--add-qkv-bias")
     if setup.etp is not None:
-        argv.append(f"--expert_tensor_parallel_size={setup.etp}")
+        argv.append(f"--expert-tensor-parallel-size={setup.etp}")
     if m.is_moe:
         for name in ("moe_ffn_hidden_size", "moe_shared_expert_intermediate_size"):
             if getattr(m, name) is not None:
-                argv.append(f"--{name}={getattr(m, name)}")
+                argv.append(f"--{name.replace('_', '-')}={getattr(m, name)}")
         if m.moe_shared_expert_gate:
-            argv.append("--moe_shared_expert_gate")
+            argv.append("--moe-shared-expert-gate")
         if m.moe_layer_freq != 1:
-            argv.append(f"--moe_layer_freq={m.moe_layer_freq}")
+            argv.append(f"--moe-layer-freq={m.moe_layer_freq}")
         if m.moe_aux_loss_coeff:
-            argv.append(f"--moe_aux_loss_coeff={m.moe_aux_loss_coeff!r}")
+            argv.append(f"--moe-aux-loss-coeff={m.moe_aux_loss_coeff!r}")
     return argv
 
 

@@ -28,11 +28,16 @@ Per micro-batch, TP group (t > 1 only: Megatron has no TP communication at t = 1
 Per iteration: with SP, one TP all-reduce of the sequence-parallel parameters' gradients
 (norms, and the biases of linear_proj and linear_fc2); with DP > 1 and the distributed
 optimizer, a reduce-scatter of 4*P gradient bytes and an all-gather of 2*P parameter bytes
-over DP (P = this rank's parameters); with p > 1 and tied embeddings, an all-reduce of
+over DP (P = this rank's parameters), or with plain DDP one all-reduce of the gradients
+(4*P bytes, 2*P when reduced in 16 bits); with p > 1 and tied embeddings, an all-reduce of
 the word-embedding gradient between the first and last stage (not expressible in SimAI).
-Pipeline sends (u, or u/t with SP, per micro-batch and direction) go into the header's
-``pp_comm``; ``vpp`` holds the virtual pipeline size, 1, so that SimAI's bubble
-(pp-1)/(ga*vpp) and PP formulas follow the 1F1B schedule.
+Pipeline sends (u, or u/t with SP, per micro-batch, model chunk and direction) go into the
+header's ``pp_comm``; ``vpp`` holds the virtual pipeline size v (Megatron's interleaved
+schedule: stage i holds chunks i, i+p, ... of L/(p*v) layers each), so that SimAI's bubble
+(pp-1)/(ga*vpp) and PP formulas follow the (interleaved) 1F1B schedule.
+
+Full recompute (``recompute_granularity="full"``) re-runs each layer's forward, collectives
+included, at the start of its backward pass: rows after the layer's own (``_recompute_blocks``).
 
 MoE layers (``ModelSpec.is_moe_layer``) replace the dense MLP's rows with those of
 megatron-core's all-to-all token dispatcher (``megatron_moe.py``: shared experts, router,
@@ -40,7 +45,8 @@ dispatch and combine all-to-alls on EP, expert-TP gathers and scatters, balanced
 expert parameters are then reduced and gathered over the expert-data-parallel group
 (``DP_EP``) when ep > 1.
 
-Compute times: the AIOB profile when given (see ``_compute_times``), else 0 everywhere.
+Compute times: the kernel model's (``aiob/megatron_kernels.py``) when given, else the AIOB
+profile's (see ``_compute_times``), else 0 everywhere.
 """
 
 from __future__ import annotations
@@ -48,10 +54,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from typing import TYPE_CHECKING
+
 from ..aiob.profile_file import AiobProfile
 from ..training import TrainingSetup
 from . import megatron_moe
 from .format import Header, Row, Workload
+
+if TYPE_CHECKING:
+    from ..aiob.megatron_kernels import RowTimes
 
 GROUP_OF_PHASE_SUFFIX = {"TP": "", "DP": "", "EP": "_EP", "DP_EP": "_DP_EP"}
 # Groups that may stand in each column of a SimAI row.
@@ -142,14 +153,14 @@ class Schedule:
     # What the SimAI format cannot carry (``Unexpressed``, or (module, phase, comm, why)).
     unexpressed: tuple[Unexpressed, ...] = field(default=())
 
+    pp_scatter_gather: bool = False
+
     @cached_property
     def header(self) -> Header:
         s = self.setup
-        pp_comm = 0
-        if s.pp > 1:
-            pp_comm = s.activation_bytes // s.tp if (s.sp and s.tp > 1) else s.activation_bytes
         return Header(
-            tp=s.tp, ep=s.ep, pp=s.pp, vpp=1, ga=s.num_microbatches, all_gpus=s.world_size, pp_comm=pp_comm
+            tp=s.tp, ep=s.ep, pp=s.pp, vpp=s.virtual_pipeline, ga=s.num_microbatches, all_gpus=s.world_size,
+            pp_comm=pipeline_bytes(s, scatter_gather=self.pp_scatter_gather) if s.pp > 1 else 0,
         )
 
     def workload(self) -> Workload:
@@ -191,18 +202,32 @@ class Schedule:
         return out
 
 
+def pipeline_bytes(setup: TrainingSetup, *, scatter_gather: bool = False) -> int:
+    """Bytes of one pipeline send per rank: u, or u/t with SP (the rank holds a sequence
+    shard) or with Megatron-LM's 2021 scatter-gather optimisation (each TP rank sends its
+    1/t of the activation and the receiver all-gathers it)."""
+    u, t = setup.activation_bytes, setup.tp
+    return u // t if ((setup.sp or scatter_gather) and t > 1) else u
+
+
+def stage_layers(setup: TrainingSetup, stage: int) -> list[int]:
+    """The global indices of the transformer layers stage ``stage`` holds, in the order of
+    its model chunks: with v virtual stages, chunk c holds layers (c*p + stage)*L/(p*v) on."""
+    per_chunk, p = setup.layers_per_chunk, setup.pp
+    return [(chunk * p + stage) * per_chunk + i for chunk in range(setup.virtual_pipeline) for i in range(per_chunk)]
+
+
 def unsupported(setup: TrainingSetup) -> list[str]:
     """Why the Megatron schedule cannot describe this setup (empty when it can)."""
     if setup.model.is_moe:
-        return megatron_moe.problems(setup)
+        out = megatron_moe.problems(setup)
+        if setup.recompute_mode == "full":
+            out.append("the megatron schedule does not model full recompute of MoE layers")
+        return out
     return []
 
 
 # -- parameter counts ------------------------------------------------------------------
-
-
-def _stage_layers(setup: TrainingSetup, stage: int) -> range:
-    return range(stage * setup.layers_per_stage, (stage + 1) * setup.layers_per_stage)
 
 
 def local_parameters(setup: TrainingSetup, stage: int = 0) -> int:
@@ -215,7 +240,7 @@ def expert_parameters(setup: TrainingSetup, stage: int = 0) -> int:
     DP_EP); 0 with ep = 1, where megatron reduces them over DP with the dense ones."""
     if setup.ep == 1:
         return 0
-    moe_layers = sum(setup.model.is_moe_layer(layer) for layer in _stage_layers(setup, stage))
+    moe_layers = sum(setup.model.is_moe_layer(layer) for layer in stage_layers(setup, stage))
     return moe_layers * megatron_moe.expert_parameters(setup)
 
 
@@ -240,7 +265,7 @@ def dense_parameters(setup: TrainingSetup, stage: int = 0) -> int:
         + f * h // t + bias * h  # linear_fc2
     )
     total = 0
-    for layer in _stage_layers(setup, stage):
+    for layer in stage_layers(setup, stage):
         total += attention
         if not m.is_moe_layer(layer):
             total += dense_mlp
@@ -266,9 +291,9 @@ def sequence_parallel_parameters(setup: TrainingSetup, stage: int = 0) -> int:
     m, h = setup.model, setup.model.hidden_size
     norm = 2 * h if m.normalization == "layernorm" else h
     total = 0
-    for layer in _stage_layers(setup, stage):
+    for layer in stage_layers(setup, stage):
         total += 2 * norm
-        if m.is_moe_layer(layer):
+        if m.is_moe_layer(layer):  # the router's weights and a shared experts' gate (no MLP biases)
             total += megatron_moe.sequence_parallel_parameters(setup) + (h if m.add_bias_linear else 0)
         else:
             total += 2 * h if m.add_bias_linear else 0
@@ -320,22 +345,42 @@ def _compute_times(profile: AiobProfile | None, recompute: bool) -> dict[str, tu
 # -- the schedule ----------------------------------------------------------------------
 
 
-def schedule(setup: TrainingSetup, profile: AiobProfile | None = None, *, stage: int = 0) -> Schedule:
-    """The collectives of one iteration as pipeline stage ``stage`` (0-based) sees them."""
+def _row_times_ns(times: "RowTimes") -> dict[str, tuple[int, int, int]]:
+    """(fwd, ig, wg) ns per row kind from the kernel model's microseconds."""
+    return {kind: (_us_to_ns(f), _us_to_ns(i), _us_to_ns(w)) for kind, (f, i, w) in times.rows.items()}
+
+
+def schedule(setup: TrainingSetup, profile: AiobProfile | None = None, *, stage: int = 0,
+             times: "RowTimes | None" = None, pp_scatter_gather: bool = False) -> Schedule:
+    """The collectives of one iteration as pipeline stage ``stage`` (0-based) sees them.
+
+    Compute times come from ``times`` (``aiob.megatron_kernels.row_times``: every kernel of
+    Megatron's rows, backward and optimizer included) when given, else from ``profile``
+    (an AIOB profile: forward sections, backward estimated), else 0.
+    ``pp_scatter_gather``: pipeline sends of u/t also without SP (Megatron-LM 2021-22).
+    """
     if not 0 <= stage < setup.pp:
         raise ValueError(f"stage {stage} is outside 0..{setup.pp - 1}")
+    if profile is not None and times is not None:
+        raise ValueError("give an AIOB profile or the kernel model's times, not both")
     m, t = setup.model, setup.tp
     sp = setup.sp and t > 1  # Megatron switches SP off at t = 1
     tp = t > 1
     u = setup.activation_bytes
     first, last = stage == 0, stage == setup.pp - 1
-    times = _compute_times(profile, setup.recompute)
+    times_ns = _row_times_ns(times) if times is not None else _compute_times(profile, setup.recompute)
+    full = setup.recompute_mode == "full"
+    if full and times_ns and "recompute_attention" not in times_ns:  # an AIOB profile: the forward again
+        fwd = {kind: ts[0] for kind, ts in times_ns.items()}
+        times_ns["recompute_attention"] = (0, fwd["attention_qkv"] + fwd["attention_proj"], 0)
+        times_ns["recompute_mlp"] = (0, fwd["mlp_fc1"] + fwd["mlp_fc2"], 0)
+    grad_bytes = FP32 if setup.grad_reduce_in_fp32 else BF16
 
     def tp_comm(collective: str, size: int = u) -> Comm | None:
         return Comm(collective, "TP", size) if tp else None
 
     def timed(kind: str, **kw) -> dict:
-        fwd, ig, wg = times.get(kind, (0, 0, 0))
+        fwd, ig, wg = times_ns.get(kind, (0, 0, 0))
         return {"fwd_compute": fwd, "ig_compute": ig, "wg_compute": wg, **kw}
 
     blocks: list[Block] = []
@@ -343,33 +388,42 @@ def schedule(setup: TrainingSetup, profile: AiobProfile | None = None, *, stage:
 
     # Once per iteration; SimAI runs rows backwards in backward, so these come last.
     psi = dense_parameters(setup, stage)
-    experts = expert_parameters(setup, stage)
+    experts = expert_parameters(setup, stage)  # reduced over DP_EP (ep > 1)
     dp = setup.dp > 1
     expert_dp = experts > 0 and setup.expert_dp > 1
-    blocks.append(
-        Block("dp_param_allgather", "optimizer.param_allgather",
-              wg=Comm("allgather", "DP", BF16 * psi) if dp else None, **timed("optimizer"))
-    )
-    if expert_dp:
-        blocks.append(Block("dp_ep_param_allgather", "optimizer.expert_param_allgather",
-                            wg=Comm("allgather", "DP_EP", BF16 * experts)))
+    if setup.distributed_optimizer:
+        blocks.append(
+            Block("dp_param_allgather", "optimizer.param_allgather",
+                  wg=Comm("allgather", "DP", BF16 * psi) if dp else None, **timed("optimizer"))
+        )
+        if expert_dp:
+            blocks.append(Block("dp_ep_param_allgather", "optimizer.expert_param_allgather",
+                                wg=Comm("allgather", "DP_EP", BF16 * experts)))
+    else:
+        blocks.append(Block("optimizer", "optimizer.step", **timed("optimizer")))
     if sp:
         blocks.append(
             Block("sp_grads_allreduce", "finalize_model_grads.sequence_parallel",
                   ig=Comm("allreduce", "TP", FP32 * sequence_parallel_parameters(setup, stage)))
         )
-    if dp:
-        blocks.append(Block("dp_grad_reducescatter", "ddp.grad_reducescatter", wg=Comm("reducescatter", "DP", FP32 * psi)))
+    if dp and setup.distributed_optimizer:
+        blocks.append(Block("dp_grad_reducescatter", "ddp.grad_reducescatter",
+                            wg=Comm("reducescatter", "DP", grad_bytes * psi)))
+    elif dp:
+        blocks.append(Block("dp_grad_allreduce", "ddp.grad_allreduce", wg=Comm("allreduce", "DP", grad_bytes * psi)))
     if expert_dp:
-        blocks.append(Block("dp_ep_grad_reducescatter", "ddp.expert_grad_reducescatter",
-                            wg=Comm("reducescatter", "DP_EP", FP32 * experts)))
-    if expert_dp and setup.expert_tp != setup.tp:
-        for module, collective, width in (("optimizer.expert_param_allgather", "allgather", BF16),
-                                          ("ddp.expert_grad_reducescatter", "reducescatter", FP32)):
-            unexpressed.append(Unexpressed(
-                module, "wg", Comm(collective, "DP_EP", width * experts),
-                f"megatron's expert-data-parallel group has world/(etp*ep*pp) = {setup.expert_dp} ranks; "
-                f"SimAI sizes DP_EP as dp/ep = {setup.dp // setup.ep}", in_rows=True))
+        if setup.distributed_optimizer:
+            expert_comms = [("ddp.expert_grad_reducescatter", Comm("reducescatter", "DP_EP", grad_bytes * experts)),
+                            ("optimizer.expert_param_allgather", Comm("allgather", "DP_EP", BF16 * experts))]
+        else:
+            expert_comms = [("ddp.expert_grad_allreduce", Comm("allreduce", "DP_EP", grad_bytes * experts))]
+        blocks.append(Block(f"dp_ep_grad_{expert_comms[0][1].collective}", expert_comms[0][0], wg=expert_comms[0][1]))
+        if setup.expert_tp != setup.tp:
+            for module, comm in expert_comms:
+                unexpressed.append(Unexpressed(
+                    module, "wg", comm,
+                    f"megatron's expert-data-parallel group has world/(etp*ep*pp) = {setup.expert_dp} ranks; "
+                    f"SimAI sizes DP_EP as dp/ep = {setup.dp // setup.ep}", in_rows=True))
     if setup.pp > 1 and m.tie_embeddings and (first or last):
         unexpressed.append(Unexpressed(
             "finalize_model_grads.embedding", "after",
@@ -377,7 +431,7 @@ def schedule(setup: TrainingSetup, profile: AiobProfile | None = None, *, stage:
             "the word-embedding gradient all-reduce between the first and last stage has no SimAI group",
         ))
 
-    layer_ids = range(stage * setup.layers_per_stage, (stage + 1) * setup.layers_per_stage)
+    layer_ids = stage_layers(setup, stage)
     for mb in range(setup.num_microbatches):
         if first:
             if not sp:
@@ -410,6 +464,8 @@ def schedule(setup: TrainingSetup, profile: AiobProfile | None = None, *, stage:
                                         ig=tp_comm("allreduce"), **timed(col_kind)))
                     blocks.append(Block(f"layer{layer}_{row_kind}", row_module, layer, mb,
                                         fwd=tp_comm("allreduce"), **timed(row_kind)))
+            if full:
+                blocks += _recompute_blocks(layer, mb, sp, tp_comm, timed)
         if last:
             if sp:
                 blocks.append(Block("output_layer", "output_layer", micro_batch=mb,
@@ -423,10 +479,40 @@ def schedule(setup: TrainingSetup, profile: AiobProfile | None = None, *, stage:
                 blocks.append(Block(f"cross_entropy_{what}", "loss.vocab_parallel_cross_entropy", micro_batch=mb,
                                     fwd=tp_comm("allreduce", ce_bytes)))
         if setup.pp > 1:
-            pp_bytes = u // t if sp else u
+            pp_bytes = pipeline_bytes(setup, scatter_gather=pp_scatter_gather)
             why = "pipeline sends are carried by the header's pp_comm, not by rows"
-            if not last:
-                unexpressed.append(Unexpressed("pipeline.send_forward", "pp", Comm("sendrecv", "PP", pp_bytes), why))
-            if not first:
-                unexpressed.append(Unexpressed("pipeline.send_backward", "pp", Comm("sendrecv", "PP", pp_bytes), why))
-    return Schedule(setup=setup, stage=stage, blocks=tuple(blocks), unexpressed=tuple(unexpressed))
+            # Each model chunk sends on (and receives back) once per micro-batch; with v > 1
+            # the first stage's later chunks receive from the last stage, and the last
+            # stage's earlier chunks send to the first.
+            for chunk in range(setup.virtual_pipeline):
+                if not last or chunk < setup.virtual_pipeline - 1:
+                    unexpressed.append(Unexpressed("pipeline.send_forward", "pp", Comm("sendrecv", "PP", pp_bytes), why))
+                if not first or chunk > 0:
+                    unexpressed.append(Unexpressed("pipeline.send_backward", "pp", Comm("sendrecv", "PP", pp_bytes), why))
+    return Schedule(setup=setup, stage=stage, blocks=tuple(blocks), unexpressed=tuple(unexpressed),
+                    pp_scatter_gather=pp_scatter_gather)
+
+
+def _recompute_blocks(layer: int, mb: int, sp: bool, tp_comm, timed) -> list[Block]:
+    """Full recompute: the layer's forward again, at the start of its backward pass.
+
+    SimAI runs the rows backwards in the backward pass, one collective per row and
+    column, so the recompute is written after the layer's last row, in reverse: the
+    attention's forward (compute and its collectives) runs first, then the MLP's. Each
+    row carries one of the forward's collectives in its ``ig`` column (all-reduce after
+    the projection and after fc2; with SP the all-gather before and the reduce-scatter
+    after each), and the compute of that part of the forward.
+    """
+    module = f"decoder.layers.{layer}.recompute"
+    if sp:
+        order = (("mlp", "reducescatter"), ("mlp", "allgather"), ("attention", "reducescatter"), ("attention", "allgather"))
+        timed_on = "allgather"
+    else:
+        order = (("mlp", "allreduce"), ("attention", "allreduce"))
+        timed_on = "allreduce"
+    blocks = []
+    for part, collective in order:
+        extra = timed(f"recompute_{part}") if collective == timed_on else {}
+        blocks.append(Block(f"layer{layer}_recompute_{part}_{collective}", module, layer, mb,
+                            ig=tp_comm(collective), **extra))
+    return blocks
