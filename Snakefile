@@ -31,6 +31,7 @@ include: "workflow/rules/simulate.smk"
 include: "workflow/rules/summary.smk"
 include: "workflow/rules/trace.smk"
 include: "workflow/rules/audit.smk"
+include: "workflow/rules/moe.smk"
 
 
 rule all:

@@ -414,7 +414,8 @@ def add_check_parser(sub) -> None:
 
 def add_plot_parser(sub) -> None:
     p = sub.add_parser("plot", help="draw a figure from the summary table")
-    p.add_argument("kind", choices=("volume-by-tp", "tp-bytes-by-phase", "exposed-by-group", "audit-by-kind"))
+    p.add_argument("kind", choices=("volume-by-tp", "volume-by-group", "tp-bytes-by-phase", "exposed-by-group",
+                                    "audit-by-kind"))
     # audit-by-kind reads results/findings_by_kind.csv; the others results/summary.csv
     p.add_argument("summary", help="results/summary.csv (results/findings_by_kind.csv for audit-by-kind)")
     p.add_argument("-o", "--output", required=True, help="output PNG")

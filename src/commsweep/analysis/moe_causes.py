@@ -66,10 +66,12 @@ CAUSES: dict[str, Cause] = _causes(
      "AICB sizes its expert gradient sync on DP_EP (moe_grad_norm1/2: 2 P_moe and 4 P_moe bytes) by its "
      "mock's 2 x h x f x E/ep / t parameters per layer: no SwiGLU gate (Megatron's experts have 3 x h x f), "
      "the expert FFN split over TP rather than expert TP."),
-    ("moe_experts_in_dp_sync", "experts' parameters also synced over DP",
-     "AICB's default path sizes the DP gradient sync (grad_norm: 4P reduce-scatter, 2P all-gather) by a P "
-     "that includes the experts' P_moe, which it syncs again over DP_EP. Megatron syncs expert parameters "
-     "over DP_EP only (ep > 1); its DP sync moves the dense parameters."),
+    ("moe_experts_in_dp_sync", "DP gradient sync sized with the experts' parameters",
+     "AICB's default path sizes the DP gradient reduce-scatter (grad_norm, 4P) by a P that includes the "
+     "experts' P_moe, which it syncs again over DP_EP (moe_grad_norm2). Megatron syncs expert parameters "
+     "over DP_EP only (ep > 1); its DP sync moves the dense parameters. The finding's bytes also hold the "
+     "rest of AICB's mocked parameter count (a word embedding 4x too large, ...); the experts are most of "
+     "it. (The all-gather, 2P, runs on TP: a finding of its own.)"),
 )
 
 _ROW = re.compile(r"layer\d+_(.*)")
