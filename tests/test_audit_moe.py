@@ -1,5 +1,5 @@
 """The audit of AICB's MoE workloads (both paths) against Megatron's MoE schedule, and the
-MoE causes it names. AICB's files come from the emulation, byte for byte AICB's own
+MoE causes (``analysis/causes.py``) it names. AICB's files come from the emulation, byte for byte AICB's own
 (``tests/test_aicb_real.py`` checks the emulation against a real AICB)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from commsweep.aiob import roofline
 from commsweep.aiob.gpus import GPUS
-from commsweep.analysis import audit, moe_causes
+from commsweep.analysis import audit, causes
 from commsweep.models import PRESETS
 from commsweep.training import TrainingSetup
 from commsweep.workload import aicb, megatron
@@ -30,7 +30,7 @@ def audited(s: TrainingSetup, path: str) -> tuple[list[dict[str, str]], list[str
     profile = roofline.profile(s, GPUS["H100-SXM"])[0] if path == "aiob" else None
     workload = aicb.generate(s, profile)
     rows = audit.as_rows(audit.audit(workload, s))
-    return rows, moe_causes.classify(rows)
+    return rows, [c if c in causes.MOE_CAUSES else None for c in causes.classify([causes.item(r) for r in rows])]
 
 
 def per_cause(rows, causes) -> Counter:
@@ -104,7 +104,8 @@ def test_mixed_dense_and_moe_layers():
 def test_dense_points_get_no_moe_cause():
     s = TrainingSetup(model=PRESETS["gpt-7b"], world_size=16, tp=2, sp=True, global_batch=16)
     rows = audit.as_rows(audit.audit(aicb.generate(s), s))
-    assert rows and moe_causes.classify(rows) == [None] * len(rows)
+    named = causes.classify([causes.item(r) for r in rows])
+    assert rows and not set(named) & set(causes.MOE_CAUSES)
 
 
 def test_megatron_moe_workload_audits_clean_and_the_table_names_causes():

@@ -502,15 +502,31 @@ def to_table(findings: list[Finding]) -> str:
     for kind, (count, delta, us) in totals.items():
         time = "" if us is None else f", {us:,.1f} us"
         lines.append(f"{kind}: {count} finding(s), {_mib(delta)} MiB{time}")
-    from . import moe_causes
-
-    moe = moe_causes.summary(as_rows(findings))
+    moe = moe_causes(findings)
     if moe:
         lines += ["", "MoE causes (docs/moe.md):"]
-    for cause, count, delta, us in moe:
+    for cause, (count, delta, us) in moe.items():
         time = "" if us is None else f", {us:,.1f} us"
         lines.append(f"  {cause.slug}: {count} finding(s), {_mib(delta)} MiB{time}: {cause.label}")
     return "\n".join(lines) + "\n"
+
+
+def moe_causes(findings: Iterable[Finding]) -> dict:
+    """Per MoE cause of one point's findings (``causes.MOE_CAUSES``): (findings, summed
+    delta_bytes, summed delta_us or None), in ``causes.CAUSES`` order."""
+    from . import causes
+
+    findings = list(findings)
+    slugs = causes.classify([causes.item(r) for r in as_rows(findings)])
+    acc: dict[str, list] = {}
+    for f, slug in zip(findings, slugs):
+        if slug in causes.MOE_CAUSES:
+            entry = acc.setdefault(slug, [0, 0, None])
+            entry[0] += 1
+            entry[1] += f.delta_bytes
+            if f.delta_us is not None:
+                entry[2] = (entry[2] or 0.0) + f.delta_us
+    return {c: tuple(acc[slug]) for slug, c in causes.CAUSES.items() if slug in acc}
 
 
 def as_rows(findings: Iterable[Finding]) -> list[dict[str, str]]:
