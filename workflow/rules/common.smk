@@ -32,6 +32,7 @@ WORKLOADS = sorted(POINT_BY_WORKLOAD)
 POINT_BY_PROFILE = {p.profile_key: p for p in POINTS if p.aiob}
 # Points the Megatron schedule can describe (dense models): they get an audit.
 AUDITED = [p for p in POINTS if not megatron.unsupported(p.setup)]
+HAS_MOE = any(p.setup.model.is_moe for p in POINTS)
 # reference: measured traces real megatron-core once per model family, TP, PP and SP.
 TRACES = trace_setups([p.setup for p in POINTS]) if config["reference"] == "measured" else {}
 
@@ -53,7 +54,12 @@ wildcard_constraints:
 def final_outputs():
     """Everything `rule all` asks for (the check's inputs)."""
     return [L.run_record(), L.summary(), L.plot("volume_by_tp"), *audit_outputs(), *answer_outputs(),
-            *trace_outputs()]
+            *trace_outputs(), *moe_outputs()]
+
+
+def moe_outputs():
+    """The MoE figure (moe.smk), for a sweep with an MoE point."""
+    return [L.plot("volume_by_group")] if HAS_MOE else []
 
 
 def step_statuses():
@@ -63,6 +69,8 @@ def step_statuses():
     if AUDITED:
         steps.append("plot_timeline")
     steps += ["difference_by_cause", "plot_difference_by_cause", "plot_exposed_tp_by_overlap", "answer"]
+    if HAS_MOE:
+        steps.append("plot_volume_by_group")
     if TRACES:
         steps.append("trace_check")
     return [L.step_status(step) for step in steps]

@@ -17,12 +17,31 @@ What it takes to run megatron-core 0.16.1 on a CPU-only torch, and why:
 * torch's own LayerNorm/RMSNorm refuse sequence parallelism in megatron's wrapper
   (apex's FusedLayerNorm is what megatron uses there); ``SequenceParallelNorm`` is
   torch's norm with its parameters marked ``sequence_parallel``, which is what tells
-  ``finalize_model_grads`` to all-reduce their gradients over TP, as apex's does.
+  ``finalize_model_grads`` to all-reduce their gradients over TP, as apex's does;
+* MoE: megatron-core 0.16.1's router reads ``moe_utils.te_general_gemm`` (and its MoE
+  utilities other Transformer Engine functions), which it defines only when Transformer
+  Engine imports: they are set to None, what megatron tests for;
+* MoE: the all-to-all token dispatcher copies its split sizes to the host on a side CUDA
+  stream (``torch.cuda.Stream``, ``current_stream``, ``stream``, events): ``CpuStream``
+  stands in for them (a CPU tensor is already on the host), and ``_to_host`` for its copy,
+  which turns CUDA split sizes into numpy but leaves CPU ones as tensors, which
+  ``all_to_all_single`` refuses; the router is megatron's
+  ``TopKRouter`` with balanced routing (``BalancedRouter``), so that every collective has
+  the sizes the schedule assumes.
+
+What torch 2.13.0's gloo backend does with megatron's MoE collectives (measured,
+``tests/test_trace_moe.py``): ``all_to_all_single`` with and without split sizes, the
+list ``all_to_all``, ``reduce_scatter_tensor`` and the list ``reduce_scatter`` (uneven
+splits too) all work; the list ``all_gather`` refuses tensors of different sizes
+("ProcessGroupGloo::allgather: invalid tensor size"), and megatron calls it with the
+expert-TP split sizes of the tokens a rank received. With balanced routing every split is
+equal and gloo runs megatron's own call unchanged; for uneven splits (a router's own
+routing) ``collectives.uneven_all_gather`` gathers them the only way gloo can (padded to the
+largest, then cut) behind the counting wrapper, so that megatron's call is the one recorded.
 """
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import torch
@@ -51,8 +70,76 @@ from megatron.core.pipeline_parallel import get_forward_backward_func  # noqa: E
 from megatron.core.transformer.transformer_block import TransformerBlockSubmodules  # noqa: E402
 from megatron.core.transformer.transformer_config import TransformerConfig  # noqa: E402
 
+from megatron.core.transformer.moe import moe_utils  # noqa: E402
+from megatron.core.transformer.moe import token_dispatcher  # noqa: E402
+from megatron.core.transformer.moe.router import TopKRouter  # noqa: E402
+
+# megatron-core 0.16.1 binds these Transformer Engine functions only when TE imports, yet the
+# router's gating GEMM tests ``te_general_gemm is not None``: without TE they are None.
+for _name in ("te_general_gemm", "fused_compute_score_for_moe_aux_loss", "fused_moe_aux_loss", "fused_permute",
+              "fused_permute_with_probs", "fused_sort_chunks_by_index", "fused_sort_chunks_by_index_with_probs",
+              "fused_topk_with_score_function", "fused_unpermute"):
+    if not hasattr(moe_utils, _name):
+        setattr(moe_utils, _name, None)
+
+
+def _to_host(tensor, as_numpy: bool = False, record_stream: bool = False):
+    """megatron's ``maybe_move_tensor_to_cpu`` for tensors already on the CPU: what it gives
+    for a CUDA tensor (numpy for the all-to-all split sizes, which torch.distributed takes
+    as a sequence of ints; it returns a CPU tensor unchanged, which it does not)."""
+    if torch.is_tensor(tensor) and as_numpy:
+        return tensor.numpy()
+    return tensor
+
+
+token_dispatcher.maybe_move_tensor_to_cpu = _to_host
+
 from . import collectives  # noqa: E402
 from .attribution import Attribution  # noqa: E402
+
+
+class CpuStream:
+    """A CUDA stream, event and stream context on the CPU: work is already in order."""
+
+    def wait_stream(self, stream) -> None:
+        pass
+
+    def record_event(self, event=None) -> "CpuStream":
+        return self
+
+    def synchronize(self) -> None:
+        pass
+
+    def __enter__(self) -> "CpuStream":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+
+_CPU_STREAM = CpuStream()
+torch.cuda.Stream = lambda *args, **kwargs: _CPU_STREAM  # the dispatcher's host-copy stream
+torch.cuda.current_stream = lambda *args, **kwargs: _CPU_STREAM
+torch.cuda.stream = lambda stream=None: _CPU_STREAM
+
+
+class BalancedRouter(TopKRouter):
+    """megatron's top-k router with balanced routing: the k experts of a rank's i-th token
+    are (i*k + j) mod E, j < k, chosen by adding a large constant to their logits before
+    megatron's own top-k and softmax. Every expert then gets T*k/E tokens from every rank
+    (T a rank's tokens; the trace sizes keep E dividing T*k), so every all-to-all and
+    expert-TP gather has the size of balanced routing, and the router's weights still get
+    their gradient (the constant cancels in the softmax over the chosen experts)."""
+
+    BIAS = 1.0e4
+
+    def gating(self, input: torch.Tensor) -> torch.Tensor:
+        logits = super().gating(input)
+        tokens = logits.shape[0] * logits.shape[1] if logits.dim() == 3 else logits.shape[0]
+        k, experts = self.topk, self.config.num_moe_experts
+        chosen = (torch.arange(tokens).unsqueeze(1) * k + torch.arange(k)) % experts
+        mask = torch.zeros(tokens, experts, dtype=logits.dtype).scatter(1, chosen, self.BIAS)
+        return logits + mask.view(logits.shape)
 
 
 class CudaFactoriesOnCpu(TorchFunctionMode):
@@ -80,6 +167,27 @@ class SequenceParallelNorm:
         return norm
 
 
+def moe_config(setup: TrainingSetup) -> dict[str, Any]:
+    """megatron's MoE options for the setup (empty for a dense model): the all-to-all
+    dispatcher, dropless, no grouped GEMM or fusions."""
+    m = setup.model
+    if not m.is_moe:
+        return {}
+    return dict(
+        num_moe_experts=m.num_experts,
+        moe_router_topk=m.moe_topk,
+        moe_ffn_hidden_size=m.expert_ffn_hidden_size,
+        moe_shared_expert_intermediate_size=m.moe_shared_expert_intermediate_size,
+        moe_shared_expert_gate=m.moe_shared_expert_gate,
+        moe_layer_freq=m.moe_layer_freq,
+        moe_aux_loss_coeff=float(m.moe_aux_loss_coeff),
+        moe_token_dispatcher_type="alltoall",
+        moe_router_pre_softmax=m.moe_topk == 1,  # megatron refuses top-1 softmax routing without it
+        expert_model_parallel_size=setup.ep,
+        expert_tensor_parallel_size=setup.expert_tp,
+    )
+
+
 def transformer_config(setup: TrainingSetup) -> TransformerConfig:
     m = setup.model
     return TransformerConfig(
@@ -95,6 +203,7 @@ def transformer_config(setup: TrainingSetup) -> TransformerConfig:
         gated_linear_unit=m.swiglu,
         activation_func=torch.nn.functional.silu if m.swiglu else torch.nn.functional.gelu,
         add_bias_linear=m.add_bias_linear,
+        add_qkv_bias=m.add_qkv_bias,
         hidden_dropout=0.0,
         attention_dropout=0.0,
         use_cpu_initialization=True,
@@ -108,15 +217,27 @@ def transformer_config(setup: TrainingSetup) -> TransformerConfig:
         gradient_accumulation_fusion=False,
         batch_p2p_comm=False,  # batched p2p would call torch.cuda.synchronize
         recompute_granularity="selective" if setup.recompute else None,
+        **moe_config(setup),
     )
 
 
-def layer_spec(config: TransformerConfig, layers: int) -> TransformerBlockSubmodules:
-    """The local layer spec with ``SequenceParallelNorm`` for the norms."""
-    spec = get_gpt_layer_local_spec(normalization=config.normalization)
-    spec.submodules.input_layernorm = SequenceParallelNorm
-    spec.submodules.pre_mlp_layernorm = SequenceParallelNorm
-    return TransformerBlockSubmodules(layer_specs=[spec] * layers, layer_norm=SequenceParallelNorm)
+def layer_spec(config: TransformerConfig, layers: int, model=None, first_layer: int = 0) -> TransformerBlockSubmodules:
+    """The local layer spec with ``SequenceParallelNorm`` for the norms, for the stage's
+    ``layers`` layers from global layer ``first_layer``: MoE layers (``model.is_moe_layer``,
+    megatron's ``moe_layer_freq`` pattern) get the MoE spec with ``BalancedRouter``."""
+
+    def spec_of(moe: bool):
+        spec = get_gpt_layer_local_spec(
+            num_experts=config.num_moe_experts if moe else None, normalization=config.normalization)
+        spec.submodules.input_layernorm = SequenceParallelNorm
+        spec.submodules.pre_mlp_layernorm = SequenceParallelNorm
+        if moe:
+            spec.submodules.mlp.submodules.router = BalancedRouter
+        return spec
+
+    dense, moe = spec_of(False), spec_of(True) if config.num_moe_experts else None
+    specs = [moe if model is not None and model.is_moe_layer(first_layer + i) else dense for i in range(layers)]
+    return TransformerBlockSubmodules(layer_specs=specs, layer_norm=SequenceParallelNorm)
 
 
 def group_namer() -> Any:
@@ -132,20 +253,39 @@ def group_namer() -> Any:
         ("POS_EMB", lambda: ps.get_position_embedding_group()),
         ("EP", lambda: ps.get_expert_model_parallel_group()),
         ("DP_EP", lambda: ps.get_expert_data_parallel_group()),
+        ("DP_EP", lambda: ps.get_expert_data_parallel_group(partial_expert_data_parallel=True)),
         ("MP", lambda: ps.get_model_parallel_group()),
         ("TP_DP", lambda: ps.get_tensor_and_data_parallel_group()),
     ]
+    # MoE's own groups take the name of the group above with the same ranks (the expert-TP
+    # group is TP at megatron's default; expert TP x EP is EP without expert TP), else
+    # their own (no SimAI group has them).
+    aliases = [
+        ("ETP", lambda: ps.get_expert_tensor_parallel_group(), ("TP",)),
+        ("TP_EP", lambda: ps.get_expert_tensor_and_model_parallel_group(), ("EP", "TP")),
+        ("TP", lambda: ps.get_tensor_and_context_parallel_group(), ("TP",)),
+    ]
     by_id: dict[int, str] = {}
     by_ranks: dict[tuple[int, ...], str] = {}
-    for name, get in candidates:
-        try:
-            group = get()
-        except (AssertionError, RuntimeError, TypeError):
-            continue
-        if group is None or isinstance(group, list):
-            continue
+
+    def groups(listed):
+        for name, get, *preferred in listed:
+            try:
+                group = get()
+            except (AssertionError, RuntimeError, TypeError):
+                continue
+            if group is None or isinstance(group, list):
+                continue
+            yield name, group, tuple(dist.get_process_group_ranks(group)), (preferred or [()])[0]
+
+    ranks_of: dict[str, tuple[int, ...]] = {}
+    for name, group, ranks, _ in groups(candidates):
         by_id.setdefault(id(group), name)
-        by_ranks.setdefault(tuple(dist.get_process_group_ranks(group)), name)
+        by_ranks.setdefault(ranks, name)
+        ranks_of.setdefault(name, ranks)
+    for name, group, ranks, preferred in groups(aliases):
+        same = next((known for known in preferred if ranks_of.get(known) == ranks), None)
+        by_id.setdefault(id(group), same or name)
 
     def name(group) -> tuple[str, int]:
         if group is None or group is dist.group.WORLD:
@@ -170,9 +310,13 @@ def trace_step(setup: TrainingSetup, *, seed: int = 1234) -> tuple[list, dict]:
 
 def _trace_step(setup: TrainingSetup, seed: int) -> tuple[list, dict]:
     rank = dist.get_rank()
+    # megatron keeps the MoE losses it logs in a module-level tracker sized by the model's
+    # layers (its training loop only zeroes it): a new model starts a new one.
+    moe_utils.get_moe_layer_wise_logging_tracker().clear()
+    moe_utils.MoEAuxLossAutoScaler.main_loss_backward_scale = None
     ps.initialize_model_parallel(
         tensor_model_parallel_size=setup.tp, pipeline_model_parallel_size=setup.pp,
-        expert_model_parallel_size=setup.ep,
+        expert_model_parallel_size=setup.ep, expert_tensor_parallel_size=setup.expert_tp,
     )
     try:
         tensor_parallel.random.initialize_rng_tracker(inference_rng_tracker=True, force_reset=True)
@@ -184,7 +328,7 @@ def _trace_step(setup: TrainingSetup, seed: int) -> tuple[list, dict]:
         m = setup.model
         model = GPTModel(
             config=config,
-            transformer_layer_spec=layer_spec(config, setup.layers_per_stage),
+            transformer_layer_spec=layer_spec(config, setup.layers_per_stage, m, stage * setup.layers_per_stage),
             vocab_size=setup.padded_vocab,
             max_sequence_length=m.max_position_embeddings,
             pre_process=first,
@@ -248,12 +392,20 @@ def _trace_step(setup: TrainingSetup, seed: int) -> tuple[list, dict]:
         attribution.after_backward = True
         ddp.start_param_sync(force_sync=True)  # what the distributed optimizer's step issues
         attribution.enabled = False
+        # What each gradient buffer pads its parameters with (the DP and DP_EP collectives carry it).
+        padding = {}
+        for group, buffers in (("DP", ddp.buffers), ("DP_EP", ddp.expert_parallel_buffers)):
+            params = sum(p.numel() for buffer in buffers for p in buffer.params)
+            buffered = sum(bucket.grad_data.numel() for buffer in buffers for bucket in buffer.buckets)
+            padding[group] = buffered - params
         parameters = sum(p.numel() for p in model.parameters())
-        buffered = sum(bucket.grad_data.numel() for buffer in ddp.buffers for bucket in buffer.buckets)
-        meta = {"rank": rank, "stage": stage, "parameters": parameters, "buffer_padding": buffered - parameters}
+        meta = {"rank": rank, "stage": stage, "parameters": parameters, "buffer_padding": padding["DP"],
+                "expert_buffer_padding": padding["DP_EP"]}
+        collectives.install(lambda call: None)
+        dist.barrier()  # every rank done before the groups go
         return attribution.records, meta
     finally:
+        # On an error no barrier: the other ranks would wait in theirs (or in the step) and
+        # the error would never be seen; this process exits and the runner stops the rest.
         collectives.install(lambda call: None)
-        with contextlib.suppress(Exception):
-            dist.barrier()
         ps.destroy_model_parallel()

@@ -58,12 +58,14 @@ class TraceRecord:
 @dataclass(frozen=True)
 class RankInfo:
     """Facts about one traced rank: its pipeline stage, its parameter count, and the
-    padding megatron's gradient buffer adds to it (carried by the DP collectives)."""
+    padding megatron's gradient buffers add to it (carried by the DP collectives; the
+    expert buffers' by the DP_EP ones)."""
 
     rank: int
     stage: int
     parameters: int
     buffer_padding: int
+    expert_buffer_padding: int = 0
 
 
 @dataclass(frozen=True)
