@@ -232,10 +232,14 @@ def test_ctrl_c_mid_sweep_then_make_run_finishes_it(tmp_path):
     run = sweeps.project(tmp_path / "run")
     config = sweeps.write_config(run, "interrupted")
     proc = start_mid_sweep(run, config)
+    # Paused (still a live process) so that it cannot finish the sweep meanwhile, however slow
+    # the machine: the second run is refused, naming it.
+    os.kill(proc.pid, signal.SIGSTOP)
     second = sweeps.run(run, "--configfile", str(config), check=False)
     assert second.returncode != 0
     assert f"another Snakemake is running in {run.resolve()} (PID {proc.pid}:" in second.stderr
     assert "its lock is never broken" in second.stderr
+    os.kill(proc.pid, signal.SIGCONT)
     os.kill(proc.pid, signal.SIGINT)
     proc.wait(timeout=120)
     assert proc.returncode != 0
