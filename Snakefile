@@ -4,8 +4,9 @@
 #   snakemake --cores 2                       # the default sweep (config/config.yaml)
 #   snakemake --cores 2 --configfile my.yaml  # another sweep
 #
-# Rules are thin: each calls the `commsweep` command line, whose logic lives in
-# src/commsweep/ and is tested there. The settings of a run (keep-going, rerun-incomplete,
+# Rules are thin: each calls the `commsweep` command line (the per-point stages in batches
+# of points, one process each: commsweep.batch), whose logic lives in src/commsweep/ and is
+# tested there. The settings of a run (keep-going, rerun-incomplete,
 # ...) are in profiles/default, which Snakemake loads by itself.
 
 from snakemake.utils import min_version
@@ -26,9 +27,7 @@ report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"
-include: "workflow/rules/aiob.smk"
-include: "workflow/rules/workload.smk"
-include: "workflow/rules/simulate.smk"
+include: "workflow/rules/batch.smk"
 include: "workflow/rules/summary.smk"
 include: "workflow/rules/trace.smk"
 include: "workflow/rules/audit.smk"

@@ -9,6 +9,7 @@ folder (conftest.REFERENCE); a file backend's AIOB files are placed by ``place_a
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -67,6 +68,37 @@ def run(workdir: Path, *args: str, profile: str = "default", check: bool = True,
     if check and result.returncode != 0:
         raise AssertionError(f"snakemake failed ({result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-8000:]}")
     return result
+
+
+def planned(result: subprocess.CompletedProcess) -> dict[str, int]:
+    """What a run (or dry run) says of its sweep when it starts (``pipeline.announce``):
+    points, workloads, AIOB profiles and batches."""
+    found = re.search(r"commsweep: (\d+) point\(s\), (\d+) workload\(s\), (\d+) AIOB profile\(s\), "
+                      r"in (\d+) batch\(es\)", result.stdout + result.stderr)
+    assert found, f"no sweep announced:\n{result.stderr[-3000:]}"
+    return dict(zip(("points", "workloads", "profiles", "batches"), map(int, found.groups())))
+
+
+def todo(workdir: Path, config: Path) -> dict[str, int]:
+    """The per-point tasks a run in ``workdir`` would do now, per stage (profile_<backend>,
+    generate, volumes, simulate, audit), as ``commsweep sweep --check CONFIG --todo`` says."""
+    result = subprocess.run([str(SNAKEMAKE.with_name("commsweep")), "sweep", "--check", str(config), "--todo"],
+                            cwd=workdir, capture_output=True, text=True, env=env(), check=True)
+    line = result.stdout.splitlines()[-1]
+    assert line.startswith("to do: "), result.stdout
+    return {rule: int(n) for n, rule in re.findall(r"(\d+) (profile_\w+|generate|volumes|simulate|audit)\b", line)}
+
+
+def status_times(workdir: Path) -> dict[str, int]:
+    """Every status file under results/ and its modification time (ns): a task that runs
+    writes its status anew, one left alone keeps it (see ``rewritten``)."""
+    return {str(p.relative_to(workdir / "results")): p.stat().st_mtime_ns
+            for p in (workdir / "results").rglob("*.status")}
+
+
+def rewritten(before: dict[str, int], after: dict[str, int]) -> list[str]:
+    """The status files written between two ``status_times`` (new ones included)."""
+    return sorted(path for path, t in after.items() if before.get(path) != t)
 
 
 def fails_before_any_job(workdir: Path, name: str, message: str, *args: str) -> None:

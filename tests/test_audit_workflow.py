@@ -13,10 +13,12 @@ from test_workflow import snakemake
 
 
 def test_dry_run_plans_an_audit_per_point_and_the_figures(tmp_path):
-    result = snakemake(tmp_path, "--configfile", str(REPO / "config" / "config.yaml"), "--dry-run")
-    for rule in ("audit", "compare", "plot_tp_bytes_by_phase", "plot_exposed_by_group", "plot_timeline",
+    config = REPO / "config" / "config.yaml"
+    result = snakemake(tmp_path, "--configfile", str(config), "--dry-run")
+    for rule in ("batch", "compare", "plot_tp_bytes_by_phase", "plot_exposed_by_group", "plot_timeline",
                  "plot_audit_by_kind"):
         assert rule in result.stdout
+    assert sweeps.todo(tmp_path, config)["audit"] == sweeps.planned(result)["points"] == 64
 
 
 def test_an_unknown_timeline_point_fails_before_any_job(tmp_path):
@@ -45,7 +47,8 @@ def test_small_sweep_audits_compares_and_reports(tmp_path):
                                                              if r["quantity"] == "payload_bytes")
     for name in ("tp_bytes_by_phase", "exposed_by_group", "timeline", "audit_by_kind"):
         assert (results / "plots" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert list((results / "logs" / "audit").glob("*.log")) and list((results / "benchmarks" / "audit").glob("*.tsv"))
+    assert "== audit " in "".join(p.read_text() for p in (results / "logs" / "batch").glob("*.log"))
+    assert list((results / "benchmarks" / "batch").glob("*.tsv"))
     snakemake(tmp_path, "--configfile", str(cfg), "--report", str(results / "report.html"))
     html = (results / "report.html").read_text()
     for caption in ("Tensor-parallel bytes per iteration", "One simulated iteration", "Every finding of the audit",

@@ -21,7 +21,6 @@ from commsweep.workload import format as wf
 # failing.yaml's gpt-huge passes the sweep's validation, but its sizes do not fit the 64-bit
 # fields of a SimAI workload, which generation finds at run time. The user's AIOB file for
 # gpt-7b with tp=2 is corrupted below (min > max), which the AIOB stage finds when it checks it.
-PER_POINT_RULES = ("profile_file", "generate", "volumes", "simulate", "audit")
 HUGE_POINT = "gpt-huge_ws16_tp1_pp1_ep1_sp0_mb1_gb16_seq2048_megatron__netA"
 
 
@@ -110,13 +109,21 @@ def test_failed_points_and_steps_leave_the_others_intact_and_are_retried(tmp_pat
     with pytest.raises(Exception, match="expected the mode"):
         wf.read(marker)
 
-    # The next run retries exactly the failed jobs: the corrupt profile and, for each of
-    # the 5 failed points, its workload, volumes, simulation and audit; then the steps.
+    # The next run retries exactly the failed tasks: the corrupt profile and, for each of
+    # the 5 failed points, its workload, volumes, simulation and audit (in the batches that
+    # hold them); then the steps.
+    assert sweeps.todo(run, config) == {"profile_file": 1, "generate": 5, "volumes": 5, "simulate": 5, "audit": 5}
     todo = jobs_to_run(run, config, "--config", f"analysis={{timeline_point: {HUGE_POINT}}}")
-    assert {rule: todo.get(rule, 0) for rule in PER_POINT_RULES} == {
-        "profile_file": 1, "generate": 5, "volumes": 5, "simulate": 5, "audit": 5,
-    }
+    assert 1 <= todo["batch"] < sweeps.planned(first)["batches"]
     assert todo["summarize"] == todo["plot_timeline"] == todo["check"] == 1
+    before = sweeps.status_times(run)
+    retried = sweeps.run(run, "--configfile", str(config), "--config", f"analysis={{timeline_point: {HUGE_POINT}}}",
+                         check=False)
+    assert retried.returncode != 0  # the same points fail again
+    again = [p for p in sweeps.rewritten(before, sweeps.status_times(run)) if not p.startswith("steps/")]
+    assert len(again) == 1 + 5 * 4 and f"points/{bad_point}/simulate.status" in again
+    assert {p.split("/")[1] for p in again if p.startswith("points/")} == {bad_point} | {
+        r["point"] for r in rows if r["point"].startswith("gpt-huge_")}
     # Fixed input and the model dropped: everything runs, equal to the clean run.
     sweeps.place_aiob_files(run, config)
     config.write_text(sweeps.text("aiob-file"))
@@ -160,14 +167,14 @@ def test_atomic_write_killed_midway_leaves_no_partial_file(tmp_path):
 
 
 def running_job(session: int) -> bool:
-    """Whether a `commsweep guard` process runs in the given session."""
+    """Whether a batch job's process (workflow/scripts/batch.py) runs in the given session."""
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
             cmdline = (stat.parent / "cmdline").read_bytes()
         except OSError:
             continue
-        if int(fields[3]) == session and b"guard" in cmdline and b"commsweep" in cmdline:
+        if int(fields[3]) == session and b".batch.py" in cmdline:
             return True
     return False
 

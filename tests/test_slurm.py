@@ -76,23 +76,23 @@ def test_sweep_on_slurm_equals_local_run(tmp_path, slurm):
     print(f"\nSlurm run: {wall:.1f} s wall")
 
     output = result.stdout + result.stderr
-    # The per-point jobs went through sbatch, bundled into one group job by the profile,
-    # and so did the sweep-wide tables and figures; only sweep_table and check ran locally.
-    assert "Group job point" in output and "Group job tables" in output
-    assert output.count("has been submitted with SLURM jobid") == 2
+    # Each batch of points went through sbatch, and so did the sweep-wide tables and figures
+    # (one group job) and the timeline; only sweep_table, run_record and check ran locally.
+    batches = sweeps.planned(result)["batches"]
+    assert batches > 1 and "Group job tables" in output
+    assert output.count("has been submitted with SLURM jobid") == batches + 2
     assert (remote / "results" / "status.txt").read_text() == "all 4 point(s) ok\n"
     assert sweeps.differences(sweeps.result_files(local), sweeps.result_files(remote)) == []
 
 
 def test_slurm_profile_plans_the_sweep_without_a_cluster(tmp_path):
-    """The profile parses and groups the per-point jobs (a dry run needs no Slurm)."""
+    """The profile parses, plans a job per batch of points and groups the sweep-wide steps
+    (a dry run needs no Slurm)."""
     pytest.importorskip("snakemake_executor_plugin_slurm", reason="pip install -e '.[slurm]'")
     config = sweeps.write_config(tmp_path)
     result = sweeps.run(tmp_path, "--configfile", str(config), "--dry-run", profile="slurm")
-    stages = ("generate", "volumes", "simulate", "audit")
-    counts = dict(line.split() for line in result.stdout.splitlines() if line.startswith(tuple(s + " " for s in stages)))
-    assert counts == {stage: "4" for stage in stages}
-    # One group job holds the 16 per-point jobs of the 4 points (group-components: 50),
-    # another the sweep-wide tables and figures.
-    assert result.stdout.count("Group job point") == 1
+    planned = sweeps.planned(result)
+    assert planned["points"] == 4 and planned["batches"] > 1
+    jobs = dict(line.split() for line in result.stdout.splitlines() if line.startswith("batch "))
+    assert jobs == {"batch": str(planned["batches"])}
     assert result.stdout.count("Group job tables") == 1

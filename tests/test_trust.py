@@ -6,9 +6,11 @@ failing-step cases are in test_resilience.py. What each test shows is named by i
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -38,42 +40,55 @@ def test_the_default_profile_is_loaded_by_a_plain_snakemake(tmp_path, where):
     assert "Using workflow specific profile" in result.stderr and "profiles/default" in result.stderr
 
 
-def guard_pid(session: int) -> int | None:
-    """The PID of a `commsweep guard` process running in the given session."""
+def batch_pid(session: int) -> int | None:
+    """The PID of a batch job's process (workflow/scripts/batch.py) running in the given session."""
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
             cmdline = (stat.parent / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if int(fields[3]) == session and any(arg.endswith(b"commsweep") for arg in cmdline[:2]) and b"guard" in cmdline:
+        if int(fields[3]) == session and any(arg.endswith(b".batch.py") for arg in cmdline[:3]):
             return int(stat.parent.name)
+    return None
+
+
+def task_under_way(workdir: Path) -> str | None:
+    """The status file of the task a batch job runs now (commsweep.batch.RUNNING), if any."""
+    for marker in (workdir / ".snakemake" / "commsweep" / "batches").glob("*.running"):
+        with contextlib.suppress(OSError):
+            if text := marker.read_text().strip():
+                return text
     return None
 
 
 @pytest.mark.slow
 def test_a_killed_job_does_not_stop_the_other_points(tmp_path):
-    """keep-going and show-failed-logs: a job killed outside commsweep's guard (out of
-    memory, say) fails, the other points still run, and the terminal says which job failed."""
+    """keep-going and show-failed-logs: a batch job killed outside commsweep's guard (out of
+    memory, say) fails, the other batches still run, and the terminal says which job failed.
+    The next run finishes the killed batch, the task it was killed in in a process of its own."""
     config = sweeps.write_config(tmp_path, "small")
     proc = subprocess.Popen(
         sweeps.command(tmp_path, "--configfile", str(config), "--cores", "1"),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=sweeps.env(), start_new_session=True,
     )
     deadline = time.monotonic() + 300
-    while (pid := guard_pid(proc.pid)) is None:
+    while (pid := batch_pid(proc.pid)) is None or (killed_in := task_under_way(tmp_path)) is None:
         assert proc.poll() is None and time.monotonic() < deadline, "no job to kill"
-        time.sleep(0.005)
+        time.sleep(0.002)
     os.kill(pid, signal.SIGKILL)
     statuses_then = len(list((tmp_path / "results").rglob("*.status")))
     output, _ = proc.communicate(timeout=300)
     assert proc.returncode != 0
-    assert "Error in rule" in output and "Exiting because a job execution failed" in output
-    # The other points went on: most per-point jobs finished after the kill.
+    assert "Error in rule batch" in output and "Exiting because a job execution failed" in output
+    # The other batches went on: most points' tasks finished after the kill.
     assert len(list((tmp_path / "results").rglob("*.status"))) > statuses_then + 6
     assert not (tmp_path / "results" / "status.txt").exists()  # no verdict for a run cut short
     sweeps.run(tmp_path, "--configfile", str(config))
     assert (tmp_path / "results" / "status.txt").read_text().startswith("all 4 point(s) ok")
+    logs = "".join(p.read_text() for p in (tmp_path / "results" / "logs" / "batch").glob("*.log"))
+    key = Path(killed_in).parent.name
+    assert re.search(rf"^== \w+ {re.escape(key)} \(attempt 1, own process\)$", logs, re.MULTILINE), logs
 
 
 # -- external inputs -----------------------------------------------------------------------
@@ -121,14 +136,23 @@ def test_external_inputs_are_checked_before_any_job_and_tracked_by_content(tmp_p
                             "sweep={schedule: [aicb]}", "--dry-run", check=False)
         assert result.returncode != 0 and message in result.stdout + result.stderr, result.stdout[-2000:]
 
-    # One AIOB file edited, its time set back: its checksum reruns exactly the jobs that read it.
+    # One AIOB file edited, its time set back: its checksum reruns exactly the tasks that read it.
     stamp = files[0].stat().st_mtime
     files[0].write_text(files[0].read_text().replace("time_gpu_max: 12", "time_gpu_max: 13", 1))
     os.utime(files[0], (stamp, stamp))
-    todo = jobs_to_run(tmp_path, config)
-    assert {rule: todo.get(rule, 0) for rule in ("profile_file", "generate", "volumes", "simulate", "audit")} == {
-        "profile_file": 1, "generate": 1, "volumes": 1, "simulate": 1, "audit": 1}
-    assert todo["run_record"] == todo["summarize"] == todo["check"] == 1
+    assert sweeps.todo(tmp_path, config) == {"profile_file": 1, "generate": 1, "volumes": 1, "simulate": 1, "audit": 1}
+    jobs = jobs_to_run(tmp_path, config)
+    assert jobs["batch"] == 1 and jobs["run_record"] == jobs["summarize"] == jobs["check"] == 1
+    before = sweeps.status_times(tmp_path)
+    sweeps.run(tmp_path, "--configfile", str(config))
+    profile = files[0].stem
+    with open(results / "sweep.csv") as fh:
+        (point,) = [row.split(",")[0] for row in fh if f",{profile}," in row]
+    workload = point.split("__")[0]
+    rewritten = sweeps.rewritten(before, sweeps.status_times(tmp_path))
+    assert [path for path in rewritten if not path.startswith("steps/")] == [
+        f"aiob/file/{profile}.status", f"points/{point}/audit.status", f"points/{point}/simulate.status",
+        f"workloads/{workload}/volumes.status", f"workloads/{workload}/workload.status"]
 
 
 # -- limits, and config values as the user typed them ---------------------------------------
@@ -157,8 +181,9 @@ def test_the_limits_key_raises_a_limit(tmp_path):
     big = "sweep={global_batch: [65536]}"  # 4,352,000 rows at TP 4
     result = sweeps.run(tmp_path, "--configfile", str(config), "--config", big, "--dry-run", check=False)
     assert "> limits.workload_rows = 2,000,000" in result.stdout + result.stderr
-    raised = jobs_to_run(tmp_path, config, "--config", big, "limits={workload_rows: 10000000, job_memory_mb: 20000}")
-    assert raised["simulate"] == 4
+    raised = sweeps.run(tmp_path, "--configfile", str(config), "--config", big,
+                        "limits={workload_rows: 10000000, job_memory_mb: 20000}", "--dry-run")
+    assert sweeps.planned(raised)["points"] == 4 and "batch" in raised.stdout
 
 
 def test_config_values_are_read_as_yaml(tmp_path):
@@ -168,9 +193,9 @@ def test_config_values_are_read_as_yaml(tmp_path):
     refused = sweeps.run(tmp_path, *args, "--dry-run", check=False)
     said = refused.stdout + refused.stderr
     assert refused.returncode != 0 and "2 invalid sweep point(s); fix the axes or set skip_invalid: true" in said
-    planned = jobs_to_run(tmp_path, config, "--config", 'sweep={"tp": [2, 3]}', "skip_invalid=true")
+    planned = sweeps.run(tmp_path, *args, "skip_invalid=true", "--dry-run")
     # The flow merges into small.yaml's sweep: TP 2 (its 2 SP values) run; TP 3 is skipped.
-    assert planned["simulate"] == 2
+    assert sweeps.planned(planned)["points"] == 2
 
 
 def test_a_schema_error_names_the_key_not_a_jsonschema_dump(tmp_path):

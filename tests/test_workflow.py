@@ -37,9 +37,11 @@ def test_small_sweep_runs_end_to_end(tmp_path):
     assert {r["sp"] for r in rows} == {"False", "True"}
     assert {(r["phase"], r["group"]) for r in rows} >= {("fwd", "TP"), ("ig", "TP"), ("wg", "DP")}
     assert (results / "plots" / "volume_by_tp.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    for rule in ("generate", "volumes"):
-        assert list((results / "logs" / rule).glob("*.log"))
-        assert list((results / "benchmarks" / rule).glob("*.tsv"))
+    # The per-point work ran in batches: one log and one benchmark each, a manifest each.
+    logs = sorted((results / "logs" / "batch").glob("*.log"))
+    assert logs and len(logs) == len(list((results / "benchmarks" / "batch").glob("*.tsv")))
+    assert [p.stem for p in logs] == sorted(p.stem for p in (results / "batches").glob("*.json"))
+    assert "== generate " in "".join(p.read_text() for p in logs)
     # Nothing changed: a rerun has nothing to do.
     again = snakemake(tmp_path, "--configfile", str(cfg))
     assert "Nothing to be done" in again.stdout + again.stderr
@@ -49,17 +51,14 @@ def test_a_given_sweep_replaces_the_default_one(tmp_path):
     """--configfile replaces config/config.yaml: keys it leaves out take the schema's defaults."""
     from commsweep import sweep
 
-    def jobs(result) -> dict[str, int]:
-        rows = (line.split() for line in result.stdout.splitlines())
-        return {row[0]: int(row[1]) for row in rows if len(row) == 2 and row[0] in ("simulate", "generate")}
-
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "config.yaml").write_text((REPO / "config" / "config.yaml").read_text())
     mine = sweeps.write_config(tmp_path, "partial")
     # Not the default sweep's AIOB, schedules and networks: 2 points, 2 workloads.
-    assert jobs(snakemake(tmp_path, "--configfile", str(mine), "--dry-run")) == {"simulate": 2, "generate": 2}
+    planned = sweeps.planned(snakemake(tmp_path, "--configfile", str(mine), "--dry-run"))
+    assert (planned["points"], planned["workloads"], planned["profiles"]) == (2, 2, 0)
     default_points, _ = sweep.points_from_config(sweep.load_config(REPO / "config" / "config.yaml"))
-    assert jobs(snakemake(tmp_path, "--dry-run"))["simulate"] == len(default_points)
+    assert sweeps.planned(snakemake(tmp_path, "--dry-run"))["points"] == len(default_points)
 
 
 def test_every_test_sweep_says_what_it_covers_and_a_test_runs_it():

@@ -86,7 +86,7 @@ def cmd_sweep(ns: argparse.Namespace) -> None:
     from . import sweep
 
     config = sweep.load_config(ns.config)
-    if ns.check:
+    if ns.check or ns.todo:
         _check_sweep(ns, config)
         return
     if ns.table:
@@ -137,6 +137,11 @@ def _check_sweep(ns: argparse.Namespace, config: dict) -> None:
                                  f"{ns.config}: run this sweep first (make run CONFIG={ns.config}), or name the "
                                  f"config of those results (make report CONFIG={made_from})")
     print(f"{ns.config}: {len(points)} point(s), {len(invalid)} combination(s) skipped; run {run.id}")
+    if ns.todo:
+        from . import batch
+        from .paths import Layout
+
+        print(batch.describe_pending(batch.plan(points, config, Layout(), run)))
 
 
 def cmd_summarize(ns: argparse.Namespace) -> None:
@@ -256,7 +261,8 @@ def cmd_guard(ns: argparse.Namespace) -> None:
         inner.func(inner)
 
     status.guard(argv[0], run, status_path=ns.status, outputs=ns.outputs, after=ns.after, attempt=ns.attempt,
-                 provenance=status.job_provenance(ns.provenance) if ns.provenance is not None else None)
+                 provenance=status.job_provenance(ns.provenance) if ns.provenance is not None else None,
+                 job=ns.job or "")
 
 
 def cmd_validate(ns: argparse.Namespace) -> None:
@@ -444,6 +450,9 @@ def add_sweep_parser(sub) -> None:
     p.add_argument("--made", metavar="RUN_JSON",
                    help="with --check: also fail unless RUN_JSON (results/run.json) is this config's run, e.g. "
                         "before building a report of the results (make report)")
+    p.add_argument("--todo", action="store_true",
+                   help="with --check: also say which per-point tasks a run in this folder would do now, per stage "
+                        "(those whose outputs under results/ are not current)")
     p.set_defaults(func=cmd_sweep)
 
 
@@ -483,6 +492,8 @@ def add_guard_parser(sub) -> None:
     p.add_argument("--provenance", nargs="*", metavar="KEY=CHECKSUM",
                    help="record what made the outputs: commsweep's version, the run's config digest and these "
                         "external inputs' checksums (the pipeline passes them)")
+    p.add_argument("--job", metavar="DIGEST", help="record the task's digest (commsweep.batch: what a batch checks "
+                                                   "before it skips the task)")
     p.add_argument("argv", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...: the commsweep command to run")
     p.set_defaults(func=cmd_guard)
 

@@ -15,6 +15,7 @@ layout is spelled once::
     results/points/<point>/audit.csv                    its workload's audit against Megatron's schedule
     results/summary.csv, results/plots/*.png, ...       the sweep's tables and figures
     results/steps/<rule>.status                         the outcome of each sweep-wide step
+    results/batches/<batch>.json                        a finished batch of points: their files (commsweep.batch)
     results/traces/<trace>.csv|.compare.csv             measured megatron-core traces (reference: measured)
     results/logs/<rule>/<key>.log                       each job's log (results/logs/<rule>.log: sweep-wide)
     results/benchmarks/<rule>/<key>.tsv                 each job's time and memory, likewise
@@ -122,6 +123,15 @@ class Layout:
     def step_status(self, step: str) -> str:
         """A sweep-wide step's status (summarize, compare, a figure, trace-check)."""
         return self._at(f"steps/{step}{STATUS_SUFFIX}")
+
+    # -- batches: the jobs that run the per-point stages (commsweep.batch) -----------------
+
+    def batches_dir(self) -> str:
+        return self._at("batches")
+
+    def batch_manifest(self, batch: str = "{batch}") -> str:
+        """A finished batch's manifest: its points, their files, its failed tasks."""
+        return f"{self.batches_dir()}/{batch}.json"
 
     # -- sweep-wide tables and figures -----------------------------------------------------
 

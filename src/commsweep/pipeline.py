@@ -23,6 +23,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 _PLACEHOLDER = re.compile(r"^<(input|output|params)(?:\.(\w+))?>$")
+# <batches.KIND>: the files of that kind the batch manifests of input.batches list.
+_BATCH_FILES = re.compile(r"^<batches\.(\w+)>$")
 
 
 def expand_command(template: Sequence[str], namespaces: Mapping[str, object]) -> list[str]:
@@ -30,11 +32,19 @@ def expand_command(template: Sequence[str], namespaces: Mapping[str, object]) ->
 
     An item ``<input.NAME>``, ``<output.NAME>`` or ``<params.NAME>`` becomes that file, or
     every file of that list, as separate arguments; ``<output>`` (or ``<input>``) becomes
-    all of them. Other items are kept as they are. (Not Snakemake's ``{input.NAME}``:
+    all of them. ``<batches.KIND>`` becomes every file of that kind (``batch.FILE_KINDS``) the
+    batch manifests ``input.batches`` list: the points' files, which Snakemake does not
+    track one by one. Other items are kept as they are. (Not Snakemake's ``{input.NAME}``:
     Snakemake would expand those in params itself, as one string.)
     """
     argv: list[str] = []
     for item in template:
+        listed = _BATCH_FILES.match(str(item))
+        if listed is not None:
+            from .batch import manifest_files
+
+            argv.extend(manifest_files(namespaces["input"].batches, listed.group(1)))
+            continue
         match = _PLACEHOLDER.match(item)
         if match is None:
             argv.append(str(item))
@@ -177,3 +187,16 @@ def prepare(workflow, config: dict, points, layout, *, traces=()):
             print(f"commsweep: {len(ignored)} output(s) of points not in this sweep are ignored (the check lists "
                   f"them in {layout.verdict()}), e.g. {ignored[0]}", file=sys.stderr)
     return run, ignored
+
+
+def announce(workflow, points, batches) -> None:
+    """Say, once per run, how much per-point work the sweep holds and how it is batched
+    (``commsweep.batch``): a dry run shows batch jobs, not points. ``commsweep sweep --check
+    CONFIG --todo`` says which of their tasks a run would do now."""
+    if not workflow.is_main_process:
+        return
+    workloads = {p.workload_key for p in points}
+    profiles = {p.profile_key for p in points if p.aiob}
+    print(f"commsweep: {len(points)} point(s), {len(workloads)} workload(s), {len(profiles)} AIOB profile(s), "
+          f"in {len(batches)} batch(es) of about {round(len(points) / max(1, len(batches)))} point(s)",
+          file=sys.stderr)

@@ -52,9 +52,15 @@ def sha256_text(text: str) -> str:
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+# Config keys that say how the work is cut into jobs, not what it computes: a run's name
+# leaves them out (the same sweep in batches of another size is the same run).
+EXECUTION_KEYS = ("batch",)
+
+
 def config_digest(config: Mapping) -> str:
-    """The digest of a validated config: equal configs, equal digests (key order aside)."""
-    return sha256_text(canonical_json(config))
+    """The digest of a validated config: equal configs, equal digests (key order and
+    ``EXECUTION_KEYS`` aside)."""
+    return sha256_text(canonical_json({k: v for k, v in config.items() if k not in EXECUTION_KEYS}))
 
 
 def file_digest(path: str | Path) -> str:

@@ -63,6 +63,9 @@ class Status:
     # What made the outputs: commsweep's version, the run's config digest, the checksums of
     # the external inputs the job read (see commsweep.provenance). Empty: not recorded.
     provenance: dict = field(default_factory=dict, compare=False)
+    # The digest of the task that made the outputs (its command, inputs and upstream tasks;
+    # ``commsweep.batch``): a batch skips a task whose status is ok with the same digest.
+    job: str = field(default="", compare=False)
 
     def render(self) -> str:
         record = {
@@ -75,6 +78,8 @@ class Status:
         }
         if self.provenance:
             record["provenance"] = self.provenance
+        if self.job:
+            record["job"] = self.job
         return json.dumps(record, sort_keys=True) + "\n"
 
     def reason(self) -> str:
@@ -110,6 +115,9 @@ def read(path: str | Path) -> Status:
     provenance = record.get("provenance") or {}
     if not isinstance(provenance, dict):
         raise InputError("expected a mapping", file=path, line=1, field="provenance")
+    job = record.get("job") or ""
+    if not isinstance(job, str):
+        raise InputError("expected a digest", file=path, line=1, field="job")
     return Status(
         ok=record["status"] == "ok",
         stage=str(record.get("stage", "")),
@@ -118,6 +126,7 @@ def read(path: str | Path) -> Status:
         outputs=tuple(outputs),
         attempt=attempt,
         provenance=provenance,
+        job=job,
     )
 
 
@@ -179,13 +188,14 @@ def guard(
     after: Iterable[str | Path] = (),
     attempt: int = 1,
     provenance: dict | None = None,
+    job: str = "",
 ) -> Status:
     """Run one per-point command and record its outcome in ``status_path``.
 
     ``run`` is the command (it raises on failure); ``outputs`` are the job's declared
     outputs (the status file among them is skipped); ``after`` are the status files of
     the jobs this one depends on; ``attempt`` and ``provenance`` (see ``job_provenance``)
-    are recorded. Returns the status written. Only a failure to write
+    are recorded, and so is ``job``, the task's digest (``commsweep.batch``). Returns the status written. Only a failure to write
     the status itself (or an interruption) escapes.
     """
     status_path = Path(status_path)
@@ -221,6 +231,8 @@ def guard(
                 status = Status(ok=True, stage=stage, outputs=outs, attempt=attempt)
     if provenance:
         status = replace(status, provenance=provenance)
+    if job:
+        status = replace(status, job=job)
     if not status.ok:
         for out in outs:
             write_text(out, marker_text(status, status_path))

@@ -4,12 +4,10 @@
 
 
 rule difference_by_cause:
-    # Reads each point's files as declared here (a script: see rule summarize).
+    # Reads each point's files as the batch manifests list them (a script: see rule summarize).
     input:
-        unpack(cause_inputs),
         sweep=L.sweep_table(),
-        volumes=all_volumes,
-        status=all_status,
+        batches=all_batches,
         after=[],
     output:
         table=report(L.difference_by_cause(), caption="../report/difference_by_cause.rst", category="1. The answer"),
@@ -17,9 +15,9 @@ rule difference_by_cause:
     params:
         provenance=provenance(),
         attempt=attempt(L.step_status("difference_by_cause")),
-        command=guarded_argv("causes", "--sweep", "<input.sweep>", "--status", "<input.status>",
-                             "--volumes", "<input.volumes>", "--times", "<input.times>",
-                             "--collectives", "<input.collectives>", "--audits", "<input.audits>",
+        command=guarded_argv("causes", "--sweep", "<input.sweep>", "--status", "<batches.status>",
+                             "--volumes", "<batches.volumes>", "--times", "<batches.times>",
+                             "--collectives", "<batches.collectives>", "--audits", "<batches.audits>",
                              "-o", "<output.table>"),
     log:
         L.log("difference_by_cause"),

@@ -1,35 +1,13 @@
-# The audit of every point against Megatron's schedule, the sweep-wide comparison of the
-# generators, and their figures.
-
-
-rule audit:
-    input:
-        unpack(after_workload),
-    output:
-        audit=L.audit(),
-        status=L.point_status("audit"),
-    params:
-        provenance=provenance("simulator.ratio_dir"),
-        args=audit_args,
-        attempt=attempt(L.point_status("audit")),
-    log:
-        L.log("audit", "{point}"),
-    benchmark:
-        L.benchmark("audit", "{point}")
-    resources:
-        mem_mb=job_memory_mb,
-        runtime=5,
-    threads: 1
-    shell:
-        guarded("audit {input.workload} {params.args} --format csv -o {output.audit}")
+# The sweep-wide comparison of the generators (from every point's audit, made by the
+# batches), and their figures.
 
 
 rule compare:
-    # Reads each point's audit as declared here (a script: see rule summarize).
+    # Reads each point's audit, as the batch manifests list them (a script: see rule summarize).
     input:
         sweep=L.sweep_table(),
         summary=L.summary(),
-        audits=all_audits,
+        batches=all_batches,
         after=L.step_status("summarize"),
     output:
         findings=report(L.findings(), caption="../report/findings.rst", category="Audit against Megatron"),
@@ -41,7 +19,7 @@ rule compare:
         provenance=provenance(),
         attempt=attempt(L.step_status("compare")),
         command=guarded_argv("compare", "--sweep", "<input.sweep>", "--summary", "<input.summary>",
-                             "--audits", "<input.audits>", "--findings", "<output.findings>",
+                             "--audits", "<batches.audits>", "--findings", "<output.findings>",
                              "--comparison", "<output.comparison>", "--verdicts", "<output.verdicts>",
                              "--by-kind", "<output.by_kind>"),
     log:
@@ -103,13 +81,15 @@ rule plot_exposed_by_group:
 
 rule plot_timeline:
     input:
-        unpack(timeline_inputs),
+        # The point's batch: its files are made there (params.files).
+        batch=timeline_batch,
     output:
         plot=report(L.plot("timeline"), caption="../report/timeline.rst", category="Simulated times"),
         status=L.step_status("plot_timeline"),
     params:
         provenance=provenance(),
         args=timeline_args,
+        files=timeline_files,
         attempt=attempt(L.step_status("plot_timeline")),
     log:
         L.log("plot_timeline"),
@@ -120,7 +100,8 @@ rule plot_timeline:
         runtime=10,
     threads: 1
     shell:
-        guarded("timeline {input.workload} {input.simulation} {params.args} --audit {input.audit} -o {output.plot}")
+        guarded("timeline {params.files[workload]} {params.files[simulation]} {params.args}"
+                " --audit {params.files[audit]} -o {output.plot}", after="{params.files[after]}")
 
 
 rule plot_audit_by_kind:

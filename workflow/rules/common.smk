@@ -1,13 +1,11 @@
 # Sweep points and the rules' input functions. Every path comes from commsweep.paths (the
 # results layout), every check and record from the package: this file only connects them.
 
-import os
 import shlex
 
 from snakemake.exceptions import WorkflowError
 
-from commsweep import limits, paths, pipeline, status, sweep
-from commsweep.analysis.causes import megatron_partners
+from commsweep import batch, paths, pipeline, status, sweep
 from commsweep.arguments import to_commsweep_argv
 from commsweep.errors import CommsweepError
 from commsweep.trace.scale import pipeline_dp, trace_setups
@@ -26,10 +24,6 @@ except CommsweepError as err:
     raise WorkflowError(f"invalid sweep configuration: {err}") from None
 
 POINT_BY_KEY = {p.point_key: p for p in POINTS}
-POINT_BY_WORKLOAD = {p.workload_key: p for p in POINTS}
-WORKLOADS = sorted(POINT_BY_WORKLOAD)
-# Points with aiob on, by AIOB profile: points sharing a key share one profile.
-POINT_BY_PROFILE = {p.profile_key: p for p in POINTS if p.aiob}
 # Points the Megatron schedule can describe (dense models): they get an audit.
 AUDITED = [p for p in POINTS if not megatron.unsupported(p.setup)]
 HAS_MOE = any(p.setup.model.is_moe for p in POINTS)
@@ -43,11 +37,15 @@ try:
 except CommsweepError as err:
     raise WorkflowError(str(err)) from None
 
+# The per-point work (AIOB profiles, workloads, volumes, simulations, audits), in batches of
+# points: one job each (workflow/rules/batch.smk, commsweep.batch).
+BATCHES = batch.plan(POINTS, config, L, RUN, audited=AUDITED)
+BATCH_OF_POINT = batch.batch_of_points(BATCHES)
+pipeline.announce(workflow, POINTS, BATCHES)
+
 
 wildcard_constraints:
-    workload=r"[^/]+",
-    point=r"[^/]+",
-    profile=r"[^/]+",
+    batch=r"[^/]+",
     trace=r"[^/.]+",
 
 
@@ -76,167 +74,51 @@ def step_statuses():
     return [L.step_status(step) for step in steps]
 
 
-# -- the points' input functions ---------------------------------------------------------
+# -- the batches' input functions ---------------------------------------------------------
 
 
-def point_of(wildcards):
+def batch_of(wildcards):
     try:
-        return POINT_BY_KEY[wildcards.point]
+        return BATCHES[wildcards.batch]
     except KeyError:
-        raise WorkflowError(f"{wildcards.point} is not a point of this sweep") from None
+        raise WorkflowError(f"{wildcards.batch} is not a batch of this sweep") from None
 
 
-def workload_point(wildcards):
-    try:
-        return POINT_BY_WORKLOAD[wildcards.workload]
-    except KeyError:
-        raise WorkflowError(f"{wildcards.workload} is not a workload of this sweep") from None
+def batch_attempt(wildcards):
+    """`params.attempt` of a batch: grows after a failed task or with an output missing, so
+    Snakemake reruns the batch, which redoes those tasks (commsweep.batch.attempt)."""
+    return batch.attempt(batch_of(wildcards), L.batch_manifest(wildcards.batch))
 
 
-def profile_point(wildcards):
-    try:
-        return POINT_BY_PROFILE[wildcards.profile]
-    except KeyError:
-        raise WorkflowError(f"{wildcards.profile} is not an AIOB profile of this sweep") from None
+def batch_resources(name):
+    """A batch's resources: the most any of its tasks needs (memory, a GPU for a torch
+    profile on CUDA), the sum of their run times."""
 
+    def resource(wildcards):
+        b = batch_of(wildcards)
+        torch = config["aiob"]["backend"] == "torch" and any(t.rule == "profile_torch" for t in b.tasks)
+        if name == "mem_mb":
+            return b.memory_mb()
+        if name == "runtime":
+            return b.runtime()
+        if name == "gpu":
+            return 1 if torch and batch.torch_on_gpu() else 0
+        return 2 if torch and not batch.torch_on_gpu() else 1  # threads
 
-def profile_args(wildcards):
-    """The `commsweep profile` arguments of a profile: the shard of its points and the GPU."""
-    from commsweep.aiob.backends import profile_setup
-
-    point = profile_point(wildcards)
-    return shlex.join(to_commsweep_argv(profile_setup(point.setup)) + ["--gpu", point.gpu])
-
-
-def profile_user_file(wildcards):
-    """The file backend's input: `aiob.file`, with `{profile}` replaced by the profile key."""
-    from commsweep.aiob.backends import user_file
-
-    return user_file(config["aiob"]["file"], profile_point(wildcards).profile_key)
-
-
-def generate_inputs(wildcards):
-    """The profile of a point with aiob on; ``after``: status files the job waits on."""
-    point = workload_point(wildcards)
-    if point.aiob:
-        backend = config["aiob"]["backend"]
-        return {"profile": L.profile(backend, point.profile_key),
-                "after": [L.profile_status(backend, point.profile_key)]}
-    return {"after": []}
-
-
-def generate_args(wildcards):
-    """The `commsweep generate` arguments of a workload: its setup and schedule."""
-    point = workload_point(wildcards)
-    argv = to_commsweep_argv(point.setup) + ["--schedule", point.schedule]
-    if point.schedule == "megatron":
-        argv += ["--pp-stage", config["generator"]["megatron_pp_stage"]]
-    if point.schedule == "aicb" and config["generator"].get("aicb_root"):
-        # The user's AICB writes the file instead of the emulation (aicb_runner.py).
-        argv += ["--aicb-root", config["generator"]["aicb_root"]]
-    return shlex.join(argv)
-
-
-def generate_profile_args(wildcards, input):
-    """`--aiob_enable --comp_filepath=PROFILE` with aiob on, the profile named by the job's
-    input (a local copy where a storage plugin stands in for a shared filesystem)."""
-    if not workload_point(wildcards).aiob:
-        return ""
-    return shlex.join(["--aiob_enable", f"--comp_filepath={input.profile}"])
-
-
-def simulator_ratio_dir():
-    """The ratio tables of the simulation (None: the engine's default)."""
-    from commsweep.simulate.run import ratio_dir_for
-
-    return ratio_dir_for(config["simulator"]["ratio_dir"], config["simulator"]["root"])
-
-
-def after_workload(wildcards):
-    """A per-point job's inputs: its workload, and the status of the job that made it."""
-    workload = point_of(wildcards).workload_key
-    return {"workload": L.workload(workload), "after": [L.workload_status("workload", workload)]}
-
-
-def simulate_inputs(wildcards):
-    inputs = after_workload(wildcards)
-    ratio_dir = simulator_ratio_dir()
-    if ratio_dir:
-        inputs["ratios"] = [os.path.join(ratio_dir, f"{t}_ratio.csv") for t in ("nvlink", "nic", "ata")]
-    return inputs
-
-
-def job_memory_mb(wildcards):
-    """What a per-workload or per-point job asks a cluster for: the estimate of its peak
-    memory from its workload's rows (commsweep.limits), at least 512 MB."""
-    point = point_of(wildcards) if "point" in wildcards.keys() else workload_point(wildcards)
-    return max(512, limits.job_memory_mb(limits.workload_rows(point.setup)))
-
-
-def network_flags(net):
-    """SimAI's four network flags of a network."""
-    return ["-g_p_s", str(net.gpus_per_server), "-n_p_s", str(net.nics_per_server),
-            "-nv", str(net.nvlink_gbps), "-nic", str(net.nic_gbps)]
-
-
-def simulate_args(wildcards):
-    """`commsweep simulate` flags of a point: SimAI's network flags and the simulator config."""
-    point = point_of(wildcards)
-    sim = config["simulator"]
-    argv = ["-g", str(point.world_size), *network_flags(point.net), "-r", f"{point.point_key}-"]
-    for name, value in sim["overlap"].items():
-        if name == "tp" and point.tp_overlap is not None:  # the sweep's tp_overlap axis
-            value = point.tp_overlap
-        argv += [f"-{name}_o", str(value)]
-    argv += ["--simai-bugs", sim["simai_bugs"], "--backend", sim["backend"], "--strict"]
-    if sim["root"]:
-        argv += ["--simai-root", sim["root"]]
-    ratio_dir = simulator_ratio_dir()
-    if ratio_dir:
-        argv += ["--ratio-dir", ratio_dir]
-    return shlex.join(argv)
-
-
-def network_args(point):
-    """SimAI's network flags of a point, and the ratio tables the simulate rule uses."""
-    argv = network_flags(point.net)
-    if simulator_ratio_dir():
-        argv += ["--ratio-dir", simulator_ratio_dir()]
-    return argv
+    return resource
 
 
 def point_args(point):
     """The point's setup as commsweep arguments, and the pipeline stage its workload holds."""
-    return to_commsweep_argv(point.setup) + ["--pp-stage", config["generator"]["megatron_pp_stage"]]
-
-
-def audit_args(wildcards):
-    point = point_of(wildcards)
-    return shlex.join(point_args(point) + network_args(point))
+    return batch.point_argv(point, config)
 
 
 # -- what the sweep-wide steps read --------------------------------------------------------
 
 
-def all_volumes(wildcards):
-    return [L.volumes(w) for w in WORKLOADS]
-
-
-def all_simulations(wildcards):
-    """What the summary reads of each simulation: its times file (never the per-row files)."""
-    return [L.times(p) for p in sorted(POINT_BY_KEY)]
-
-
-def all_audits(wildcards):
-    return [L.audit(p.point_key) for p in AUDITED]
-
-
-def all_status(wildcards):
-    """The status files of every per-point job the summary and the check read."""
-    out = [L.workload_status(stage, w) for w in WORKLOADS for stage in ("workload", "volumes")]
-    out += [L.point_status("simulate", p) for p in sorted(POINT_BY_KEY)]
-    out += [L.point_status("audit", p.point_key) for p in AUDITED]
-    return out
+def all_batches(wildcards):
+    """Every batch's manifest: what the sweep-wide steps read (the points' files it lists)."""
+    return [L.batch_manifest(name) for name in sorted(BATCHES)]
 
 
 def audit_outputs():
@@ -267,7 +149,8 @@ def timeline_point():
             return chosen[0]
 
 
-def timeline_inputs(wildcards):
+def timeline_files(wildcards):
+    """The timeline point's files (made by its batch, listed in its manifest) and statuses."""
     point = timeline_point()
     return {
         "workload": L.workload(point.workload_key),
@@ -276,6 +159,10 @@ def timeline_inputs(wildcards):
         "after": [L.workload_status("workload", point.workload_key), L.point_status("simulate", point.point_key),
                   L.point_status("audit", point.point_key)],
     }
+
+
+def timeline_batch(wildcards):
+    return L.batch_manifest(BATCH_OF_POINT[timeline_point().point_key])
 
 
 def timeline_args(wildcards):
@@ -290,22 +177,6 @@ def answer_outputs():
     """The difference by cause and the landing page."""
     return [L.difference_by_cause(), L.plot("difference_by_cause"), L.plot("exposed_tp_by_overlap"),
             L.answer_page(), L.answer_rst()]
-
-
-def cause_points():
-    """The audited AICB points, and the Megatron point each is compared with."""
-    rows = {p.point_key: {k: str(v) for k, v in p.row().items()} for p in POINTS}
-    audited = {p.point_key for p in AUDITED}
-    partners = megatron_partners(list(rows.values()))
-    return {p: partners.get(p) for p in sorted(audited) if rows[p]["schedule"] == "aicb"}
-
-
-def cause_inputs(wildcards):
-    """What `commsweep causes` reads: the AICB points' audits, both sides' simulations."""
-    pairs = cause_points()
-    simulated = sorted(set(pairs) | {m for m in pairs.values() if m})
-    return {"audits": [L.audit(p) for p in pairs], "collectives": [L.collectives(p) for p in simulated],
-            "times": [L.times(p) for p in simulated]}
 
 
 # -- measured traces (workflow/rules/trace.smk) --------------------------------------------
@@ -345,32 +216,32 @@ def trace_processes(wildcards):
 
 # -- one bad point (or step) never loses the others ----------------------------------------
 #
-# Every job but the sweep table, the run record and the check runs its command through
-# guarded(): the job then always succeeds for Snakemake and writes `output.status` beside
-# its outputs (a sweep-wide step: results/steps/<rule>.status), saying ok or the error. A
-# failed job leaves one-line markers in place of its outputs, and the jobs after it (those
-# listing its status file in `input.after`) record the same failure without running. The
-# summary lists failed points with their error; the check runs last, whatever failed, and
-# fails the run if anything did. `params.attempt` grows after a failure, so the next run
-# retries exactly the failed jobs (Snakemake's params rerun trigger). The logic lives in
-# commsweep.status; docs/workflow.md shows the pattern of a guarded rule:
+# Every sweep-wide step but the sweep table, the run record and the check runs its command
+# through guarded(): the job then always succeeds for Snakemake and writes `output.status`
+# (results/steps/<rule>.status), saying ok or the error. A failed step leaves one-line
+# markers in place of its outputs, and the steps after it (those listing its status file in
+# `input.after`) record the same failure without running. The batches guard each point's
+# tasks the same way, in-process (commsweep.batch). The summary lists failed points with
+# their error; the check runs last, whatever failed, and fails the run if anything did.
+# `params.attempt` grows after a failure, so the next run retries exactly the failed steps
+# (Snakemake's params rerun trigger); a batch's attempt grows when one of its tasks failed.
+# The logic lives in commsweep.status; docs/workflow.md shows the pattern of a guarded rule:
 #
 # * `input.after` lists the status files of the guarded jobs this one reads (a list,
 #   possibly empty: `after=[]`);
-# * `output.status` is the path of commsweep.paths for the stage; the leaf stages' status
-#   files are inputs of the summary and the check: add them in all_status();
+# * `output.status` is the path of commsweep.paths for the step; add it to step_statuses();
 # * the command is a `commsweep` subcommand (guard runs it in-process); it must raise
 #   (CommsweepError for bad input) rather than write partial outputs.
 #
 # Resources: every rule declares mem_mb, runtime (minutes) and threads; the cluster
-# profiles turn them into the job's request (profiles/slurm). A rule that needs a GPU
-# declares `gpu` only when it will use one (the torch AIOB rule, see aiob.smk).
+# profiles turn them into the job's request (profiles/slurm). A batch asks for a GPU only
+# when it will use one (a torch AIOB profile on CUDA, see batch_resources).
 
 
-def guarded(command):
+def guarded(command, after="{input.after}"):
     """The shell command of a guarded rule: `commsweep COMMAND` run by `commsweep guard`."""
     return (
-        "commsweep guard --status {output.status} --outputs {output} --after {input.after}"
+        f"commsweep guard --status {{output.status}} --outputs {{output}} --after {after}"
         f" --attempt {{params.attempt}} --provenance {{params.provenance}} -- {command} > {{log}} 2>&1"
     )
 
@@ -386,15 +257,6 @@ def provenance(*keys):
     """`params.provenance` of a guarded rule: commsweep's version and the checksums of the
     external inputs `keys` its jobs read (a changed one reruns exactly those jobs)."""
     return RUN.job_provenance(*keys)
-
-
-def profile_file_provenance(wildcards):
-    return RUN.job_provenance("aiob.file", profile=wildcards.profile)
-
-
-def generate_provenance(wildcards):
-    """The user's AICB writes the aicb schedule's workloads when generator.aicb_root is set."""
-    return RUN.job_provenance(*(["generator.aicb_root"] if workload_point(wildcards).schedule == "aicb" else []))
 
 
 def attempt(status_file):

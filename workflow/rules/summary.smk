@@ -42,13 +42,11 @@ rule run_record:
 
 
 rule summarize:
-    # Reads each point's files as declared here: their lists are too long for a shell
-    # command, so the command runs in a script (commsweep.pipeline.run_rule).
+    # Reads each point's files as the batch manifests list them: their lists are too long
+    # for a shell command, so the command runs in a script (commsweep.pipeline.run_rule).
     input:
         sweep=L.sweep_table(),
-        status=all_status,
-        volumes=all_volumes,
-        times=all_simulations,
+        batches=all_batches,
         after=[],
     output:
         summary=L.summary(),
@@ -57,8 +55,8 @@ rule summarize:
         provenance=provenance(),
         attempt=attempt(L.step_status("summarize")),
         run=RUN.id,
-        command=guarded_argv("summarize", "--sweep", "<input.sweep>", "--status", "<input.status>",
-                             "--volumes", "<input.volumes>", "--times", "<input.times>", "--run", "<params.run>",
+        command=guarded_argv("summarize", "--sweep", "<input.sweep>", "--status", "<batches.status>",
+                             "--volumes", "<batches.volumes>", "--times", "<batches.times>", "--run", "<params.run>",
                              "-o", "<output.summary>"),
     log:
         L.log("summarize"),
@@ -100,7 +98,7 @@ rule check:
     # the failed jobs (common.smk, "one bad point (or step) never loses the others").
     input:
         sweep=L.sweep_table(),
-        status=all_status,
+        batches=all_batches,
         steps=step_statuses(),
         outputs=final_outputs(),
     output:
@@ -108,7 +106,7 @@ rule check:
     params:
         run=RUN.id,
         ignored=lambda wildcards: IGNORED,
-        command=["check", "--sweep", "<input.sweep>", "--status", "<input.status>", "--steps", "<input.steps>",
+        command=["check", "--sweep", "<input.sweep>", "--status", "<batches.status>", "--steps", "<input.steps>",
                  "--run", "<params.run>", "--ignored", "<params.ignored>", "--exit-zero", "-o", "<output.verdict>"],
     log:
         L.log("check"),

@@ -37,6 +37,7 @@ import io
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from .. import paths
@@ -225,15 +226,16 @@ class Item:
     found_name: str = ""  # the workload's row (AICB's mlp_moelayer, ...)
     expected_name: str = ""  # the Megatron schedule's row (layer3_moe_dispatch_probs, ...)
 
-    @property
+    @cached_property
     def module(self) -> str:
-        """The unit's module kind: attention, mlp, embedding, output_layer, loss, dp, sp_grads, ..."""
+        """The unit's module kind: attention, mlp, embedding, output_layer, loss, dp, sp_grads, ...
+        (kept: every rule of a point's thousands of findings asks for it)"""
         return self.unit.rsplit("/", 1)[-1]
 
     def expects(self, phase: str, collective: str, group: str = "TP") -> bool:
         return self.phase == phase and self.expected_collective == collective and self.expected_group == group
 
-    @property
+    @cached_property
     def megatron_row(self) -> str:
         """The expected side's Megatron row kind, without its layer: ``moe_dispatch_probs``, ``mlp_fc1``."""
         match = _LAYER_ROW.fullmatch(self.expected_name)

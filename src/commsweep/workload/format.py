@@ -14,6 +14,7 @@ writing a file reproduces it byte for byte.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 from collections.abc import Iterator
@@ -139,7 +140,32 @@ def _same_header(header: Header) -> bool:
 
 def read(path: str | Path) -> Workload:
     """Read and validate a workload file; raise InputError naming file, line and field."""
-    return parse(read_text(path), source=path)
+    text = read_text(path)
+    if _PARSED is None:
+        return parse(text, source=path)
+    key = (str(path), text)
+    if key not in _PARSED:
+        _PARSED.clear()
+        _PARSED[key] = parse(text, source=path)
+    return _PARSED[key]
+
+
+# The last workload parsed, by path and text (see ``reuse_parsed``); None: no reuse.
+_PARSED: dict[tuple[str, str], Workload] | None = None
+
+
+@contextlib.contextmanager
+def reuse_parsed() -> Iterator[None]:
+    """Within this block, reading the same file with the same text again returns the
+    workload parsed the first time (a ``Workload`` is immutable). A batch of points
+    (``commsweep.batch``) reads each workload once for its volumes and once per network
+    for the simulation and the audit."""
+    global _PARSED
+    previous, _PARSED = _PARSED, {}
+    try:
+        yield
+    finally:
+        _PARSED = previous
 
 
 def _int(token: str, *, source, line: int, field: str | None) -> int:

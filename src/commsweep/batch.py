@@ -1,0 +1,606 @@
+"""Per-point work in batches: one job runs every stage of many points, in one process.
+
+A point's own work takes milliseconds (an AIOB profile, a workload, its volumes, its
+simulation, its audit), but a Snakemake job per stage and point costs a Python process
+(start-up and imports, about 60 ms) and Snakemake's bookkeeping per job and per declared
+file: a 1,024-point sweep spent nearly all of its five minutes on those. So the pipeline
+declares one job per *batch* of points (rule ``batch``), and that job runs each stage of
+each of its points in-process, through the same command line the per-stage commands take
+(``commsweep guard -- COMMAND ...``: the same parser, the same guard, the same bytes).
+
+What the thin per-stage jobs gave is kept here, task by task (a task is one guarded
+command: a profile, a workload, its volumes, a point's simulation or audit):
+
+* **Changing one point reruns only that point's work.** Each task has a digest of its
+  command line, of the checksums of the external inputs it reads and of its upstream
+  tasks' digests (``Task.digest``); its status file records it (``Status.job``). A batch
+  job whose plan changed reruns (its ``digest`` parameter), and inside it a task whose
+  status is ok, records the same digest and has all its outputs is skipped, unless a task
+  it depends on ran. So a batch whose membership changed costs its job's start, not its
+  points' work.
+* **A killed run resumes with nothing partial taken as complete.** A task's status file is
+  removed before the task runs and written last (``status.guard``), its outputs
+  atomically; a batch's manifest (``results/batches/<batch>.json``, the job's only
+  declared output) is written after all its tasks. A batch cut short has no manifest:
+  Snakemake reruns it, and it redoes exactly the tasks without a current status.
+* **A failing point never loses the others.** Each task is guarded as before: a failure is
+  recorded in its status (markers in place of its outputs), the tasks after it record the
+  same failure, and the batch goes on. A task that kills the batch's process (out of
+  memory, say) is found on the next run (``RUNNING``, the task under way) and runs in a
+  process of its own; if that is killed too, it is recorded as failed, and the batch ends.
+* **The retry.** The manifest lists the batch's failed tasks; the batch's ``attempt``
+  parameter then grows (``attempt``), so the next run reruns the batch, which retries
+  them. It grows too when a task's outputs are missing (removed by hand).
+
+Batches group points whose work is shared: a workload's networks and an AIOB profile's
+workloads fall in one batch (a *unit*, ``unit_of``). A unit's batch is a hash of its key
+into a power-of-two number of batches (``batch_count``), so adding a point moves no other
+unit (unless the number of batches doubles, which regroups the batches but reruns no
+task). The sweep-wide steps read the points' files listed in the manifests
+(``manifest_files``), so Snakemake tracks one file per batch, not ten per point.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Points per batch, as a target (``batch.points`` in the config), and the fewest batches a
+# sweep is cut into: enough for every core of a workstation to have work and for the
+# batches to even out (a unit's batch is a hash, so batch sizes vary).
+DEFAULT_POINTS = 64
+MIN_BATCHES = 8
+# The task under way in a batch job (see ``run``): beside Snakemake's own bookkeeping in
+# the working directory, not under results/.
+RUNNING = Path(".snakemake") / "commsweep" / "batches"
+# A failure recorded for a task whose process was killed: it is retried in a process of its own.
+KILLED = "killed by signal"
+# The kinds of per-point files a manifest lists for the sweep-wide steps (``manifest_files``).
+FILE_KINDS = ("status", "volumes", "times", "collectives", "audits", "workloads", "endtoend")
+
+
+# -- the command line of each stage of a point ------------------------------------------------
+
+
+def ratio_dir(config: Mapping) -> str | None:
+    """The ratio tables of the simulation (None: the engine's default)."""
+    from .simulate.run import ratio_dir_for
+
+    sim = config["simulator"]
+    return ratio_dir_for(sim["ratio_dir"], sim["root"])
+
+
+def torch_on_gpu() -> bool:
+    """Whether the torch AIOB backend runs on CUDA here (then a batch with a torch profile asks for a GPU)."""
+    return shutil.which("nvidia-smi") is not None
+
+
+def network_flags(net) -> list[str]:
+    """SimAI's four network flags of a network."""
+    return ["-g_p_s", str(net.gpus_per_server), "-n_p_s", str(net.nics_per_server),
+            "-nv", str(net.nvlink_gbps), "-nic", str(net.nic_gbps)]
+
+
+def network_argv(point, config: Mapping) -> list[str]:
+    """SimAI's network flags of a point, and the ratio tables the simulation uses."""
+    argv = network_flags(point.net)
+    ratios = ratio_dir(config)
+    return argv + (["--ratio-dir", ratios] if ratios else [])
+
+
+def point_argv(point, config: Mapping) -> list[str]:
+    """The point's setup as commsweep arguments, and the pipeline stage its workload holds."""
+    from .arguments import to_commsweep_argv
+
+    return to_commsweep_argv(point.setup) + ["--pp-stage", config["generator"]["megatron_pp_stage"]]
+
+
+def profile_command(point, config: Mapping, profile: str, table: str) -> list[str]:
+    """``commsweep profile`` of a point's AIOB profile: its shard, its GPU, the backend."""
+    from .aiob.backends import profile_setup, user_file
+    from .arguments import to_commsweep_argv
+
+    backend = config["aiob"]["backend"]
+    argv = ["profile", "--backend", backend]
+    if backend == "torch":
+        argv += ["--threads", str(1 if torch_on_gpu() else 2)]
+    if backend == "file":
+        argv += ["--file", user_file(config["aiob"]["file"], point.profile_key)]
+    return argv + to_commsweep_argv(profile_setup(point.setup)) + ["--gpu", point.gpu, "-o", profile, "--csv", table]
+
+
+def generate_command(point, config: Mapping, workload: str, profile: str | None) -> list[str]:
+    """``commsweep generate`` of a point's workload: its setup, schedule and AIOB profile."""
+    from .arguments import to_commsweep_argv
+
+    argv = ["generate", *to_commsweep_argv(point.setup), "--schedule", point.schedule]
+    if point.schedule == "megatron":
+        argv += ["--pp-stage", config["generator"]["megatron_pp_stage"]]
+    if point.schedule == "aicb" and config["generator"].get("aicb_root"):
+        # The user's AICB writes the file instead of the emulation (aicb_runner.py).
+        argv += ["--aicb-root", config["generator"]["aicb_root"]]
+    if profile is not None:
+        argv += ["--aiob_enable", f"--comp_filepath={profile}"]
+    return argv + ["-o", workload]
+
+
+def simulate_command(point, config: Mapping, workload: str, endtoend: str, collectives: str, times: str) -> list[str]:
+    """``commsweep simulate`` of a point: SimAI's network flags and the simulator config."""
+    sim = config["simulator"]
+    argv = ["simulate", "-w", workload, "-g", str(point.world_size), *network_flags(point.net),
+            "-r", f"{point.point_key}-"]
+    for name, value in sim["overlap"].items():
+        if name == "tp" and point.tp_overlap is not None:  # the sweep's tp_overlap axis
+            value = point.tp_overlap
+        argv += [f"-{name}_o", str(value)]
+    argv += ["--simai-bugs", sim["simai_bugs"], "--backend", sim["backend"], "--strict"]
+    if sim["root"]:
+        argv += ["--simai-root", sim["root"]]
+    ratios = ratio_dir(config)
+    if ratios:
+        argv += ["--ratio-dir", ratios]
+    return argv + ["--endtoend", endtoend, "--collectives", collectives, "--times", times]
+
+
+def audit_command(point, config: Mapping, workload: str, audit: str) -> list[str]:
+    """``commsweep audit`` of a point's workload against Megatron's schedule."""
+    return ["audit", workload, *point_argv(point, config), *network_argv(point, config), "--format", "csv", "-o", audit]
+
+
+# -- tasks and batches ------------------------------------------------------------------------
+
+
+def _digest(value) -> str:
+    return "sha256:" + hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Task:
+    """One guarded command of a point's stage: what ``commsweep guard -- COMMAND`` runs."""
+
+    rule: str  # the stage: profile_<backend>, generate, volumes, simulate, audit
+    key: str  # the profile, workload or point it is made for
+    command: tuple[str, ...]
+    status: str
+    outputs: tuple[str, ...]
+    # The status files of the tasks it reads (``commsweep guard --after``).
+    after: tuple[str, ...] = ()
+    # ``KEY=CHECKSUM`` words: commsweep's version and the external inputs it reads.
+    provenance: tuple[str, ...] = ()
+    # Of the command, the provenance and the upstream tasks' digests (``make_task``).
+    digest: str = ""
+    memory_mb: int = 512
+    # Minutes on a cluster.
+    runtime: float = 0.1
+
+    def guard_argv(self, attempt: int) -> list[str]:
+        """The same task as a ``commsweep guard`` command line (a process of its own)."""
+        return ["guard", "--status", self.status, "--outputs", *self.outputs, "--after", *self.after,
+                "--attempt", str(attempt), "--provenance", *self.provenance, "--job", self.digest, "--",
+                *self.command]
+
+
+def make_task(rule: str, key: str, command: Sequence[str], status: str, outputs: Sequence[str], *,
+              upstream: Sequence[Task] = (), provenance: Sequence[str] = (), memory_mb: int = 512,
+              runtime: float = 0.1) -> Task:
+    digest = _digest({"command": list(command), "provenance": list(provenance),
+                      "upstream": [t.digest for t in upstream]})
+    return Task(rule, key, tuple(command), status, tuple(outputs), tuple(t.status for t in upstream),
+                tuple(provenance), digest, memory_mb, runtime)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """The tasks of a batch of points, in the order they run (each after those it reads)."""
+
+    name: str
+    points: tuple[str, ...]
+    tasks: tuple[Task, ...]
+    # Per kind (``FILE_KINDS``), the files of its points the sweep-wide steps read.
+    files: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # Files from outside results/ that its tasks read (the user's AIOB files, SimAI's ratio
+    # tables): inputs of its job. (Their checksums are in the tasks' digests.)
+    inputs: tuple[str, ...] = ()
+
+    @property
+    def digest(self) -> str:
+        """Of its tasks: a changed task, or a changed membership, changes it."""
+        return _digest([self.name, [t.digest for t in self.tasks]])
+
+    def memory_mb(self) -> int:
+        return max([512, *(t.memory_mb for t in self.tasks)])
+
+    def runtime(self) -> int:
+        """Minutes on a cluster: 5, plus each task's estimate."""
+        return 5 + int(sum(t.runtime for t in self.tasks) + 0.999)
+
+
+def unit_of(point) -> str:
+    """What a point shares its work with: its AIOB profile (with aiob on), else its workload."""
+    return f"profile:{point.profile_key}" if point.aiob else f"workload:{point.workload_key}"
+
+
+def batch_count(points: int, per_batch: int) -> int:
+    """The number of batches: a power of two, at least ``MIN_BATCHES``, about ``per_batch``
+    points each. A power of two changes only when the sweep doubles or halves."""
+    count = MIN_BATCHES
+    while count * per_batch < points:
+        count *= 2
+    return count
+
+
+def bucket(unit: str, count: int) -> int:
+    return int.from_bytes(hashlib.sha256(unit.encode()).digest()[:8], "big") % count
+
+
+def batch_name(index: int, count: int) -> str:
+    return f"{index:0{len(str(count - 1))}d}-of-{count}"
+
+
+def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | None = None) -> dict[str, Batch]:
+    """Every point's tasks, in batches (name -> Batch; batches without a point are left out).
+
+    ``layout``: the results layout (``paths.Layout``); ``run``: the run's external inputs
+    (``provenance.Run``); ``audited``: the points that get an audit (default: those
+    Megatron's schedule describes).
+    """
+    from . import limits
+    from .aiob.backends import user_file
+    from .workload import megatron
+
+    points = list(points)
+    if audited is None:
+        audited = [p for p in points if not megatron.unsupported(p.setup)]
+    audited_keys = {p.point_key for p in audited}
+    per_batch = int((config.get("batch") or {}).get("points") or DEFAULT_POINTS)
+    count = batch_count(len(points), per_batch)
+    backend = config["aiob"]["backend"]
+    simai = config["simulator"]["backend"] == "simai"
+    ratios = ratio_dir(config)
+    ratio_files = [os.path.join(ratios, f"{t}_ratio.csv") for t in ("nvlink", "nic", "ata")] if ratios else []
+
+    members: dict[int, list] = {}
+    for p in points:
+        members.setdefault(bucket(unit_of(p), count), []).append(p)
+
+    batches = {}
+    for index in sorted(members):
+        name = batch_name(index, count)
+        tasks: list[Task] = []
+        profiles: dict[str, Task] = {}
+        workloads: dict[str, Task] = {}
+        point_files: dict[str, tuple[list[str], list[str], str | None]] = {}
+        files: dict[str, list[str]] = {kind: [] for kind in FILE_KINDS}
+        group = sorted(members[index], key=lambda p: p.point_key)
+        on_workload: dict[str, list] = {}
+        for p in group:
+            on_workload.setdefault(p.workload_key, []).append(p)
+        for p in group:  # the profiles first, then each workload and the points on it
+            if p.aiob and p.profile_key not in profiles:
+                key = p.profile_key
+                out = layout.profile(backend, key), layout.profile_table(backend, key)
+                words = run.job_provenance(*(["aiob.file"] if backend == "file" else []), profile=key)
+                profiles[key] = make_task(
+                    f"profile_{backend}", key, profile_command(p, config, *out), layout.profile_status(backend, key),
+                    out, provenance=words, memory_mb=16384 if backend == "torch" else 512,
+                    runtime=30 if backend == "torch" else 0.1)
+                tasks.append(profiles[key])
+        for p in group:
+            if p.workload_key in workloads:
+                continue
+            key = p.workload_key
+            memory = max(512, limits.job_memory_mb(limits.workload_rows(p.setup)))
+            workload = layout.workload(key)
+            profile = profiles.get(p.profile_key) if p.aiob else None
+            words = run.job_provenance(*(["generator.aicb_root"] if p.schedule == "aicb" else []))
+            generate = make_task(
+                "generate", key, generate_command(p, config, workload, profile.outputs[0] if profile else None),
+                layout.workload_status("workload", key), [workload], upstream=[profile] if profile else [],
+                provenance=words, memory_mb=memory)
+            volumes = make_task(
+                "volumes", key, ["volumes", workload, "--format", "csv", "-o", layout.volumes(key)],
+                layout.workload_status("volumes", key), [layout.volumes(key)], upstream=[generate],
+                provenance=run.job_provenance(), memory_mb=memory)
+            tasks += [generate, volumes]
+            workloads[key] = generate
+            files["status"] += [generate.status, volumes.status]
+            files["volumes"].append(layout.volumes(key))
+            files["workloads"].append(workload)
+            # Its points next, while the workload is fresh (format.reuse_parsed).
+            for q in on_workload[key]:
+                point = q.point_key
+                out = layout.endtoend(point), layout.collectives(point), layout.times(point)
+                simulate = make_task(
+                    "simulate", point, simulate_command(q, config, workload, *out),
+                    layout.point_status("simulate", point), out, upstream=[generate],
+                    provenance=run.job_provenance("simulator.root", "simulator.ratio_dir"),
+                    memory_mb=max(4096 if simai else 0, memory), runtime=10 if simai else 0.1)
+                tasks.append(simulate)
+                point_files[point] = [simulate.status], list(out), None
+                if point in audited_keys:
+                    audit = make_task(
+                        "audit", point, audit_command(q, config, workload, layout.audit(point)),
+                        layout.point_status("audit", point), [layout.audit(point)], upstream=[generate],
+                        provenance=run.job_provenance("simulator.ratio_dir"), memory_mb=memory)
+                    tasks.append(audit)
+                    point_files[point] = [simulate.status, audit.status], list(out), layout.audit(point)
+        for p in group:  # the points' files in point order, as the steps list them
+            statuses, (endtoend, collectives, times), audit_file = point_files[p.point_key]
+            files["status"] += statuses
+            files["endtoend"].append(endtoend)
+            files["collectives"].append(collectives)
+            files["times"].append(times)
+            if audit_file:
+                files["audits"].append(audit_file)
+        inputs = [user_file(config["aiob"]["file"], key) for key in profiles] if backend == "file" else []
+        batches[name] = Batch(name, tuple(p.point_key for p in group), tuple(tasks),
+                              {kind: tuple(v) for kind, v in files.items()}, tuple(inputs + ratio_files))
+    return batches
+
+
+def batch_of_points(batches: Mapping[str, Batch]) -> dict[str, str]:
+    """Point key -> the name of its batch."""
+    return {point: name for name, b in batches.items() for point in b.points}
+
+
+# -- the manifest: what a finished batch job leaves, and what the sweep-wide steps read --------
+
+
+def manifest(batch: Batch, attempt: int, failed: Iterable[Task]) -> str:
+    """A finished batch: its points, their files, its failed tasks (the same bytes for the
+    same outcome: nothing about time or about which tasks ran)."""
+    return json.dumps({
+        "batch": batch.name,
+        "digest": batch.digest,
+        "attempt": attempt,
+        "points": list(batch.points),
+        "failed": sorted(t.status for t in failed),
+        "files": {kind: list(paths) for kind, paths in batch.files.items()},
+    }, indent=1, sort_keys=True) + "\n"
+
+
+def read_manifest(path: str | Path) -> dict:
+    """A batch's manifest; InputError naming the file for anything else."""
+    from .errors import InputError
+
+    try:
+        record = json.loads(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise InputError("not a batch manifest (not UTF-8 text)", file=path, line=1) from None
+    except json.JSONDecodeError as err:
+        raise InputError(f"not a batch manifest ({err.msg})", file=path, line=err.lineno) from None
+    if not isinstance(record, dict) or not isinstance(record.get("files"), dict):
+        raise InputError("not a batch manifest (no files)", file=path, line=1)
+    return record
+
+
+def manifest_files(manifests: Iterable[str | Path], kind: str) -> list[str]:
+    """The files of one kind (``FILE_KINDS``) that the manifests list, batch after batch."""
+    if kind not in FILE_KINDS:
+        raise KeyError(f"{kind!r} is not a kind of file a batch manifest lists ({', '.join(FILE_KINDS)})")
+    out: list[str] = []
+    for path in manifests:
+        out += read_manifest(path)["files"].get(kind, [])
+    return out
+
+
+def attempt(batch: Batch, manifest_path: str | Path) -> int:
+    """The batch job's ``attempt`` parameter: its manifest's, one more when a task failed or
+    an output is missing (so Snakemake reruns the batch, which redoes those tasks)."""
+    try:
+        record = json.loads(Path(manifest_path).read_text(encoding="utf-8"))
+        last = int(record["attempt"])
+        failed = bool(record["failed"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 1
+    if failed or any(not _nonempty(f) for t in batch.tasks for f in (t.status, *t.outputs)):
+        return last + 1
+    return last
+
+
+# -- running a batch ---------------------------------------------------------------------------
+
+
+def is_current(task: Task) -> bool:
+    """Whether a task's outputs are those its command makes now: its status ok, made by the
+    same command from the same inputs (its digest), and every output there."""
+    from . import status
+    from .errors import InputError
+
+    try:
+        st = status.read(task.status)
+    except (OSError, InputError):
+        return False
+    return st.ok and st.job == task.digest and all(_nonempty(o) for o in task.outputs)
+
+
+def _nonempty(path: str) -> bool:
+    """Whether a file is there with something in it (every output of a task has a line at
+    least; an empty one is what a machine crash can leave of a file not yet synced)."""
+    try:
+        return os.stat(path).st_size > 0
+    except OSError:
+        return False
+
+
+def pending(batch: Batch) -> list[Task]:
+    """The tasks a run of the batch would run now: those not current, and those after a
+    task that runs (``run`` decides the same way, task by task, as it goes)."""
+    todo: list[Task] = []
+    statuses: set[str] = set()
+    for task in batch.tasks:
+        if any(up in statuses for up in task.after) or not is_current(task):
+            todo.append(task)
+            statuses.add(task.status)
+    return todo
+
+
+def describe_pending(batches: Mapping[str, Batch]) -> str:
+    """One line on the work a run would do now: tasks per stage, points and batches."""
+    counts: dict[str, int] = {}
+    points: set[str] = set()
+    touched = 0
+    for b in batches.values():
+        todo = pending(b)
+        touched += bool(todo)
+        for task in todo:
+            counts[task.rule] = counts.get(task.rule, 0) + 1
+            if task.rule in ("simulate", "audit"):
+                points.add(task.key)
+    if not counts:
+        return "to do: nothing (every point's outputs are current)"
+    order = [r for r in counts if r.startswith("profile_")] + ["generate", "volumes", "simulate", "audit"]
+    tasks = ", ".join(f"{counts[r]} {r}" for r in order if r in counts)
+    return f"to do: {tasks} task(s) of {len(points)} point(s), in {touched} of {len(batches)} batch(es)"
+
+
+@dataclass
+class Outcome:
+    """What a batch job did: tasks run, skipped (current), failed; per stage, the seconds
+    its tasks took and the CPU seconds they used (this process's: the work itself)."""
+
+    ran: list[Task] = field(default_factory=list)
+    skipped: int = 0
+    failed: list[Task] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+    cpu: dict[str, float] = field(default_factory=dict)
+
+    def line(self, name: str) -> str:
+        spent = ", ".join(f"{rule} {s:.2f} s ({self.cpu.get(rule, 0):.2f} s CPU)"
+                          for rule, s in sorted(self.seconds.items()))
+        return (f"batch {name}: {len(self.ran)} task(s) ran, {self.skipped} current (skipped), "
+                f"{len(self.failed)} failed" + (f"; work: {spent}" if spent else ""))
+
+
+class _Parsers:
+    """One parser per command, built once (``cli.build_parser(only=...)``)."""
+
+    def __init__(self) -> None:
+        self._built: dict[str, object] = {}
+
+    def __call__(self, command: str):
+        if command not in self._built:
+            from .cli import build_parser
+
+            self._built[command] = build_parser(only=command)
+        return self._built[command]
+
+
+def _run_in_process(task: Task, attempt_: int, parsers: _Parsers):
+    from . import status
+
+    parser = parsers(task.command[0])
+
+    def run() -> None:
+        ns = status.parse_quietly(lambda: parser.parse_args(list(task.command)))
+        ns.func(ns)
+
+    return status.guard(task.command[0], run, status_path=task.status, outputs=task.outputs, after=task.after,
+                        attempt=attempt_, provenance=status.job_provenance(task.provenance), job=task.digest)
+
+
+def _run_in_subprocess(task: Task, attempt_: int):
+    """The task as ``commsweep guard`` in a process of its own: a crash kills that process only."""
+    import signal
+
+    from . import status
+    from .errors import CommsweepError
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    done = subprocess.run([sys.executable, "-m", "commsweep", *task.guard_argv(attempt_)])
+    if done.returncode < 0:
+        name = signal.Signals(-done.returncode).name
+
+        def killed() -> None:
+            raise CommsweepError(f"{KILLED} {name} (out of memory, or a time limit?); it ran in a process of its "
+                                 "own after it had stopped its batch's process")
+
+        return status.guard(task.command[0], killed, status_path=task.status, outputs=task.outputs,
+                            attempt=attempt_, provenance=status.job_provenance(task.provenance), job=task.digest)
+    if done.returncode != 0:  # guard itself failed: its status is not to be trusted
+        raise CommsweepError(f"commsweep guard exited with status {done.returncode} for {task.status}")
+    return status.read(task.status)
+
+
+def run(batch: Batch, attempt_: int, manifest_path: str | Path, *, running_dir: str | Path = RUNNING) -> Outcome:
+    """Run a batch's tasks that are not current, then write its manifest.
+
+    ``running_dir`` holds the task under way (``<batch>.running``), so that the next run of a
+    batch whose process was killed runs that task in a process of its own.
+    """
+    from . import status
+    from .errors import InputError
+    from .files import synced_once, write_text
+    from .workload.format import reuse_parsed
+
+    outcome = Outcome()
+    parsers = _Parsers()
+    ran: set[str] = set()
+    running = Path(running_dir) / f"{batch.name}.running"
+    running.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        crashed = running.read_text(encoding="utf-8").strip()
+    except OSError:
+        crashed = ""
+    with open(running, "w", encoding="utf-8") as marker, synced_once(), reuse_parsed():
+        for task in batch.tasks:
+            if not any(up in ran for up in task.after) and is_current(task):
+                outcome.skipped += 1
+                continue
+            try:
+                before = status.read(task.status)
+            except (OSError, InputError):
+                before = None
+            next_attempt = 1 if before is None else (before.attempt if before.ok else before.attempt + 1)
+            isolated = task.status == crashed or (before is not None and not before.ok
+                                                  and before.error.startswith(KILLED))
+            # Gone while it runs: a run cut short leaves no status that speaks for new outputs.
+            Path(task.status).unlink(missing_ok=True)
+            print(f"== {task.rule} {task.key} (attempt {next_attempt}{', own process' if isolated else ''})",
+                  file=sys.stderr, flush=True)
+            marker.seek(0)
+            marker.write(task.status + "\n")
+            marker.truncate()
+            marker.flush()
+            started, cpu = time.perf_counter(), time.process_time()
+            if isolated:
+                result = _run_in_subprocess(task, next_attempt)
+            else:
+                result = _run_in_process(task, next_attempt, parsers)
+            outcome.seconds[task.rule] = outcome.seconds.get(task.rule, 0.0) + time.perf_counter() - started
+            outcome.cpu[task.rule] = outcome.cpu.get(task.rule, 0.0) + time.process_time() - cpu
+            ran.add(task.status)
+            outcome.ran.append(task)
+            if not result.ok:
+                outcome.failed.append(task)
+    write_text(manifest_path, manifest(batch, attempt_, outcome.failed))
+    running.unlink(missing_ok=True)
+    return outcome
+
+
+def run_rule(smk) -> None:
+    """Rule ``batch`` (a Snakemake ``script:``): run the batch of ``smk.params.plan``, its
+    output (and that of every command it runs, in-process or not) in the rule's log."""
+    batch_ = smk.params.plan
+    with open(smk.log[0], "w", encoding="utf-8") as log:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        with contextlib.suppress(AttributeError, ValueError):
+            sys.stdout.reconfigure(line_buffering=True)
+            sys.stderr.reconfigure(line_buffering=True)
+        print(f"batch {batch_.name}: {len(batch_.points)} point(s), {len(batch_.tasks)} task(s), "
+              f"attempt {smk.params.attempt}", file=sys.stderr, flush=True)
+        outcome = run(batch_, int(smk.params.attempt), smk.output.manifest)
+        print(outcome.line(batch_.name), file=sys.stderr, flush=True)
