@@ -70,12 +70,13 @@ def run(workdir: Path, *args: str, profile: str = "default", check: bool = True,
     return result
 
 
-def planned(result: subprocess.CompletedProcess) -> dict[str, int]:
+def planned(result: subprocess.CompletedProcess | str) -> dict[str, int]:
     """What a run (or dry run) says of its sweep when it starts (``pipeline.announce``):
-    points, workloads, AIOB profiles and batches."""
+    points, workloads, AIOB profiles and batches. ``result``: the run, or its output."""
+    said = result if isinstance(result, str) else result.stdout + result.stderr
     found = re.search(r"commsweep: (\d+) point\(s\), (\d+) workload\(s\), (\d+) AIOB profile\(s\), "
-                      r"in (\d+) batch\(es\)", result.stdout + result.stderr)
-    assert found, f"no sweep announced:\n{result.stderr[-3000:]}"
+                      r"in (\d+) batch\(es\)", said)
+    assert found, f"no sweep announced:\n{said[-3000:]}"
     return dict(zip(("points", "workloads", "profiles", "batches"), map(int, found.groups())))
 
 
