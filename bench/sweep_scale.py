@@ -1,13 +1,28 @@
-"""How the pipeline scales: sweeps of about 10, 100 and 1,000 points, end to end.
+"""How the pipeline scales: sweeps of about 10, 100, 1,000 and 10,000 points, end to end.
 
 For each size it writes a sweep config, runs the whole workflow from scratch with
-``--cores 2`` in a temporary folder, then once more with nothing changed, and prints:
-the DAG build time (a dry run), the wall time, the time per point, the peak RSS of any
-process of the run, the files written, and the no-op rerun time. Results are appended to
-``bench/sweep_scale.md`` (``--record``), which docs/scale.md quotes.
+``--cores 2`` in a temporary folder, then once more with nothing changed, and prints: the
+DAG build time (a dry run), the wall time, the time per point, the CPU time of the whole
+run, the peak RSS of any process of the run, the files written, the no-op rerun time and
+the machine's load average (1 minute, before and after the run: the machine may be shared).
 
-    .venv/bin/python bench/sweep_scale.py                 # all three sizes
-    .venv/bin/python bench/sweep_scale.py --sizes 10 100  # some of them
+Then where a point's time goes, in CPU milliseconds per point:
+
+* ``snakemake``: the Snakemake process itself (reading the Snakefile, the DAG, scheduling,
+  each job's bookkeeping);
+* ``processes``: starting each job's processes and their imports (the jobs run, times the
+  CPU of starting one: ``python -c 'import commsweep.cli, commsweep.batch'``, and
+  ``import snakemake.script`` for a script job);
+* ``work``: the rest, the jobs' own work (for batches, ``tasks`` says how much of it the
+  per-point tasks measured themselves, from the batch logs).
+
+    .venv/bin/python bench/sweep_scale.py --sizes 10 100       # some of them
+    .venv/bin/python bench/sweep_scale.py --sizes 1024 --record
+    .venv/bin/python bench/sweep_scale.py --sizes 1024 --repo /path/to/another/checkout
+
+``--repo`` runs another checkout's Snakefile (e.g. main's, to compare; its commands come
+from that checkout's venv, ``REPO/.venv/bin``). ``--record`` appends the rows to
+``bench/sweep_scale.md``, which docs/scale.md quotes.
 """
 
 from __future__ import annotations
@@ -15,20 +30,23 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import re
 import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from datetime import date
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
+HERE = Path(__file__).resolve().parents[1]
 
-# Several models, TP 1-8, SP, PP, AIOB, both schedules, two networks: the large sweep has
-# 4 models x 4 TP x 2 PP x 2 SP x 2 AIOB x 2 schedules x 2 micro batches x 2 networks
-# = 1,024 points (every combination valid).
+NETWORKS = """\
+networks:
+  netA: {gpus_per_server: 8, nics_per_server: 8, nvlink_gbps: 360, nic_gbps: 48.5}
+  netB: {gpus_per_server: 8, nics_per_server: 4, nvlink_gbps: 200, nic_gbps: 25}
+"""
 SWEEPS = {
     10: """\
 sweep:
@@ -41,6 +59,8 @@ sweep:
   global_batch: [16]
   network: [netA]
 """,
+    # The heaviest per point: a global batch of 1,024 gives up to 256 micro-batches, workloads
+    # of up to 50,000 rows.
     100: """\
 sweep:
   model: [gpt-7b, gpt-13b, gpt-22b, llama-7b, llama-13b]
@@ -52,7 +72,40 @@ sweep:
   global_batch: [1024]
   network: [netA]
 """,
-    1000: """\
+    # Issue 17's sweep: 4 models (llama-70b has grouped-query attention) x 2 cluster sizes x
+    # TP 1-8 x SP x AIOB x both schedules x 2 micro-batch sizes x 2 networks = 1,024 points.
+    1024: """\
+sweep:
+  model: [gpt-7b, gpt-13b, llama-7b, llama-70b]
+  world_size: [32, 64]
+  tp: [1, 2, 4, 8]
+  sp: [false, true]
+  aiob: [false, true]
+  schedule: [aicb, megatron]
+  micro_batch: [1, 2]
+  global_batch: [128]
+  network: [netA, netB]
+""",
+    # 5 models x 2 cluster sizes x TP 1-8 x PP 1-2 x SP x AIOB x both schedules x 2 micro-batch
+    # sizes x 2 global batches x 2 sequence lengths x 2 networks = 10,240 points.
+    10000: """\
+sweep:
+  model: [gpt-7b, gpt-13b, gpt-22b, llama-7b, llama-70b]
+  world_size: [32, 64]
+  tp: [1, 2, 4, 8]
+  pp: [1, 2]
+  sp: [false, true]
+  aiob: [false, true]
+  schedule: [aicb, megatron]
+  micro_batch: [1, 2]
+  global_batch: [128, 256]
+  seq_length: [2048, 4096]
+  network: [netA, netB]
+""",
+}
+# The 1,024-point sweep of the rows recorded before issue 17 (one cluster size, PP 1-2, no
+# GQA model), to compare with them.
+SWEEPS[1000] = """\
 sweep:
   model: [gpt-7b, gpt-13b, llama-7b, llama-13b]
   world_size: [64]
@@ -64,70 +117,153 @@ sweep:
   micro_batch: [1, 2]
   global_batch: [128]
   network: [netA, netB]
-""",
-}
-NETWORKS = """\
-networks:
-  netA: {gpus_per_server: 8, nics_per_server: 8, nvlink_gbps: 360, nic_gbps: 48.5}
-  netB: {gpus_per_server: 8, nics_per_server: 4, nvlink_gbps: 200, nic_gbps: 25}
 """
 
 
-def snakemake(workdir: Path, config: Path, *extra: str) -> float:
-    """Run the workflow; return its wall time in seconds."""
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
-    cmd = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
+class Watch:
+    """The CPU seconds a process has used itself (not its children), sampled until it ends."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.cpu = pid, 0.0
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        tick = os.sysconf("SC_CLK_TCK")
+        while True:
+            try:
+                fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                return
+            if fields[0] == "Z":
+                return
+            self.cpu = (int(fields[11]) + int(fields[12])) / tick
+            time.sleep(0.05)
+
+    def join(self) -> float:
+        self._thread.join(timeout=5)
+        return self.cpu
+
+
+def snakemake(repo: Path, workdir: Path, config: Path, *extra: str) -> tuple[float, float, float]:
+    """Run the workflow; return its wall time, its CPU time (with every child) and the
+    Snakemake process's own CPU time, in seconds."""
+    bin_dir = repo / ".venv" / "bin" if (repo / ".venv" / "bin").is_dir() else Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    cmd = [str(bin_dir / "snakemake"), "-s", str(repo / "Snakefile"), "--directory", str(workdir),
            "--configfile", str(config), "--cores", "2", "--quiet", "all", *extra]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    result = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    watch = Watch(proc.pid)
+    out, err = proc.communicate()
     elapsed = time.perf_counter() - start
-    if result.returncode != 0:
-        raise SystemExit(f"snakemake failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
-    return elapsed
+    own = watch.join()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise SystemExit(f"snakemake failed:\n{out[-3000:]}\n{err[-3000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return elapsed, cpu, own
 
 
-def count_files(folder: Path) -> int:
-    return sum(len(files) for _, _, files in os.walk(folder))
+def startup_cpu(repo: Path, script: bool) -> float:
+    """The CPU seconds of starting a job's Python with what it imports (best of 5)."""
+    python = repo / ".venv" / "bin" / "python" if (repo / ".venv" / "bin").is_dir() else Path(sys.executable)
+    code = "import commsweep.cli, commsweep.status" + (", snakemake.script" if script else "")
+    best = float("inf")
+    for _ in range(5):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run([str(python), "-c", code], check=True)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        best = min(best, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
+    return best
 
 
-def measure(size: int) -> dict[str, float | int]:
+def jobs_run(results: Path) -> tuple[int, int]:
+    """The jobs of a run (one benchmark file each): all, and those run as Snakemake scripts."""
+    scripts = ("batch", "summarize", "compare", "difference_by_cause", "check", "sweep_table", "run_record")
+    bench = results / "benchmarks"
+    files = list(bench.rglob("*.tsv")) if bench.exists() else []
+    rule = [f.parent.name if f.parent != bench else f.stem for f in files]
+    return len(files), sum(r in scripts for r in rule)
+
+
+def task_cpu(results: Path) -> float:
+    """The CPU seconds the batches' tasks measured themselves (their logs' last lines)."""
+    total = 0.0
+    for log in (results / "logs" / "batch").glob("*.log") if (results / "logs" / "batch").exists() else ():
+        lines = [line for line in log.read_text().splitlines() if line.startswith("batch ") and " ran," in line]
+        if lines:
+            total += sum(float(x) for x in re.findall(r"\(([\d.]+) s CPU\)", lines[-1]))
+    return total
+
+
+def load() -> float:
+    return os.getloadavg()[0]
+
+
+def measure(size: int, repo: Path) -> dict[str, float | int]:
     with tempfile.TemporaryDirectory(prefix="commsweep-scale-") as tmp:
         workdir = Path(tmp)
         config = workdir / "sweep.yaml"
         config.write_text(SWEEPS[size] + NETWORKS)
-        dag = snakemake(workdir, config, "--dry-run")
-        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-        wall = snakemake(workdir, config)
-        peak_kib = max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
-        points = sum(1 for _ in open(workdir / "results" / "sweep.csv")) - 1
-        files = count_files(workdir / "results")
-        meta = count_files(workdir / ".snakemake")
-        rerun = snakemake(workdir, config)
-    return {"points": points, "dag_s": dag, "wall_s": wall, "per_point_ms": 1000 * wall / points,
-            "peak_rss_mib": peak_kib / 1024, "files": files, "snakemake_files": meta, "rerun_s": rerun}
+        dag, _, _ = snakemake(repo, workdir, config, "--dry-run")
+        load_before = load()
+        peak_before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        wall, cpu, own = snakemake(repo, workdir, config)
+        peak_kib = max(peak_before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+        load_after = load()
+        results = workdir / "results"
+        points = sum(1 for _ in open(results / "sweep.csv")) - 1
+        files = sum(len(f) for _, _, f in os.walk(results))
+        jobs, scripts = jobs_run(results)
+        tasks = task_cpu(results)
+        rerun, _, _ = snakemake(repo, workdir, config)
+    shell_start, script_start = startup_cpu(repo, False), startup_cpu(repo, True)
+    processes = (jobs - scripts) * shell_start + scripts * script_start
+    return {"points": points, "dag_s": dag, "wall_s": wall, "per_point_ms": 1000 * wall / points, "cpu_s": cpu,
+            "peak_rss_mib": peak_kib / 1024, "files": files, "rerun_s": rerun, "load_before": load_before,
+            "load_after": load_after, "jobs": jobs, "snakemake_ms": 1000 * own / points,
+            "processes_ms": 1000 * processes / points, "work_ms": 1000 * (cpu - own - processes) / points,
+            "tasks_ms": 1000 * tasks / points}
+
+
+HEAD = (f"{'points':>6} {'DAG s':>6} {'wall s':>7} {'ms/point':>8} {'CPU s':>7} {'peak RSS MiB':>12} {'files':>7} "
+        f"{'rerun s':>7} {'load':>9}")
+WHERE = f"{'points':>6} {'jobs':>6} {'CPU ms/point:':>14} {'snakemake':>9} {'processes':>9} {'work':>6} {'(tasks)':>8}"
 
 
 def main() -> None:
-    # As `make run` does: the package's modules byte-compiled once, not in every job.
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "src")], check=True)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=sorted(SWEEPS), choices=sorted(SWEEPS))
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 1024, 10000], choices=sorted(SWEEPS))
+    parser.add_argument("--repo", type=Path, default=HERE, help="the checkout whose workflow runs (default: this one)")
     parser.add_argument("--record", action="store_true", help="append the results to bench/sweep_scale.md")
     args = parser.parse_args()
-    head = f"{'points':>6} {'DAG s':>7} {'wall s':>8} {'ms/point':>9} {'peak RSS MiB':>13} {'files':>7} {'rerun s':>8}"
-    lines = [head]
-    print(head, flush=True)
+    repo = args.repo.resolve()
+    python = repo / ".venv" / "bin" / "python" if (repo / ".venv" / "bin").is_dir() else Path(sys.executable)
+    # As `make run` does: the package's modules byte-compiled once, not in every job.
+    subprocess.run([str(python), "-m", "compileall", "-q", str(repo / "src")], check=True)
+    commit = subprocess.run(["git", "-C", str(repo), "describe", "--always", "--dirty"], capture_output=True,
+                            text=True).stdout.strip() or "?"
+    rows, where = [HEAD], [WHERE]
+    print(f"{repo} ({commit}), {os.cpu_count()} CPUs, --cores 2", flush=True)
+    print(HEAD, flush=True)
     for size in args.sizes:
-        r = measure(size)
-        line = (f"{r['points']:>6} {r['dag_s']:>7.1f} {r['wall_s']:>8.1f} {r['per_point_ms']:>9.0f} "
-                f"{r['peak_rss_mib']:>13.0f} {r['files']:>7} {r['rerun_s']:>8.1f}")
-        lines.append(line)
+        r = measure(size, repo)
+        line = (f"{r['points']:>6} {r['dag_s']:>6.1f} {r['wall_s']:>7.1f} {r['per_point_ms']:>8.0f} {r['cpu_s']:>7.1f} "
+                f"{r['peak_rss_mib']:>12.0f} {r['files']:>7} {r['rerun_s']:>7.1f} "
+                f"{r['load_before']:>4.1f}-{r['load_after']:<4.1f}")
+        rows.append(line)
+        where.append(f"{r['points']:>6} {r['jobs']:>6} {'':>14} {r['snakemake_ms']:>9.1f} {r['processes_ms']:>9.1f} "
+                     f"{r['work_ms']:>6.1f} {r['tasks_ms']:>8.1f}")
         print(line, flush=True)
+    print("\nwhere a point's time goes (CPU ms per point):")
+    print("\n".join(where))
     if args.record:
         cpu = platform.processor() or platform.machine()
-        with open(REPO / "bench" / "sweep_scale.md", "a", encoding="utf-8") as fh:
-            fh.write(f"\n## {date.today().isoformat()}, {os.cpu_count()} CPUs ({cpu}), `--cores 2`\n\n```\n")
-            fh.write("\n".join(lines) + "\n```\n")
+        with open(HERE / "bench" / "sweep_scale.md", "a", encoding="utf-8") as fh:
+            fh.write(f"\n## {date.today().isoformat()}, {repo.name} at {commit}, {os.cpu_count()} CPUs ({cpu}), "
+                     "`--cores 2`\n\n```\n" + "\n".join(rows) + "\n\n" + "\n".join(where) + "\n```\n")
 
 
 if __name__ == "__main__":

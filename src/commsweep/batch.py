@@ -225,8 +225,11 @@ class Batch:
 
 
 def unit_of(point) -> str:
-    """What a point shares its work with: its AIOB profile (with aiob on), else its workload."""
-    return f"profile:{point.profile_key}" if point.aiob else f"workload:{point.workload_key}"
+    """What a point shares its work with, which keeps it in one batch: its model shard (the
+    AIOB profile's key, with aiob on or off). Its workload's other networks share it, the
+    profile's other workloads too, and so do the workloads of its setup with the other
+    schedule, with and without AIOB, which the audit compares with one reference."""
+    return point.profile_key
 
 
 def batch_count(points: int, per_batch: int) -> int:

@@ -310,6 +310,21 @@ def audit(
 _LAST: dict[tuple, tuple[wf.Workload, list[Finding], wf.Header]] = {}
 
 
+# The reference of the last setup audited: Megatron's schedule and its collectives per unit
+# (read, never changed, by the audit). A batch audits the workloads of one setup (both
+# schedules, with and without AIOB) one after another.
+_REFERENCE: dict[tuple, tuple[megatron.Schedule, dict[Unit, list[Side]]]] = {}
+
+
+def _reference(setup: TrainingSetup, stage: int) -> tuple[megatron.Schedule, dict[Unit, list[Side]]]:
+    key = (setup, stage)
+    if key not in _REFERENCE:
+        reference = megatron.schedule(setup, stage=stage)
+        _REFERENCE.clear()
+        _REFERENCE[key] = (reference, expected_units(reference))
+    return _REFERENCE[key]
+
+
 def _untimed(workload: wf.Workload, setup: TrainingSetup, stage: int, gpus: int | None,
              source: str | Path) -> tuple[list[Finding], wf.Header]:
     """The findings of ``audit`` without their times, and the reference's header."""
@@ -321,11 +336,10 @@ def _untimed(workload: wf.Workload, setup: TrainingSetup, stage: int, gpus: int 
     if problems:
         raise ConfigError("; ".join(problems), key="arguments")
     check_header(workload, setup, source)
-    reference = megatron.schedule(setup, stage=stage)
+    reference, expected = _reference(setup, stage)
     sizes = wf.group_sizes(workload.header, gpus)
     units = segment(workload, setup.layers_per_stage, stage * setup.layers_per_stage,
                     layer_ids=megatron.stage_layers(setup, stage))
-    expected = expected_units(reference)
 
     findings: list[Finding] = []
     rows_of: dict[Unit, list[int]] = {}
@@ -454,13 +468,13 @@ def _audit_pipeline(found: wf.Header, expected: wf.Header) -> list[Finding]:
 
 
 def _with_time(f: Finding, header: wf.Header, reference_header: wf.Header, time_us: TimeFn) -> Finding:
-    import dataclasses
-
     if f.phase == "pp":
         return f  # pipeline time is not a collective's time (see simulate.engine)
     found = time_us(f.found, header) if f.found is not None and f.found.collective != "none" else 0.0
     expected = time_us(f.expected, reference_header) if f.expected is not None else 0.0
-    return dataclasses.replace(f, delta_us=found - expected)
+    # (Not dataclasses.replace, which costs more than the rest: an audit has thousands of findings.)
+    return Finding(f.row, f.unit, f.phase, f.kind, f.expected, f.found, f.delta_bytes, found - expected,
+                   row_name=f.row_name)
 
 
 # -- output ----------------------------------------------------------------------------
