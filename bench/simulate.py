@@ -120,8 +120,9 @@ def detect_build(binary: Path) -> tuple[str, str] | None:
 def make_build(root: Path, label: str | None) -> Build:
     binary = root / "bin" / "SimAI_analytical"
     if not os.access(binary, os.X_OK):
-        raise SystemExit(f"bench/simulate.py: {binary} not found or not executable: point SIMAI_ROOT (or "
-                         "--simai-root) at a SimAI checkout built with './scripts/build.sh -c analytical'")
+        print(f"bench/simulate.py: {binary} not found or not executable: point SIMAI_ROOT (or --simai-root) at "
+              "a SimAI checkout built with './scripts/build.sh -c analytical'", file=sys.stderr)
+        raise SystemExit(2)
     found = detect_build(binary)
     if label:
         detail = "given with --simai-build" + (f"; CMake says {found[0]} ({found[1]})" if found else "")
@@ -392,7 +393,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", action="append", default=[], help="keep the workloads whose name contains this")
     ap.add_argument("--repeat", type=int, default=5, help="runs of each process per workload (default 5)")
     ap.add_argument("--csv", type=Path, help="also write the per-workload table here")
+    given, argv = iter(sys.argv[1:] if argv is None else argv), []
+    for arg in given:  # a label such as -O2 is no option: let "--simai-build -O2" mean what it says
+        argv.append(f"--simai-build={next(given, '')}" if arg == "--simai-build" else arg)
     ns = ap.parse_args(argv)
+    if "" in ns.simai_build:
+        ap.error("--simai-build needs a label (for example -O2)")
     roots = ns.simai_root or ([Path(os.environ["SIMAI_ROOT"])] if os.environ.get("SIMAI_ROOT") else [])
     if len(ns.simai_build) > len(roots):
         ap.error(f"{len(ns.simai_build)} --simai-build label(s) for {len(roots)} SimAI root(s)")

@@ -85,8 +85,22 @@ def test_a_built_simai_is_labelled_and_an_unplaceable_copy_refused(tmp_path, cap
     assert bench.make_build(copy, "-O2").label == "-O2"
     # a label beside a CMake build keeps what CMake says, for the reader to see
     assert "CMake says -O0 (no build type)" in bench.make_build(root, "-O3").detail
-    with pytest.raises(SystemExit, match="not found or not executable"):
+    with pytest.raises(SystemExit) as exit_:
         bench.make_build(tmp_path / "nowhere", None)
+    assert exit_.value.code == 2
+    assert "not found or not executable" in capsys.readouterr().err
+
+
+@needs_cmake
+def test_a_simai_that_writes_other_bytes_is_reported_and_fails_the_bench(tmp_path, capsys):
+    reference_path("simai", "endtoend", "INDEX.csv")
+    root = cmake_build(tmp_path, compile=True)  # a program that exits 0 and writes nothing
+    assert bench.main(["--simai-root", str(root), "--simai-build", "-O2", "--only", "microAllReduce",
+                       "--repeat", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "SimAI -O2: " in out and "given with --simai-build; CMake says -O0 (no build type)" in out
+    assert "OUTPUT DIFFERS: SimAI -O2 differs from the engine" in out
+    assert "byte-identical" not in out
 
 
 def test_the_bench_checks_the_bytes_and_reports_against_the_recorded_simai(tmp_path, capsys):
