@@ -28,7 +28,7 @@ or SimAI's own examples when the reference is absent; ``--grid`` adds 72 generat
 (GPT-7B, LLaMA-7B, LLaMA-70B with GQA; world 16, global batch 16; TP 2/4/8 x SP x AIOB x
 both schedules; networks A and B: 144 runs, of which the 32 SimAI bug cases are skipped), which
 need a SimAI build to check against (about 5 minutes with an -O0 and an -O2 build, 2 cores).
-SimAI's timed runs send its stdout to /dev/null (its best case); the engine's write both files.
+SimAI's timed runs send its stdout to /dev/null (its best case); commsweep simulate writes both files.
 
 The process timing lets Python cache bytecode as a normal install does (this project's
 sandbox sets PYTHONDONTWRITEBYTECODE, which makes every start recompile the sources).
@@ -278,6 +278,7 @@ def measure(case: Case, builds: list[Build], ratio_dir: Path, repeat: int) -> No
             if proc.returncode != 0 or not out.is_file() or out.read_text() != result.endtoend:
                 case.identical = False
                 case.notes.append(f"SimAI {build.label} differs from the engine (exit {proc.returncode})")
+                continue  # no time for a run that does not give the same result
             # fewer runs where one takes seconds (SimAI -O0 on a big workload)
             walls, cpus = timed_runs(argv, repeat if first < 2 else min(repeat, 3), cwd=workdir)
             case.results[f"SimAI {build.label}"] = summary(walls)
@@ -370,7 +371,8 @@ def report(cases: list[Case], columns: list[str], csv_path: Path | None) -> None
         cpu_cols = [col for col in columns if any(col in c.cpu for c in done)]
         with open(csv_path, "w", newline="", encoding="utf-8") as fh:
             w = csv.writer(fh)
-            w.writerow(["workload", "rows", "identical", *(f"{slug[c]}_{k}_ms" for c in columns for k in ("min", "median")),
+            w.writerow(["workload", "rows", "identical",
+                        *(f"{slug[c]}_{k}_ms" for c in columns for k in ("min", "median")),
                         *(f"{slug[c]}_cpu_min_ms" for c in cpu_cols), "notes"])
             for c in cases:
                 cells = []
