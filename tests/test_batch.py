@@ -139,6 +139,29 @@ def test_a_batch_writes_what_the_per_stage_commands_write(tmp_path, monkeypatch)
     assert sweeps.differences(batched, per_stage) == []
 
 
+def test_the_batches_causes_put_together_are_the_sweeps(tmp_path, monkeypatch):
+    """Each batch works out the difference by cause of its AICB points; put together in the
+    sweep's order, they are what `commsweep causes` works out from every point's files."""
+    from commsweep.analysis import causes
+    from commsweep.paths import PointFiles
+
+    monkeypatch.chdir(tmp_path)
+    config = config_of(sweep={**config_of()["sweep"], "tp": [2, 4], "sp": [False, True]})
+    points, invalid = sweep.points_from_config(config)
+    batches = planned(config)
+    run_all(batches)
+    Path("results/sweep.csv").write_text(sweep.table_csv(points, invalid))
+    parts = [path for b in batches.values() for path in b.files["causes"]]
+    assert len(parts) == len(batches) > 1
+    whole = causes.difference_by_cause(Path("results/sweep.csv"), PointFiles.under("results"))
+    assert len(whole.splitlines()) > 100
+    assert causes.assemble(Path("results/sweep.csv"), parts) == whole
+    # A batch's part that failed is an error of the step, naming it.
+    Path(parts[0]).write_text("commsweep: no result: difference_by_cause: boom\n")
+    with pytest.raises(Exception, match=f"{parts[0]}:1: commsweep: no result: difference_by_cause: boom"):
+        causes.assemble(Path("results/sweep.csv"), parts)
+
+
 def test_only_the_tasks_whose_inputs_changed_run_again(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     config = config_of()

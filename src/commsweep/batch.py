@@ -65,7 +65,7 @@ RUNNING = Path(".snakemake") / "commsweep" / "batches"
 # A failure recorded for a task whose process was killed: it is retried in a process of its own.
 KILLED = "killed by signal"
 # The kinds of per-point files a manifest lists for the sweep-wide steps (``manifest_files``).
-FILE_KINDS = ("status", "volumes", "times", "collectives", "audits", "workloads", "endtoend")
+FILE_KINDS = ("status", "volumes", "times", "collectives", "audits", "workloads", "endtoend", "causes")
 
 
 # -- the command line of each stage of a point ------------------------------------------------
@@ -210,6 +210,9 @@ class Batch:
     # Files from outside results/ that its tasks read (the user's AIOB files, SimAI's ratio
     # tables): inputs of its job. (Their checksums are in the tasks' digests.)
     inputs: tuple[str, ...] = ()
+    # Its points as rows of the points table (strings, ``sweep.Point.row``): for the
+    # difference by cause of its AICB points, which the batch works out too (``run``).
+    rows: tuple[Mapping[str, str], ...] = ()
 
     @property
     def digest(self) -> str:
@@ -345,8 +348,10 @@ def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | 
             if audit_file:
                 files["audits"].append(audit_file)
         inputs = [user_file(config["aiob"]["file"], key) for key in profiles] if backend == "file" else []
+        files["causes"] = [layout.batch_causes(name)]
+        rows = tuple({k: str(v) for k, v in p.row().items()} for p in group)
         batches[name] = Batch(name, tuple(p.point_key for p in group), tuple(tasks),
-                              {kind: tuple(v) for kind, v in files.items()}, tuple(inputs + ratio_files))
+                              {kind: tuple(v) for kind, v in files.items()}, tuple(inputs + ratio_files), rows)
     return batches
 
 
@@ -405,7 +410,8 @@ def attempt(batch: Batch, manifest_path: str | Path) -> int:
         failed = bool(record["failed"])
     except (OSError, ValueError, KeyError, TypeError):
         return 1
-    if failed or any(not _nonempty(f) for t in batch.tasks for f in (t.status, *t.outputs)):
+    made = [f for t in batch.tasks for f in (t.status, *t.outputs)] + list(batch.files.get("causes", ()))
+    if failed or any(not _nonempty(f) for f in made):
         return last + 1
     return last
 
@@ -586,9 +592,30 @@ def run(batch: Batch, attempt_: int, manifest_path: str | Path, *, running_dir: 
             outcome.ran.append(task)
             if not result.ok:
                 outcome.failed.append(task)
+        for path in batch.files.get("causes", ()):
+            write_text(path, causes_table(batch))
     write_text(manifest_path, manifest(batch, attempt_, outcome.failed))
     running.unlink(missing_ok=True)
     return outcome
+
+
+def causes_table(batch: Batch) -> str:
+    """The difference by cause of the batch's AICB points (``analysis.causes.points_causes``):
+    its part of ``difference_by_cause.csv``, which the sweep-wide step puts together in the
+    sweep's order (a batch holds every point of its settings, so each AICB point's Megatron
+    partner is in it). Worked out here, batch by batch, rather than for the whole sweep at its
+    end. A failure is a marker (``status.MARKER``) that fails that step, naming it."""
+    from .analysis import causes
+    from .paths import PointFiles
+    from .status import MARKER, describe_exception
+
+    files = PointFiles.given(**{kind: batch.files.get(kind, ()) for kind in
+                                ("status", "volumes", "times", "collectives", "audits")})
+    try:
+        return causes.to_csv(causes.points_causes([dict(r) for r in batch.rows], files))
+    except Exception as err:  # noqa: BLE001 - recorded for the sweep-wide step, which fails on it
+        print(f"commsweep batch {batch.name}: difference by cause: error: {describe_exception(err)}", file=sys.stderr)
+        return f"{MARKER} difference_by_cause: {describe_exception(err)}\n"
 
 
 def run_rule(smk) -> None:

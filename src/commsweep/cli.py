@@ -170,6 +170,9 @@ def cmd_plot(ns: argparse.Namespace) -> None:
 def cmd_causes(ns: argparse.Namespace) -> None:
     from .analysis import causes
 
+    if ns.parts is not None:
+        _emit(causes.assemble(Path(ns.sweep), ns.parts), ns.output)
+        return
     files = _point_files(ns, ("status", "volumes", "times", "collectives", "audits"))
     _emit(causes.difference_by_cause(Path(ns.sweep), files), ns.output)
 
@@ -543,6 +546,9 @@ def add_causes_parser(sub) -> None:
     _add_file_lists(p, status="the points' status files", volumes="the workloads' volumes.csv files",
                     times="the points' times.csv files", collectives="the points' collectives.csv files",
                     audits="the AICB points' audit.csv files")
+    p.add_argument("--parts", nargs="*", metavar="FILE",
+                   help="instead: the tables of parts of the sweep to put together in its order (what the "
+                        "pipeline's batches write, results/batches/<batch>.causes.csv)")
     p.add_argument("-o", "--output", help="output CSV (results/difference_by_cause.csv; default: stdout)")
     p.set_defaults(func=cmd_causes)
 

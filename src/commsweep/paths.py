@@ -16,6 +16,7 @@ layout is spelled once::
     results/summary.csv, results/plots/*.png, ...       the sweep's tables and figures
     results/steps/<rule>.status                         the outcome of each sweep-wide step
     results/batches/<batch>.json                        a finished batch of points: their files (commsweep.batch)
+    results/batches/<batch>.causes.csv                  the difference by cause of its AICB points
     results/traces/<trace>.csv|.compare.csv             measured megatron-core traces (reference: measured)
     results/logs/<rule>/<key>.log                       each job's log (results/logs/<rule>.log: sweep-wide)
     results/benchmarks/<rule>/<key>.tsv                 each job's time and memory, likewise
@@ -132,6 +133,10 @@ class Layout:
     def batch_manifest(self, batch: str = "{batch}") -> str:
         """A finished batch's manifest: its points, their files, its failed tasks."""
         return f"{self.batches_dir()}/{batch}.json"
+
+    def batch_causes(self, batch: str = "{batch}") -> str:
+        """The difference by cause of a batch's AICB points (``analysis.causes.points_causes``)."""
+        return f"{self.batches_dir()}/{batch}.causes.csv"
 
     # -- sweep-wide tables and figures -----------------------------------------------------
 

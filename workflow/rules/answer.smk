@@ -4,7 +4,7 @@
 
 
 rule difference_by_cause:
-    # Reads each point's files as the batch manifests list them (a script: see rule summarize).
+    # Reads the batches' parts, as their manifests list them (a script: see rule summarize).
     input:
         sweep=L.sweep_table(),
         batches=all_batches,
@@ -15,9 +15,8 @@ rule difference_by_cause:
     params:
         provenance=provenance(),
         attempt=attempt(L.step_status("difference_by_cause")),
-        command=guarded_argv("causes", "--sweep", "<input.sweep>", "--status", "<batches.status>",
-                             "--volumes", "<batches.volumes>", "--times", "<batches.times>",
-                             "--collectives", "<batches.collectives>", "--audits", "<batches.audits>",
+        # Each batch's part (its AICB points' causes), put together in the sweep's order.
+        command=guarded_argv("causes", "--sweep", "<input.sweep>", "--parts", "<batches.causes>",
                              "-o", "<output.table>"),
     log:
         L.log("difference_by_cause"),

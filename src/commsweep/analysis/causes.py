@@ -393,12 +393,20 @@ def item(r: dict[str, str]) -> Item:
 
 
 def read_items(path: Path) -> list[Item]:
-    """A point's audit.csv (``audit.COLUMNS``) as Items, naming the line of a bad field."""
-    rows = audit.read_csv(read_text(path), source=path)
+    """A point's audit.csv (``audit.COLUMNS``) as Items, naming the line of a bad field.
+
+    (Rows read as lists, not as ``audit.read_csv``'s dicts: a sweep's audits hold millions.)"""
+    reader = csv.reader(io.StringIO(read_text(path)))
+    if tuple(next(reader, ())) != audit.COLUMNS:
+        raise InputError(f"expected the columns {','.join(audit.COLUMNS)}", file=path, line=1)
     out = []
-    for n, r in enumerate(rows, start=2):
+    for n, r in enumerate(reader, start=2):
+        if len(r) != len(audit.COLUMNS):
+            raise InputError(f"expected {len(audit.COLUMNS)} fields, got {len(r)}", file=path, line=n)
+        row, layer, phase, kind, e_coll, e_group, e_bytes, f_coll, f_group, f_bytes, _, _, f_name, e_name = r
         try:
-            out.append(item(r))
+            out.append(Item(_int_or_none(row), layer, phase, kind, e_coll, e_group, _int_or_none(e_bytes),
+                            f_coll, f_group, _int_or_none(f_bytes), f_name, e_name))
         except ValueError as err:
             raise InputError(f"expected integers in row and byte columns ({err})", file=path, line=n) from None
     return out
@@ -657,10 +665,20 @@ def point_causes(files: paths.PointFiles, point: dict[str, str], partner: dict[s
 def sweep_causes(sweep_csv: Path, files: paths.PointFiles) -> list[PointCauses]:
     """Every audited AICB point of a finished sweep whose stages succeeded, in table order.
     ``files``: each point's files (``paths.PointFiles``)."""
-    from ..status import failures
     from .summary import read_points
 
-    points = read_points(sweep_csv)
+    return points_causes(read_points(sweep_csv), files)
+
+
+def points_causes(points: list[dict[str, str]], files: paths.PointFiles) -> list[PointCauses]:
+    """``sweep_causes`` of some points (rows of the points table, as strings), in their order.
+
+    A point's Megatron partner is one of the same setting (``megatron_partners``), so any set
+    of points that holds every point of its settings gives each point what the whole sweep
+    would: a batch of points does (``commsweep.batch``: a batch holds whole model shards).
+    """
+    from ..status import failures
+
     ok = {p["point"]: p for p in points if not failures(files, p["workload"], p["point"])}
     partners = megatron_partners(list(ok.values()))
     out = []
@@ -690,6 +708,31 @@ def to_csv(found: Iterable[PointCauses]) -> str:
 def difference_by_cause(sweep_csv: Path, files: paths.PointFiles) -> str:
     """``results/difference_by_cause.csv`` of a finished sweep."""
     return to_csv(sweep_causes(sweep_csv, files))
+
+
+def assemble(sweep_csv: Path, parts: Iterable[str | Path]) -> str:
+    """``difference_by_cause.csv`` from tables of parts of the sweep (``to_csv`` of
+    ``points_causes``, one per batch of points): their rows, point by point in the sweep's
+    order. A part that is a failed job's marker (``status.MARKER``) is an error naming it."""
+    from ..status import MARKER
+    from .summary import read_points
+
+    rows_of: dict[str, list[list[str]]] = {}
+    for part in parts:
+        text = read_text(part)
+        if text.startswith(MARKER):
+            raise InputError(text.strip(), file=part, line=1)
+        reader = csv.reader(io.StringIO(text))
+        if tuple(next(reader, ())) != COLUMNS:
+            raise InputError(f"expected the columns {','.join(COLUMNS)}", file=part, line=1)
+        for row in reader:
+            rows_of.setdefault(row[0], []).append(row)
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    for point in read_points(sweep_csv):
+        writer.writerows(rows_of.get(point["point"], ()))
+    return buf.getvalue()
 
 
 # -- reading the table back ----------------------------------------------------------------
