@@ -2,7 +2,7 @@
 
 Runs, each in its own process as the rules run them, ``commsweep summarize``,
 ``commsweep compare`` and the four summary figures against the results folder of a
-finished sweep (``bench/sweep_scale.py`` makes one of 10, 100 or 1,000 points; pass
+finished sweep (``bench/sweep_scale.py`` makes one of 10, 100, 1,024 or 10,240 points; pass
 ``--size`` to make it here first), writing into a temporary folder, and prints per
 command the wall time, the peak RSS and the size of what it wrote, then the time and
 RSS per point.
@@ -55,7 +55,7 @@ def main() -> None:
         config = workdir / "sweep.yaml"
         config.write_text(sweep_scale.SWEEPS[args.size] + sweep_scale.NETWORKS)
         print(f"running the {args.size}-point sweep in {workdir} ...", flush=True)
-        print(f"  {sweep_scale.snakemake(workdir, config):.0f} s", flush=True)
+        print(f"  {sweep_scale.snakemake(REPO, workdir, config)[0]:.0f} s", flush=True)
     points = sum(1 for _ in open(results / "sweep.csv")) - 1
     commsweep = str(BIN / "commsweep")
     with tempfile.TemporaryDirectory(prefix="commsweep-aggregate-") as tmp:

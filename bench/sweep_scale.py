@@ -13,15 +13,16 @@ Then where a point's time goes, in CPU milliseconds per point:
 * ``processes``: starting each job's processes and their imports (the jobs run, times the
   CPU of starting one: ``python -c 'import commsweep.cli, commsweep.batch'``, and
   ``import snakemake.script`` for a script job);
-* ``work``: the rest, the jobs' own work (for batches, ``tasks`` says how much of it the
-  per-point tasks measured themselves, from the batch logs).
+* ``work``: the rest, the jobs' own work (``batches`` says how much of it the batches
+  measured themselves, their points' tasks and difference by cause, from their logs).
 
     .venv/bin/python bench/sweep_scale.py --sizes 10 100       # some of them
     .venv/bin/python bench/sweep_scale.py --sizes 1024 --record
     .venv/bin/python bench/sweep_scale.py --sizes 1024 --repo /path/to/another/checkout
 
-``--repo`` runs another checkout's Snakefile (e.g. main's, to compare; its commands come
-from that checkout's venv, ``REPO/.venv/bin``). ``--record`` appends the rows to
+``--repo`` runs another checkout's Snakefile and package (``REPO/src`` first on the Python
+path), e.g. main's, to compare, or a copy of a commit (``git archive``) while you edit this
+one; with the commands of its venv, ``REPO/.venv/bin``, if it has one, else this one's. ``--record`` appends the rows to
 ``bench/sweep_scale.md``, which docs/scale.md quotes.
 """
 
@@ -149,7 +150,9 @@ def snakemake(repo: Path, workdir: Path, config: Path, *extra: str) -> tuple[flo
     """Run the workflow; return its wall time, its CPU time (with every child) and the
     Snakemake process's own CPU time, in seconds."""
     bin_dir = repo / ".venv" / "bin" if (repo / ".venv" / "bin").is_dir() else Path(sys.executable).parent
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    # That checkout's package, whatever the venv holds (e.g. a copy of a commit, so that
+    # editing the working tree meanwhile does not change what runs).
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(repo / "src")}
     cmd = [str(bin_dir / "snakemake"), "-s", str(repo / "Snakefile"), "--directory", str(workdir),
            "--configfile", str(config), "--cores", "2", "--quiet", "all", *extra]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -173,7 +176,7 @@ def startup_cpu(repo: Path, script: bool) -> float:
     best = float("inf")
     for _ in range(5):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        subprocess.run([str(python), "-c", code], check=True)
+        subprocess.run([str(python), "-c", code], check=True, env={**os.environ, "PYTHONPATH": str(repo / "src")})
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         best = min(best, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
     return best
@@ -189,7 +192,7 @@ def jobs_run(results: Path) -> tuple[int, int]:
 
 
 def task_cpu(results: Path) -> float:
-    """The CPU seconds the batches' tasks measured themselves (their logs' last lines)."""
+    """The CPU seconds of work the batches measured themselves (their logs' last lines)."""
     total = 0.0
     for log in (results / "logs" / "batch").glob("*.log") if (results / "logs" / "batch").exists() else ():
         lines = [line for line in log.read_text().splitlines() if line.startswith("batch ") and " ran," in line]
@@ -202,9 +205,20 @@ def load() -> float:
     return os.getloadavg()[0]
 
 
-def measure(size: int, repo: Path) -> dict[str, float | int]:
+def steps(results: Path) -> str:
+    """The sweep-wide steps of a run: seconds and CPU seconds each (their benchmark files; the
+    CPU is Snakemake's sample of the job's processes)."""
+    out = []
+    for tsv in sorted((results / "benchmarks").glob("*.tsv")):
+        fields = tsv.read_text().splitlines()[1].split("\t")
+        out.append(f"{tsv.stem} {float(fields[0]):.1f} s ({float(fields[9]):.1f} s CPU)")
+    return ", ".join(out)
+
+
+def measure(size: int, repo: Path, keep: Path | None = None) -> dict[str, float | int]:
     with tempfile.TemporaryDirectory(prefix="commsweep-scale-") as tmp:
-        workdir = Path(tmp)
+        workdir = Path(tmp) if keep is None else keep / str(size)
+        workdir.mkdir(parents=True, exist_ok=True)
         config = workdir / "sweep.yaml"
         config.write_text(SWEEPS[size] + NETWORKS)
         dag, _, _ = snakemake(repo, workdir, config, "--dry-run")
@@ -218,6 +232,7 @@ def measure(size: int, repo: Path) -> dict[str, float | int]:
         files = sum(len(f) for _, _, f in os.walk(results))
         jobs, scripts = jobs_run(results)
         tasks = task_cpu(results)
+        sweep_wide = steps(results)
         rerun, _, _ = snakemake(repo, workdir, config)
     shell_start, script_start = startup_cpu(repo, False), startup_cpu(repo, True)
     processes = (jobs - scripts) * shell_start + scripts * script_start
@@ -225,7 +240,7 @@ def measure(size: int, repo: Path) -> dict[str, float | int]:
             "peak_rss_mib": peak_kib / 1024, "files": files, "rerun_s": rerun, "load_before": load_before,
             "load_after": load_after, "jobs": jobs, "snakemake_ms": 1000 * own / points,
             "processes_ms": 1000 * processes / points, "work_ms": 1000 * (cpu - own - processes) / points,
-            "tasks_ms": 1000 * tasks / points}
+            "tasks_ms": 1000 * tasks / points, "steps": sweep_wide}
 
 
 HEAD = (f"{'points':>6} {'DAG s':>6} {'wall s':>7} {'ms/point':>8} {'CPU s':>7} {'peak RSS MiB':>12} {'files':>7} "
@@ -238,6 +253,8 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 1024, 10000], choices=sorted(SWEEPS))
     parser.add_argument("--repo", type=Path, default=HERE, help="the checkout whose workflow runs (default: this one)")
     parser.add_argument("--record", action="store_true", help="append the results to bench/sweep_scale.md")
+    parser.add_argument("--keep", type=Path, help="run each sweep in KEEP/<size> and leave it there (default: a "
+                                                  "temporary folder, removed)")
     args = parser.parse_args()
     repo = args.repo.resolve()
     python = repo / ".venv" / "bin" / "python" if (repo / ".venv" / "bin").is_dir() else Path(sys.executable)
@@ -249,14 +266,15 @@ def main() -> None:
     print(f"{repo} ({commit}), {os.cpu_count()} CPUs, --cores 2", flush=True)
     print(HEAD, flush=True)
     for size in args.sizes:
-        r = measure(size, repo)
+        r = measure(size, repo, args.keep.resolve() if args.keep else None)
         line = (f"{r['points']:>6} {r['dag_s']:>6.1f} {r['wall_s']:>7.1f} {r['per_point_ms']:>8.0f} {r['cpu_s']:>7.1f} "
                 f"{r['peak_rss_mib']:>12.0f} {r['files']:>7} {r['rerun_s']:>7.1f} "
                 f"{r['load_before']:>4.1f}-{r['load_after']:<4.1f}")
         rows.append(line)
         where.append(f"{r['points']:>6} {r['jobs']:>6} {'':>14} {r['snakemake_ms']:>9.1f} {r['processes_ms']:>9.1f} "
-                     f"{r['work_ms']:>6.1f} {r['tasks_ms']:>8.1f}")
+                     f"{r['work_ms']:>6.1f} {r['tasks_ms']:>9.1f}")
         print(line, flush=True)
+        print(f"       sweep-wide steps: {r['steps']}", flush=True)
     print("\nwhere a point's time goes (CPU ms per point):")
     print("\n".join(where))
     if args.record:

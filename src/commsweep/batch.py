@@ -474,8 +474,9 @@ def describe_pending(batches: Mapping[str, Batch]) -> str:
 
 @dataclass
 class Outcome:
-    """What a batch job did: tasks run, skipped (current), failed; per stage, the seconds
-    its tasks took and the CPU seconds they used (this process's: the work itself)."""
+    """What a batch job did: tasks run, skipped (current), failed; per stage (and for the
+    difference by cause of its points, ``causes``), the seconds its work took and the CPU
+    seconds it used (this process's: the work itself)."""
 
     ran: list[Task] = field(default_factory=list)
     skipped: int = 0
@@ -592,8 +593,11 @@ def run(batch: Batch, attempt_: int, manifest_path: str | Path, *, running_dir: 
             outcome.ran.append(task)
             if not result.ok:
                 outcome.failed.append(task)
+        started, cpu = time.perf_counter(), time.process_time()
         for path in batch.files.get("causes", ()):
             write_text(path, causes_table(batch))
+        outcome.seconds["causes"] = time.perf_counter() - started
+        outcome.cpu["causes"] = time.process_time() - cpu
     write_text(manifest_path, manifest(batch, attempt_, outcome.failed))
     running.unlink(missing_ok=True)
     return outcome
