@@ -96,14 +96,17 @@ def test_bad_flags(tmp_path, capsys):
 from test_workflow import snakemake  # noqa: E402
 
 
-def test_one_simulate_job_per_point(tmp_path):
-    result = snakemake(tmp_path, "--configfile", str(REPO / "config" / "config.yaml"), "--dry-run")
-    jobs = [line for line in result.stdout.splitlines() if line.strip().startswith("simulate ")]
+def test_one_simulation_per_point(tmp_path):
+    config = REPO / "config" / "config.yaml"
+    result = snakemake(tmp_path, "--configfile", str(config), "--dry-run")
     from commsweep import sweep
 
-    points, _ = sweep.points_from_config(sweep.load_config(REPO / "config" / "config.yaml"))
+    points, _ = sweep.points_from_config(sweep.load_config(config))
     assert len({p.network for p in points}) > 1  # the default sweep shares workloads across networks
-    assert jobs and jobs[0].split()[-1] == str(len(points))
+    planned = sweeps.planned(result)
+    assert planned["points"] == len(points) and planned["workloads"] == len(points) // 2
+    todo = sweeps.todo(tmp_path, config)
+    assert todo["simulate"] == len(points) and todo["generate"] == todo["volumes"] == len(points) // 2
 
 
 @pytest.mark.slow
