@@ -129,6 +129,6 @@ def test_simulated_times_join_the_summary(tmp_path):
             assert float(r["exposed_us"]) < float(r["time_us"])  # dp overlap 0.5
     point = rows[0]["point"]
     assert (results / "points" / point / "EndToEnd.csv").read_text().startswith("File name, ")
-    log = (results / "logs" / "simulate" / f"{point}.log").read_text()
-    assert f"ratio tables: {simai_runs.RATIO_DIR}" in log
-    assert list((results / "benchmarks" / "simulate").glob("*.tsv"))
+    logs = "".join(p.read_text() for p in (results / "logs" / "batch").glob("*.log"))
+    assert f"== simulate {point} " in logs and f"ratio tables: {simai_runs.RATIO_DIR}" in logs
+    assert list((results / "benchmarks" / "batch").glob("*.tsv"))
