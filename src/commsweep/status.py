@@ -1,9 +1,10 @@
 """Per-point outcomes: one bad point is recorded, never fatal to the others.
 
 Snakemake cannot run the summary when one of its inputs failed, so a sweep of thousands
-of points would lose its table to a single bad point. Every per-point rule therefore runs
-its ``commsweep`` command through ``commsweep guard``, which always leaves a *status
-file* beside the rule's outputs:
+of points would lose its table to a single bad point. Every per-point task (a batch runs
+them in-process, ``commsweep.batch``) therefore runs its ``commsweep`` command through
+``guard`` (``commsweep guard`` on the command line), which always leaves a *status file*
+beside the task's outputs:
 
 * ``ok``: the command succeeded and wrote every declared output;
 * ``failed``: the command raised; the status holds the stage (the subcommand) and its
