@@ -127,14 +127,16 @@ def cmd_plot(ns: argparse.Namespace) -> None:
 
 def cmd_trace(ns: argparse.Namespace) -> None:
     from .arguments import setup_from_args
-    from .trace import compare, records, runner, scale
+    from .trace import compare, records, runner, scale, versions
 
+    environment = versions.environment(versions.check_version(ns.megatron_core)) if ns.megatron_core else None
     if ns.world_size is None:  # a trace needs no more processes than one model replica
         ns.world_size = ns.tensor_model_parallel_size * ns.pipeline_model_parallel
     setup = setup_from_args(ns)
     if ns.scaled:
         setup = scale.scaled_setup(setup, dp=ns.scaled_dp)
-    trace = runner.run([setup], timeout=ns.timeout)[0]
+    trace = runner.run([setup], timeout=ns.timeout, environment=environment)[0]
+    sys.stderr.write(f"megatron-core {trace.megatron_core}; CPU workarounds: {', '.join(trace.workarounds) or 'none'}\n")
     shown = trace.records if ns.ranks == "all" else [
         r for stage in trace.stages for r in trace.rank_records(trace.first_rank_of_stage(stage))]
     text = records.to_csv(shown) if ns.format == "csv" else records.summary_table(shown)
@@ -333,6 +335,10 @@ def add_trace_parser(sub) -> None:
                    help="first: the first rank of each pipeline stage (default); all: every rank")
     p.add_argument("--compare", metavar="FILE",
                    help="also write the comparison with the megatron schedule (CSV) to FILE")
+    p.add_argument("--megatron-core", metavar="VERSION",
+                   help="trace this megatron-core release, installed on first use into its own folder under "
+                        "$COMMSWEEP_MEGATRON_CACHE (default ~/.cache/commsweep/megatron-core); "
+                        "default: the installed one (see docs/megatron-versions.md)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds before the processes are stopped")
     p.add_argument("-o", "--output", help="output file (default: stdout)")
     p.set_defaults(func=cmd_trace)

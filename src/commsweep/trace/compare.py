@@ -66,7 +66,7 @@ TRACE_MODULES: tuple[tuple[str, str], ...] = (
     (r"^embedding(\..*)?$", "embedding"),
     (r"^output_layer$", "output_layer"),
     (r"^tensor_parallel\.cross_entropy\.", "loss.vocab_parallel_cross_entropy"),
-    (r"\._allreduce_non_tensor_model_parallel_grads$", "finalize_model_grads.sequence_parallel"),
+    (r"\._allreduce_(non_tensor_model_parallel|layernorm)_grads$", "finalize_model_grads.sequence_parallel"),
     (r"\._allreduce_(word_)?embedding_grads?$", "finalize_model_grads.embedding"),
     (r"\.start_grad_sync$", "ddp.grad_reducescatter"),
     (r"\.start_param_sync$", "optimizer.param_allgather"),

@@ -11,13 +11,17 @@ What it takes to run megatron-core 0.16.1 on a CPU-only torch, and why:
 * the pipeline schedules make a counter with ``device="cuda"``, and a tied embedding is
   moved with ``.cuda()`` before its first all-reduce: ``CudaFactoriesOnCpu`` keeps both
   on the CPU while a step is traced;
-* the RNG tracker must not touch CUDA states: ``initialize_rng_tracker(inference_rng_tracker=True)``;
+* the RNG tracker must not touch CUDA states: ``compat.cpu_rng_tracker`` installs one that
+  does nothing;
 * weights are made on the CPU (``use_cpu_initialization``) in fp32, with every fusion off
   and the local (non Transformer-Engine) layer spec;
 * torch's own LayerNorm/RMSNorm refuse sequence parallelism in megatron's wrapper
   (apex's FusedLayerNorm is what megatron uses there); ``SequenceParallelNorm`` is
   torch's norm with its parameters marked ``sequence_parallel``, which is what tells
   ``finalize_model_grads`` to all-reduce their gradients over TP, as apex's does.
+
+What one megatron-core release needs beyond that is in ``compat`` (each workaround named;
+the names applied come back in the rank's ``meta``).
 """
 
 from __future__ import annotations
@@ -38,18 +42,20 @@ def cpu_device() -> str:
 
 torch.cuda.current_device = cpu_device  # megatron allocates its buffers there
 
-from megatron.core import parallel_state as ps  # noqa: E402
-from megatron.core import tensor_parallel  # noqa: E402
-from megatron.core.distributed import (  # noqa: E402
-    DistributedDataParallel,
-    DistributedDataParallelConfig,
-    finalize_model_grads,
-)
-from megatron.core.models.gpt import GPTModel  # noqa: E402
-from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec  # noqa: E402
-from megatron.core.pipeline_parallel import get_forward_backward_func  # noqa: E402
-from megatron.core.transformer.transformer_block import TransformerBlockSubmodules  # noqa: E402
-from megatron.core.transformer.transformer_config import TransformerConfig  # noqa: E402
+from . import compat  # noqa: E402
+
+compat.cuda_stream_on_cpu()
+with compat.megatron_imports() as IMPORT_WORKAROUNDS:
+    from megatron.core import parallel_state as ps
+    from megatron.core.distributed import (
+        DistributedDataParallel,
+        DistributedDataParallelConfig,
+        finalize_model_grads,
+    )
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+    from megatron.core.transformer.transformer_block import TransformerBlockSubmodules
+    from megatron.core.transformer.transformer_config import TransformerConfig
 
 from . import collectives  # noqa: E402
 from .attribution import Attribution  # noqa: E402
@@ -111,9 +117,10 @@ def transformer_config(setup: TrainingSetup) -> TransformerConfig:
     )
 
 
-def layer_spec(config: TransformerConfig, layers: int) -> TransformerBlockSubmodules:
+def layer_spec(config: TransformerConfig, layers: int, applied: list[str]) -> TransformerBlockSubmodules:
     """The local layer spec with ``SequenceParallelNorm`` for the norms."""
-    spec = get_gpt_layer_local_spec(normalization=config.normalization)
+    spec, workaround = compat.local_layer_spec(config.normalization)
+    applied += [workaround] if workaround else []
     spec.submodules.input_layernorm = SequenceParallelNorm
     spec.submodules.pre_mlp_layernorm = SequenceParallelNorm
     return TransformerBlockSubmodules(layer_specs=[spec] * layers, layer_norm=SequenceParallelNorm)
@@ -140,7 +147,7 @@ def group_namer() -> Any:
     for name, get in candidates:
         try:
             group = get()
-        except (AssertionError, RuntimeError, TypeError):
+        except (AssertionError, AttributeError, RuntimeError, TypeError):  # not in this release
             continue
         if group is None or isinstance(group, list):
             continue
@@ -175,16 +182,16 @@ def _trace_step(setup: TrainingSetup, seed: int) -> tuple[list, dict]:
         expert_model_parallel_size=setup.ep,
     )
     try:
-        tensor_parallel.random.initialize_rng_tracker(inference_rng_tracker=True, force_reset=True)
+        compat.cpu_rng_tracker()
+        applied = list(IMPORT_WORKAROUNDS)
         torch.manual_seed(seed)
-        tensor_parallel.get_cuda_rng_tracker().add("model-parallel-rng", seed + 1)
         config = transformer_config(setup)
         stage = ps.get_pipeline_model_parallel_rank()
         first, last = ps.is_pipeline_first_stage(), ps.is_pipeline_last_stage()
         m = setup.model
         model = GPTModel(
             config=config,
-            transformer_layer_spec=layer_spec(config, setup.layers_per_stage),
+            transformer_layer_spec=layer_spec(config, setup.layers_per_stage, applied),
             vocab_size=setup.padded_vocab,
             max_sequence_length=m.max_position_embeddings,
             pre_process=first,
@@ -200,6 +207,8 @@ def _trace_step(setup: TrainingSetup, seed: int) -> tuple[list, dict]:
             ),
             model,
         )
+        param_gather, workaround = compat.param_gather(ddp, model)
+        applied += [workaround] if workaround else []
         attribution = Attribution(group_namer(), rank=rank, stage=stage, layer_offset=stage * setup.layers_per_stage)
         attribution.attach(model)
         collectives.install(attribution.on_call)
@@ -246,11 +255,12 @@ def _trace_step(setup: TrainingSetup, seed: int) -> tuple[list, dict]:
             forward_only=False,
         )
         attribution.after_backward = True
-        ddp.start_param_sync(force_sync=True)  # what the distributed optimizer's step issues
+        param_gather()  # what the distributed optimizer's step issues
         attribution.enabled = False
         parameters = sum(p.numel() for p in model.parameters())
         buffered = sum(bucket.grad_data.numel() for buffer in ddp.buffers for bucket in buffer.buckets)
-        meta = {"rank": rank, "stage": stage, "parameters": parameters, "buffer_padding": buffered - parameters}
+        meta = {"rank": rank, "stage": stage, "parameters": parameters, "buffer_padding": buffered - parameters,
+                "megatron_core": compat.megatron_version(), "workarounds": applied + sorted(compat.USED)}
         return attribution.records, meta
     finally:
         collectives.install(lambda call: None)
