@@ -69,7 +69,7 @@ TRACE_MODULES: tuple[tuple[str, str], ...] = (
     (r"\._allreduce_(non_tensor_model_parallel|layernorm)_grads$", "finalize_model_grads.sequence_parallel"),
     (r"\._allreduce_(word_)?embedding_grads?$", "finalize_model_grads.embedding"),
     (r"\.start_grad_sync$", "ddp.grad_reducescatter"),
-    (r"\.start_param_sync$", "optimizer.param_allgather"),
+    (r"\.(start_param_sync|_dispatch_gather_model_params)$", "optimizer.param_allgather"),
 )
 DP_MODULES = ("ddp.grad_reducescatter", "optimizer.param_allgather")
 

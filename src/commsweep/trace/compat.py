@@ -15,6 +15,9 @@ Workarounds (release ranges as traced; see ``docs/megatron-versions.md``):
 * ``cuda_stream_on_cpu`` (0.19): the DDP wrapper asks for the current CUDA stream
   before each gradient reduction, to wait on CUDA-graph events there are none of; the
   CPU's stream stands in (recorded only when megatron called it).
+* ``stale_parallel_state`` (0.9 to 0.12): ``destroy_model_parallel`` leaves the ranks
+  of the position-embedding group set; a trace runs several setups in one process, so
+  they are cleared before the next setup's groups are made.
 * ``cpu_rng_tracker`` (every release): megatron's model-parallel RNG tracker saves and
   restores CUDA RNG states. 0.16 offers an inference tracker that does not; 0.8 has none,
   so the same do-nothing tracker is installed directly (dropout is off: no draw is made).
@@ -193,6 +196,19 @@ def _imports_triton(path: Path) -> bool:
     return any(isinstance(node, (ast.Import, ast.ImportFrom)) and any(
         (alias.name if isinstance(node, ast.Import) else node.module or "").split(".")[0] == "triton"
         for alias in node.names) for node in ast.parse(path.read_bytes()).body)
+
+
+def stale_parallel_state() -> str | None:
+    """Clear what ``destroy_model_parallel`` left of the previous setup's groups (call
+    before ``initialize_model_parallel``): 0.9 to 0.12 keep the position-embedding group's
+    ranks, so a rank of the next setup believes it is in a group it never got."""
+    from megatron.core import parallel_state
+
+    stale = [name for name, value in vars(parallel_state).items()
+             if name.startswith("_") and name.endswith("_GLOBAL_RANKS") and value is not None]
+    for name in stale:
+        setattr(parallel_state, name, None)
+    return "stale_parallel_state" if stale else None
 
 
 class _CpuRngTracker:
