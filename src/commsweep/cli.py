@@ -148,10 +148,26 @@ def cmd_trace(ns: argparse.Namespace) -> None:
 
 
 def cmd_trace_check(ns: argparse.Namespace) -> None:
+    import os
+
     from .files import read_text
     from .trace.compare import check_table
 
-    _emit(check_table({Path(f).name.removesuffix(".compare.csv"): read_text(f) for f in ns.compare}), ns.output)
+    # A trace's name: its path below the files' common folder (results/traces), so that
+    # the traces of several releases (<release>/<key>.compare.csv) keep their release.
+    paths = {f: Path(f).resolve() for f in ns.compare}
+    common = Path(os.path.commonpath([p.parent for p in paths.values()]))
+    _emit(check_table({str(p.relative_to(common)).removesuffix(".compare.csv"): read_text(f)
+                       for f, p in paths.items()}), ns.output)
+
+
+def cmd_trace_versions(ns: argparse.Namespace) -> None:
+    from .trace import tally
+
+    rows, traces = tally.read_traces(ns.traces)
+    _emit(tally.to_csv(rows), ns.output)
+    if ns.differences:
+        _emit(tally.report(rows, traces), ns.differences)
 
 
 def cmd_compare(ns: argparse.Namespace) -> None:
@@ -344,6 +360,14 @@ def add_trace_parser(sub) -> None:
     p.set_defaults(func=cmd_trace)
 
 
+def add_trace_versions_parser(sub) -> None:
+    p = sub.add_parser("trace-versions", help="several megatron-core releases' traces side by side, and how they differ")
+    p.add_argument("traces", nargs="+", help="trace CSVs of `commsweep trace --format csv`, as <release>/<case>.csv")
+    p.add_argument("-o", "--output", help="the table, one row per release and collective (default: stdout)")
+    p.add_argument("--differences", metavar="FILE", help="also write the differences between releases in words")
+    p.set_defaults(func=cmd_trace_versions)
+
+
 def add_volumes_parser(sub) -> None:
     p = sub.add_parser("volumes", help="communication volumes of a workload per phase, collective and group")
     p.add_argument("workload", help="a SimAI workload file")
@@ -480,6 +504,7 @@ COMMANDS = {
     "timeline": add_timeline_parser,
     "trace": add_trace_parser,
     "trace-check": add_trace_check_parser,
+    "trace-versions": add_trace_versions_parser,
     "guard": add_guard_parser,
     "check": add_check_parser,
 }

@@ -34,10 +34,13 @@ wildcard_constraints:
     point=r"[^/]+",
     profile=r"[^/]+",
     trace=r"[^/.]+",
+    release=r"[0-9]+(\.[0-9]+){1,3}",
 
 
-# reference: measured traces real megatron-core once per model family, TP, PP and SP.
+# reference: measured traces real megatron-core once per model family, TP, PP and SP,
+# and per release of megatron_core when it lists some (else the installed release).
 TRACES = trace_setups([p.setup for p in POINTS]) if config["reference"] == "measured" else {}
+RELEASES = config["megatron_core"] if TRACES else []
 
 
 def final_outputs():
@@ -52,8 +55,15 @@ def final_outputs():
 def trace_outputs():
     if not TRACES:
         return []
-    traces = [f"{RESULTS}/traces/{key}{suffix}" for key in sorted(TRACES) for suffix in (".csv", ".compare.csv")]
-    return traces + [f"{RESULTS}/trace_check.csv"]
+    traces = [f"{RESULTS}/traces/{key}{suffix}" for key in trace_names() for suffix in (".csv", ".compare.csv")]
+    versions = [f"{RESULTS}/trace_versions.csv", f"{RESULTS}/trace_versions.txt"] if RELEASES else []
+    return traces + [f"{RESULTS}/trace_check.csv"] + versions
+
+
+def trace_names():
+    """Each trace's name below results/traces: <key>, or <release>/<key> per release."""
+    keys = sorted(TRACES)
+    return [f"{release}/{key}" for release in RELEASES for key in keys] if RELEASES else keys
 
 
 def trace_setup(wildcards):

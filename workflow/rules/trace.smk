@@ -22,10 +22,49 @@ rule trace:
         "commsweep trace {params.args} --format csv -o {output.trace} --compare {output.compare} > {log} 2>&1"
 
 
+# megatron_core lists releases: the same, once per release (installed on first use).
+rule trace_release:
+    output:
+        trace=f"{RESULTS}/traces/{{release}}/{{trace}}.csv",
+        compare=f"{RESULTS}/traces/{{release}}/{{trace}}.compare.csv",
+    params:
+        args=trace_args,
+    log:
+        f"{RESULTS}/logs/trace/{{release}}/{{trace}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/trace/{{release}}/{{trace}}.tsv"
+    threads: trace_processes
+    resources:
+        mem_mb=lambda wildcards, threads: 500 * trace_processes(wildcards) + 500,
+        runtime=20,
+    shell:
+        "commsweep trace {params.args} --megatron-core {wildcards.release} --format csv -o {output.trace}"
+        " --compare {output.compare} > {log} 2>&1"
+
+
+rule trace_versions:
+    # The releases side by side: collectives per layer and phase, and their differences.
+    input:
+        [f"{RESULTS}/traces/{name}.csv" for name in trace_names() if RELEASES],
+    output:
+        table=report(f"{RESULTS}/trace_versions.csv", caption="../report/trace_versions.rst", category="Megatron schedule"),
+        differences=f"{RESULTS}/trace_versions.txt",
+    log:
+        f"{RESULTS}/logs/trace_versions.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/trace_versions.tsv"
+    resources:
+        mem_mb=512,
+        runtime=5,
+    threads: 1
+    shell:
+        "commsweep trace-versions {input} -o {output.table} --differences {output.differences} > {log} 2>&1"
+
+
 rule trace_check:
     # The sweep's verdict on the Megatron schedule, one row per trace.
     input:
-        [f"{RESULTS}/traces/{key}.compare.csv" for key in sorted(TRACES)],
+        [f"{RESULTS}/traces/{name}.compare.csv" for name in trace_names()],
     output:
         report(f"{RESULTS}/trace_check.csv", caption="../report/trace_check.rst", category="Megatron schedule"),
     log:

@@ -13,9 +13,15 @@ Elements are what travelled, unlike the comparison with the schedule: the DP col
 keep their bucket padding, and groups of one rank are kept (megatron issues the call).
 Pipeline receives are left out (each is the other end of a neighbour's send).
 
-``table`` is the CSV of several releases' tallies (``COLUMNS``, one row per release and
-key, ``results/trace_versions.csv``); ``differences`` names every key whose count differs
-between releases, and ``op_changes`` every change of the torch function behind a key.
+``to_csv`` writes several releases' tallies (``COLUMNS``, one row per release and key:
+``results/trace_versions.csv``); ``differences`` names every key whose count differs
+between releases, ``op_changes`` every change of the torch function behind a collective,
+and ``order_changes`` every stage whose collectives, equal in number, come in another
+order. ``report`` puts the three in words (``results/trace_versions.txt``).
+
+A trace comes in as its stages' records (``Stages``): from a ``Trace`` (``stages_of``) or
+from the CSV ``commsweep trace`` writes, which holds the first rank of each stage in
+rank order (``stages_of_records``).
 """
 
 from __future__ import annotations
@@ -29,7 +35,9 @@ from dataclasses import dataclass
 
 from ..errors import InputError
 from .compare import trace_module
-from .records import PHASES, Trace
+from .records import PHASES, Trace, TraceRecord
+
+Stages = dict[int, list[TraceRecord]]  # pipeline stage -> the records of its first rank, in call order
 
 COLUMNS = ("megatron_core", "case", "stage", "phase", "scope", "module", "op", "collective", "group",
            "group_size", "elements", "count")
@@ -65,13 +73,24 @@ def version_key(version: str) -> tuple:
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"[.+]", version))
 
 
-def tally(case: str, trace: Trace) -> list[Row]:
-    """One trace's rows (see the module doc): the first rank of each pipeline stage."""
+def stages_of(trace: Trace) -> Stages:
+    return {stage: trace.rank_records(trace.first_rank_of_stage(stage)) for stage in trace.stages}
+
+
+def stages_of_records(records: list[TraceRecord]) -> Stages:
+    """The stages of a trace CSV's records (one rank per stage: megatron numbers the
+    pipeline stages' ranks in ascending order)."""
+    ranks = sorted({r.rank for r in records})
+    return {stage: [r for r in records if r.rank == rank] for stage, rank in enumerate(ranks)}
+
+
+def tally(release: str, case: str, stages: Stages) -> list[Row]:
+    """One trace's rows (see the module doc)."""
     rows: list[Row] = []
-    for stage in trace.stages:
+    for stage, records in sorted(stages.items()):
         per_layer: dict[int, dict[tuple, int]] = defaultdict(lambda: defaultdict(int))
         model: dict[tuple, int] = defaultdict(int)
-        for r in trace.rank_records(trace.first_rank_of_stage(stage)):
+        for r in records:
             if r.collective == "recv":
                 continue
             match = _IN_LAYER.search(r.module) if r.layer is not None else None
@@ -82,11 +101,10 @@ def tally(case: str, trace: Trace) -> list[Row]:
                 model[(r.phase, "model", trace_module(r), r.op, r.collective, r.group, r.group_size, r.elements)] += 1
         layers = list(per_layer.values())
         if any(dict(layer) != dict(layers[0]) for layer in layers[1:]):
-            raise ValueError(f"{case}: the layers of stage {stage} issue different collectives")
+            raise ValueError(f"{release} {case}: the layers of stage {stage} issue different collectives")
         for counts in ([layers[0]] if layers else []) + [model]:
             for (phase, scope, module, op, collective, group, size, elements), n in counts.items():
-                rows.append(Row(trace.megatron_core, case, stage, phase, scope, module, op, collective, group,
-                                size, elements, n))
+                rows.append(Row(release, case, stage, phase, scope, module, op, collective, group, size, elements, n))
     return sorted(rows, key=_order)
 
 
@@ -188,8 +206,72 @@ def op_changes(rows: list[Row]) -> list[str]:
     return lines
 
 
-def by_release(rows: list[Row]) -> Mapping[str, list[Row]]:
-    out: dict[str, list[Row]] = {v: [] for v in _releases(rows)}
-    for r in rows:
-        out[r.megatron_core].append(r)
-    return out
+def _sequence(records: list[TraceRecord]) -> list[tuple]:
+    return [(r.phase, trace_module(r), r.collective, r.group, r.elements) for r in records if r.collective != "recv"]
+
+
+def order_changes(traces: Mapping[str, Mapping[str, Stages]]) -> list[str]:
+    """Each stage whose collectives differ in order only, between consecutive releases
+    (``traces``: release -> case -> stages): where, and the two orders of the part that moved."""
+    import difflib
+
+    lines = []
+    releases = sorted(traces, key=version_key)
+    for older, newer in zip(releases, releases[1:]):
+        for case in sorted(set(traces[older]) & set(traces[newer])):
+            for stage in sorted(set(traces[older][case]) & set(traces[newer][case])):
+                a, b = _sequence(traces[older][case][stage]), _sequence(traces[newer][case][stage])
+                if a == b or sorted(a) != sorted(b):
+                    continue  # the same, or different collectives (``differences`` names those)
+                opcodes = [op for op in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes() if op[0] != "equal"]
+                first = min(op[1] for op in opcodes), min(op[3] for op in opcodes)
+                last = max(op[2] for op in opcodes), max(op[4] for op in opcodes)
+                lines.append(f"{case} stage {stage}: {older} issues {_items(a[first[0]:last[0]])}, "
+                             f"{newer} {_items(b[first[1]:last[1]])}")
+    return lines
+
+
+def _items(part: list[tuple]) -> str:
+    return " then ".join(f"{phase} {module} {collective} {group} x{elements}"
+                         for phase, module, collective, group, elements in part)
+
+
+def read_traces(paths: Iterable[str]) -> tuple[list[Row], dict[str, dict[str, Stages]]]:
+    """The rows and stages of trace CSVs laid out as ``.../<release>/<case>.csv`` (where
+    the pipeline writes them: ``results/traces/<release>/<key>.csv``)."""
+    from pathlib import Path
+
+    from ..files import read_text
+    from .records import read_csv
+    from .versions import VersionError, check_version
+
+    rows: list[Row] = []
+    traces: dict[str, dict[str, Stages]] = defaultdict(dict)
+    for path in paths:
+        p = Path(path)
+        try:
+            release = check_version(p.parent.name, where=str(p))
+        except VersionError:
+            raise InputError(f"expected the trace of a release, in a folder named after it (.../0.8.0/{p.name})",
+                             file=str(p)) from None
+        stages = stages_of_records(read_csv(read_text(p), source=str(p)))
+        traces[release][p.name.removesuffix(".csv")] = stages
+        rows += tally(release, p.name.removesuffix(".csv"), stages)
+    return rows, dict(traces)
+
+
+def report(rows: list[Row], traces: Mapping[str, Mapping[str, Stages]]) -> str:
+    """The differences between releases in words: counts, torch functions and order."""
+    releases = _releases(rows)
+    cases = sorted({r.case for r in rows})
+    lines = [f"releases: {', '.join(releases)}", f"cases: {', '.join(cases)}", ""]
+    found = differences(rows)
+    lines.append(f"collectives that differ in number, group, size, phase or module: {len(found)}")
+    lines += ["  " + d.sentence() for d in found]
+    changes = op_changes(rows)
+    lines.append(f"torch.distributed functions that changed: {len(changes)}")
+    lines += ["  " + line for line in changes]
+    orders = order_changes(traces)
+    lines.append(f"stages whose collectives come in another order: {len(orders)}")
+    lines += ["  " + line for line in orders]
+    return "\n".join(lines) + "\n"
