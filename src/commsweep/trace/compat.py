@@ -21,9 +21,9 @@ Workarounds (release ranges as traced; see ``docs/megatron-versions.md``):
 * ``cpu_rng_tracker`` (every release): megatron's model-parallel RNG tracker saves and
   restores CUDA RNG states. 0.16 offers an inference tracker that does not; 0.8 has none,
   so the same do-nothing tracker is installed directly (dropout is off: no draw is made).
-* ``layer_spec_norm_default`` (before 0.10): ``get_gpt_layer_local_spec`` takes no
+* ``layer_spec_norm_default`` (0.8 to 0.11): ``get_gpt_layer_local_spec`` takes no
   ``normalization``; the norms are replaced by ``SequenceParallelNorm`` either way.
-* ``param_gather_in_optimizer`` (before 0.9): the distributed optimizer, not the DDP
+* ``param_gather_in_optimizer`` (0.8): the distributed optimizer, not the DDP
   wrapper, all-gathers the updated parameters, at the end of its step; the optimizer is
   built (torch's AdamW stands in for the fused Adam of apex or Transformer Engine) and
   its step run without gradient clipping, whose norm all-reduce no release's trace keeps.

@@ -33,7 +33,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ..errors import InputError
+from ..errors import CommsweepError, InputError
 from .compare import trace_module
 from .records import PHASES, Trace, TraceRecord
 
@@ -101,7 +101,7 @@ def tally(release: str, case: str, stages: Stages) -> list[Row]:
                 model[(r.phase, "model", trace_module(r), r.op, r.collective, r.group, r.group_size, r.elements)] += 1
         layers = list(per_layer.values())
         if any(dict(layer) != dict(layers[0]) for layer in layers[1:]):
-            raise ValueError(f"{release} {case}: the layers of stage {stage} issue different collectives")
+            raise CommsweepError(f"{release} {case}: the layers of stage {stage} issue different collectives")
         for counts in ([layers[0]] if layers else []) + [model]:
             for (phase, scope, module, op, collective, group, size, elements), n in counts.items():
                 rows.append(Row(release, case, stage, phase, scope, module, op, collective, group, size, elements, n))

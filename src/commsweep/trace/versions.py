@@ -54,6 +54,10 @@ class VersionError(CommsweepError):
     """A megatron-core release cannot be made ready (bad version, pip failed, ...)."""
 
 
+class PipError(VersionError):
+    """pip could not install a release: no package registry reachable, or no such release."""
+
+
 @dataclass(frozen=True)
 class Environment:
     """Where release ``version`` is imported from: ``path`` goes first on ``PYTHONPATH``
@@ -180,10 +184,10 @@ def _pip_install(target: Path, requirements: list[str]) -> None:
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=PIP_TIMEOUT)
     except subprocess.TimeoutExpired:
-        raise VersionError(f"pip install {' '.join(requirements)} took more than {PIP_TIMEOUT:.0f} s") from None
+        raise PipError(f"pip install {' '.join(requirements)} took more than {PIP_TIMEOUT:.0f} s") from None
     if result.returncode != 0:
         tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-4:])
-        raise VersionError(f"pip could not install {' '.join(requirements)} (exit {result.returncode}):\n{tail}")
+        raise PipError(f"pip could not install {' '.join(requirements)} (exit {result.returncode}):\n{tail}")
 
 
 def _imports_pkg_resources(folder: Path) -> bool:
