@@ -219,7 +219,7 @@ def test_gpu_table():
     with pytest.raises(ConfigError) as info:
         gpus.gpu("V100", key="aiob.gpu")
     assert str(info.value).startswith("aiob.gpu: unknown GPU type 'V100'; known: A100-40GB, A100-80GB, H100-SXM")
-    with pytest.raises(ConfigError, match="--gemm_efficiency: must be in"):
+    with pytest.raises(ConfigError, match="--gemm-efficiency: must be in"):
         gpus.GPUS["H200"].with_overrides(gemm_efficiency=1.5)
     faster = gpus.GPUS["H200"].with_overrides(gemm_efficiency=1.0, launch_us=0)
     assert times(setup(), "H200")["atten_qkv"].time_us > roofline.estimate(setup(), faster)[2].time_us

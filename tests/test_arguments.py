@@ -59,7 +59,7 @@ def test_commsweep_argv_round_trips(name, sp):
 def test_aicb_argv_hides_what_aicb_cannot_express():
     setup = TrainingSetup(model=PRESETS["llama-70b"], world_size=64, tp=8, global_batch=8)
     argv = to_aicb_argv(setup)
-    assert "--swiglu" in argv and not any(a.startswith(("--num_query_groups", "--position_embedding", "--normalization")) for a in argv)
+    assert "--swiglu" in argv and not any(a.startswith(("--num-query-groups", "--position-embedding", "--normalization")) for a in argv)
 
 
 def test_preset_and_overrides():

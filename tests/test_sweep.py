@@ -101,7 +101,7 @@ def test_custom_model_from_a_preset():
 def test_bad_custom_model_field_names_the_key():
     cfg = config(model=["m"])
     cfg["models"] = {"m": {"base": "gpt-7b", "layers": 4}}
-    with pytest.raises(ConfigError, match=r"models\.m\.layers: unknown model field"):
+    with pytest.raises(ConfigError, match=r"models\.m\.layers: unknown key; expected one of base, source, num_layers"):
         sweep.expand(cfg)
 
 
@@ -112,8 +112,9 @@ def test_bad_custom_model_field_names_the_key():
         (lambda c: c["sweep"].__setitem__("tp", 2), "sweep.tp"),
         (lambda c: c["sweep"].__setitem__("sp", ["yes"]), "sweep.sp[0]"),
         (lambda c: c["sweep"].__setitem__("schedule", ["aicbx"]), "sweep.schedule[0]"),
-        (lambda c: c.__setitem__("colour", 1), "<top level>"),
-        (lambda c: c["networks"]["netA"].pop("nic_gbps"), "networks.netA"),
+        (lambda c: c.__setitem__("colour", 1), "colour"),
+        (lambda c: c["sweep"].__setitem__("colour", 1), "sweep.colour"),
+        (lambda c: c["networks"]["netA"].pop("nic_gbps"), "networks.netA.nic_gbps"),
         (lambda c: c["networks"]["netA"].__setitem__("nic_gbps", -1), "networks.netA.nic_gbps"),
     ],
 )

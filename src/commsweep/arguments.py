@@ -13,7 +13,8 @@ import argparse
 import dataclasses
 
 from .errors import ConfigError
-from .models import PRESETS, ModelSpec
+from .flags import add_flag
+from .models import ModelSpec, preset
 from .training import TrainingSetup
 
 # AICB arguments that do not change a Megatron training workload; accepted for compatibility.
@@ -41,7 +42,9 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     """Add AICB's training arguments (its names and defaults) and commsweep's extensions."""
     a = parser.add_argument_group("training setup (AICB's argument names)")
     a.add_argument("--frame", default="Megatron", help="only Megatron is supported")
-    a.add_argument("--model", choices=sorted(PRESETS), help="fill every model field from a preset")
+    # No `choices`: listing the presets would read them on every start (see models.presets).
+    a.add_argument("--model", metavar="PRESET",
+                   help="fill every model field from a preset (gpt-7b, llama-70b, ...; docs/config.md lists them)")
     a.add_argument("--model_name", help="label of the model (AICB puts it in its file name)")
     a.add_argument("--world_size", type=int, default=1)
     a.add_argument("--tensor_model_parallel_size", type=int, default=1)
@@ -73,11 +76,19 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
         a.add_argument(name, type=int, default=None, help=argparse.SUPPRESS,
                        **({"choices": (1, 2, 3)} if name == "--stage" else {}))
     a.add_argument("--test_comm", default=None, help=argparse.SUPPRESS)
+    # commsweep's own flags: hyphens, the first underscore spellings kept as aliases (flags.py).
     x = parser.add_argument_group("architecture beyond AICB's arguments (Megatron schedule)")
-    x.add_argument("--num_query_groups", type=int, default=None, help="GQA key/value heads")
-    x.add_argument("--position_embedding", choices=("learned", "rope"), default=None)
+    add_flag(x, "--num-query-groups", type=int, default=None, help="GQA key/value heads")
+    add_flag(x, "--position-embedding", choices=("learned", "rope"), default=None)
     x.add_argument("--normalization", choices=("layernorm", "rmsnorm"), default=None)
-    x.add_argument("--untie_embeddings", action="store_true", default=None)
+    add_flag(x, "--untie-embeddings", action="store_true", default=None)
+
+
+def add_stage_argument(parser: argparse.ArgumentParser) -> None:
+    """Which pipeline stage's view a megatron-schedule workload holds (generate, audit, timeline)."""
+    add_flag(parser, "--pp-stage", default="first",
+             help="with pp > 1: the pipeline stage whose view the workload holds (first, last or an index; "
+                  "megatron schedule)")
 
 
 def add_aiob_arguments(parser: argparse.ArgumentParser) -> None:
@@ -93,7 +104,7 @@ def _pick(value, default):
 def model_from_args(ns: argparse.Namespace) -> ModelSpec:
     """The model the arguments describe: a preset, overridden by any explicit field."""
     if ns.model is not None:
-        base = PRESETS[ns.model]
+        base = preset(ns.model)
         name = base.name
     else:
         base = None
@@ -216,11 +227,11 @@ def to_commsweep_argv(setup: TrainingSetup) -> list[str]:
     m = setup.model
     argv = to_aicb_argv(setup)
     if m.num_query_groups is not None:
-        argv.append(f"--num_query_groups={m.num_query_groups}")
-    argv.append(f"--position_embedding={m.position_embedding}")
+        argv.append(f"--num-query-groups={m.num_query_groups}")
+    argv.append(f"--position-embedding={m.position_embedding}")
     argv.append(f"--normalization={m.normalization}")
     if not m.tie_embeddings:
-        argv.append("--untie_embeddings")
+        argv.append("--untie-embeddings")
     return argv
 
 

@@ -108,15 +108,9 @@ def cmd_summarize(ns: argparse.Namespace) -> None:
 
 
 def cmd_simulate(ns: argparse.Namespace) -> None:
-    from .simulate.run import Options, run
+    from .simulate.run import options_from_args, run
 
-    run(Options(
-        workload=ns.workload, gpus=ns.gpus, gpus_per_server=ns.gpus_per_server, nics_per_server=ns.nics_per_server,
-        nvlink=ns.nvlink, nic=ns.nic, prefix=ns.prefix, tp_overlap=ns.tp_overlap, dp_overlap=ns.dp_overlap,
-        ep_overlap=ns.ep_overlap, pp_overlap=ns.pp_overlap, ratio_dir=ns.ratio_dir, out_dir=ns.out_dir,
-        endtoend=ns.endtoend, collectives=ns.collectives, times=ns.times, simai_bugs=ns.simai_bugs, backend=ns.backend,
-        simai_root=ns.simai_root, timeout=ns.timeout,
-    ))
+    run(options_from_args(ns))
 
 
 def cmd_plot(ns: argparse.Namespace) -> None:
@@ -236,15 +230,6 @@ def cmd_check(ns: argparse.Namespace) -> None:
 # -- parser ----------------------------------------------------------------------------
 
 
-def _number_text(text: str) -> str:
-    """A number kept as typed: SimAI reads it with std::stof, and so does the engine."""
-    try:
-        float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    return text
-
-
 def add_simulate_parser(sub) -> None:
     p = sub.add_parser(
         "simulate", allow_abbrev=False,
@@ -252,18 +237,15 @@ def add_simulate_parser(sub) -> None:
         description="Simulate one iteration of a SimAI workload. Takes SimAI_analytical's flags; writes "
                     "<out-dir>/<PREFIX>EndToEnd.csv (SimAI's layout) and <out-dir>/<PREFIX>collectives.csv.",
     )
+    from .simulate.run import add_gpus_argument, add_network_arguments, number_text
+
     p.add_argument("-w", "--workload", required=True, help="a SimAI workload file")
-    p.add_argument("-g", "--gpus", type=int, required=True, help="GPUs (sets DP = g / (tp * pp))")
-    p.add_argument("-g_p_s", "--gpus-per-server", dest="gpus_per_server", type=int, required=True)
-    p.add_argument("-n_p_s", "--nic_per_server", dest="nics_per_server", type=int, required=True)
-    p.add_argument("-nv", "--nvlink", type=_number_text, required=True, help="NVLink bandwidth, GB/s")
-    p.add_argument("-nic", "--nic_busbw", dest="nic", type=_number_text, required=True, help="bandwidth per NIC, GB/s")
+    add_gpus_argument(p, required=True)
     p.add_argument("-r", "--result", dest="prefix", required=True, help="output name prefix (SimAI's -r)")
+    add_network_arguments(p, required=True)
     for name, default in (("tp", "0"), ("dp", "0"), ("ep", "0"), ("pp", "1")):
-        p.add_argument(f"-{name}_o", f"--{name}_overlap", dest=f"{name}_overlap", type=_number_text,
+        p.add_argument(f"-{name}_o", f"--{name}_overlap", dest=f"{name}_overlap", type=number_text,
                        default=default, help=f"{name.upper()} overlap ratio (default {default})")
-    p.add_argument("--ratio-dir", help="SimAI's ratio tables ({nvlink,nic,ata}_ratio.csv); default: the SimAI "
-                                       "root's, else the engine's default (efficiency 1.0)")
     p.add_argument("--out-dir", default="results", help="output directory (default: results)")
     p.add_argument("--endtoend", help="write the EndToEnd.csv here instead")
     p.add_argument("--collectives", help="write the per-collective table here instead")
@@ -279,7 +261,7 @@ def add_simulate_parser(sub) -> None:
 
 
 def add_generate_parser(sub) -> None:
-    from .arguments import add_aiob_arguments, add_training_arguments
+    from .arguments import add_aiob_arguments, add_stage_argument, add_training_arguments
 
     p = sub.add_parser(
         "generate", allow_abbrev=False,
@@ -291,8 +273,7 @@ def add_generate_parser(sub) -> None:
     p.add_argument("--schedule", choices=("aicb", "megatron"), default="aicb",
                    help="aicb: what AICB writes (default path, or AIOB path with --aiob_enable); "
                         "megatron: what Megatron-LM really communicates")
-    p.add_argument("--pp_stage", default="first",
-                   help="megatron schedule with pp > 1: the stage whose view the file holds (first, last or an index)")
+    add_stage_argument(p)
     p.add_argument("--aicb-root", metavar="PATH",
                    help="aicb schedule: run the AICB checkout at PATH instead of the emulation")
     p.add_argument("--aicb-python", metavar="PYTHON",
@@ -303,6 +284,7 @@ def add_generate_parser(sub) -> None:
 
 def add_profile_parser(sub) -> None:
     from .arguments import add_training_arguments
+    from .flags import add_flag
 
     p = sub.add_parser(
         "profile", allow_abbrev=False,
@@ -314,17 +296,17 @@ def add_profile_parser(sub) -> None:
     add_training_arguments(p)
     p.add_argument("--backend", choices=("roofline", "torch", "file"), default="roofline")
     p.add_argument("--gpu", default="H100-SXM",
-                   help="GPU type: the roofline's peaks (see --list_gpus); a label for torch and file")
+                   help="GPU type: the roofline's peaks (see --list-gpus); a label for torch and file")
     p.add_argument("--file", help="file backend: the AIOB file (e.g. from AICB) to validate and copy")
     p.add_argument("--iters", type=int, default=None,
                    help="timed iterations (torch) and the file's train_iter (default: --epoch_num, else 10)")
     p.add_argument("--warmup", type=int, default=3, help="torch: untimed runs of each operator first")
     p.add_argument("--device", default="auto", help="torch: auto (CUDA when present), cpu, cuda or cuda:N")
     p.add_argument("--threads", type=int, default=None, help="torch: CPU threads")
-    for name in ("gemm_efficiency", "attention_efficiency", "memory_efficiency"):
-        p.add_argument(f"--{name}", type=float, default=None, help=f"roofline: override the GPU's {name.replace('_', ' ')}")
-    p.add_argument("--launch_us", type=float, default=None, help="roofline: override the per-kernel launch overhead")
-    p.add_argument("--list_gpus", action="store_true", help="print the GPU table with its sources and exit")
+    for name in ("gemm-efficiency", "attention-efficiency", "memory-efficiency"):
+        add_flag(p, f"--{name}", type=float, default=None, help=f"roofline: override the GPU's {name.replace('-', ' ')}")
+    add_flag(p, "--launch-us", type=float, default=None, help="roofline: override the per-kernel launch overhead")
+    add_flag(p, "--list-gpus", action="store_true", help="print the GPU table with its sources and exit")
     p.add_argument("-o", "--output", help="the AIOB file (default: stdout)")
     p.add_argument("--csv", help="also write the tidy CSV of the same numbers here")
     p.set_defaults(func=cmd_profile)
@@ -332,6 +314,7 @@ def add_profile_parser(sub) -> None:
 
 def add_trace_parser(sub) -> None:
     from .arguments import add_training_arguments
+    from .flags import add_flag
 
     p = sub.add_parser(
         "trace", allow_abbrev=False,
@@ -344,7 +327,7 @@ def add_trace_parser(sub) -> None:
     p.set_defaults(world_size=None)
     p.add_argument("--scaled", action="store_true",
                    help="trace the setup's structure at tiny sizes (what the pipeline does)")
-    p.add_argument("--scaled_dp", type=int, default=1, help="DP size of the scaled trace (default 1)")
+    add_flag(p, "--scaled-dp", type=int, default=1, help="DP size of the scaled trace (default 1)")
     p.add_argument("--format", choices=("csv", "table"), default="table",
                    help="csv: one row per collective; table: counts per phase, group and op")
     p.add_argument("--ranks", choices=("first", "all"), default="first",
@@ -369,18 +352,19 @@ def add_trace_versions_parser(sub) -> None:
 
 
 def add_volumes_parser(sub) -> None:
+    from .simulate.run import add_gpus_argument
+
     p = sub.add_parser("volumes", help="communication volumes of a workload per phase, collective and group")
     p.add_argument("workload", help="a SimAI workload file")
     p.add_argument("--format", choices=("csv", "json", "table"), default="table")
-    p.add_argument("-g", "--gpus", type=int, default=None,
-                   help="SimAI's -g (sets the DP group size); default: the header's all_gpus")
+    add_gpus_argument(p, required=False)
     p.add_argument("-o", "--output", help="output file (default: stdout)")
     p.set_defaults(func=cmd_volumes)
 
 
 def add_audit_parser(sub) -> None:
-    from .arguments import add_aiob_arguments, add_training_arguments
-    from .analysis.audit import add_network_arguments
+    from .arguments import add_aiob_arguments, add_stage_argument, add_training_arguments
+    from .simulate.run import add_gpus_argument, add_network_arguments
 
     p = sub.add_parser(
         "audit", allow_abbrev=False,
@@ -391,12 +375,11 @@ def add_audit_parser(sub) -> None:
     p.add_argument("workload", help="a SimAI workload file")
     add_training_arguments(p)
     add_aiob_arguments(p)
-    p.add_argument("--pp_stage", default="first",
-                   help="with pp > 1: the stage whose Megatron view the workload is compared with (first, last or an index)")
+    add_stage_argument(p)
     p.add_argument("--format", choices=("csv", "table"), default="table")
-    p.add_argument("-g", "--gpus", type=int, default=None,
-                   help="SimAI's -g (sets the DP group size); default: the header's all_gpus")
-    add_network_arguments(p)
+    add_gpus_argument(p, required=False)
+    add_network_arguments(p, required=False, title="network, for delta_us (SimAI's flags, all four or none; "
+                                                   "without them delta_us is empty)")
     p.add_argument("-o", "--output", help="output file (default: stdout)")
     p.set_defaults(func=cmd_audit)
 
@@ -463,8 +446,8 @@ def add_compare_parser(sub) -> None:
 
 
 def add_timeline_parser(sub) -> None:
-    from .arguments import add_aiob_arguments, add_training_arguments
-    from .analysis.audit import add_network_arguments
+    from .arguments import add_aiob_arguments, add_stage_argument, add_training_arguments
+    from .simulate.run import add_gpus_argument, add_network_arguments
 
     p = sub.add_parser(
         "timeline", allow_abbrev=False,
@@ -475,9 +458,10 @@ def add_timeline_parser(sub) -> None:
                    help="its simulation, as SimAI's EndToEnd.csv (default: simulate it with the network flags)")
     add_training_arguments(p)
     add_aiob_arguments(p)
-    p.add_argument("--pp_stage", default="first", help="with pp > 1: the stage the workload holds")
-    p.add_argument("-g", "--gpus", type=int, default=None, help="SimAI's -g; default: the header's all_gpus")
-    add_network_arguments(p)
+    add_stage_argument(p)
+    add_gpus_argument(p, required=False)
+    add_network_arguments(p, required=False, title="network, to simulate the workload without a simulation "
+                                                   "(SimAI's flags, all four)")
     p.add_argument("--audit", help="the workload's audit CSV (commsweep audit --format csv)")
     p.add_argument("--title", help="the figure's title (default: the workload's folder name)")
     p.add_argument("-o", "--output", required=True, help="output PNG")

@@ -2,7 +2,8 @@
 
 The Snakefile validates with ``snakemake.utils.validate`` (same schema, same defaults);
 this module gives the package and its CLI the same check without Snakemake, with errors
-that name the config key.
+that name the config key. The schema is also the one home of what each key means:
+``config_docs`` writes docs/config.md from it.
 """
 
 from __future__ import annotations
@@ -29,6 +30,29 @@ def _key(path) -> str:
     return out or "<top level>"
 
 
+def _raise_first(errors, *, prefix: str | None = None, source: str | Path | None = None) -> None:
+    """Raise a ConfigError for the first error (in key order), naming its key.
+
+    An unknown or missing key is named itself (``sweep.colour: unknown key``), not only
+    the mapping that holds it, as jsonschema's message would.
+    """
+    errors = sorted(errors, key=lambda e: [(isinstance(p, str), p) for p in e.absolute_path])
+    if not errors:
+        return
+    err = errors[0]
+    path, message = list(err.absolute_path), err.message
+    if isinstance(err.instance, dict):
+        if err.validator == "additionalProperties":
+            allowed = err.schema.get("properties", {})
+            unknown = [k for k in err.instance if k not in allowed]
+            if len(unknown) == 1:
+                path, message = [*path, unknown[0]], f"unknown key; expected one of {', '.join(allowed)}"
+        elif err.validator == "required":
+            missing = [k for k in err.validator_value if k not in err.instance]
+            path, message = [*path, missing[0]], "missing (a required key)"
+    raise ConfigError(message, key=_key([prefix, *path] if prefix else path), source=source)
+
+
 def validate_config(config: dict, *, source: str | Path | None = None) -> None:
     """Raise ConfigError naming the first bad key; fill defaults into ``config`` in place."""
     import jsonschema
@@ -43,10 +67,21 @@ def validate_config(config: dict, *, source: str | Path | None = None) -> None:
         yield from base.VALIDATORS["properties"](validator, properties, instance, sub_schema)
 
     filling = jsonschema.validators.extend(base, {"properties": set_defaults})
-    errors = sorted(filling(schema()).iter_errors(config), key=lambda e: list(e.absolute_path))
-    if errors:
-        err = errors[0]
-        raise ConfigError(err.message, key=_key(err.absolute_path), source=source)
+    _raise_first(filling(schema()).iter_errors(config), source=source)
+
+
+@cache
+def _model_validator():
+    import jsonschema
+
+    root = schema()
+    sub = {"$schema": root["$schema"], "$ref": "#/$defs/model", "$defs": root["$defs"]}
+    return jsonschema.validators.validator_for(root)(sub)
+
+
+def validate_model(values: dict, *, key: str, source: str | Path | None = None) -> None:
+    """Check one ``models:`` entry against ``$defs/model``; a ConfigError naming ``key.field`` otherwise."""
+    _raise_first(_model_validator().iter_errors(values), prefix=key, source=source)
 
 
 def _copy(value):

@@ -1,17 +1,21 @@
-"""Model presets, as plain data.
+"""Models: the architecture Megatron-LM would train, and the presets.
 
-A preset holds the architecture Megatron-LM would train. The Megatron schedule uses all
-of it (GQA, swiglu width, biases, norms, tied embeddings); AICB sees only the subset of
-fields its command line has (see ``arguments.to_aicb_argv``), exactly as a user running
-AICB's ``scripts/megatron_gpt.sh`` would pass them.
+The Megatron schedule uses all of a model (GQA, swiglu width, biases, norms, tied
+embeddings); AICB sees only the subset of fields its command line has (see
+``arguments.to_aicb_argv``), exactly as a user running AICB's ``scripts/megatron_gpt.sh``
+would pass them.
 
-Users add their own models under ``models:`` in the sweep config, with these field names.
+Users add their own models under ``models:`` in the sweep config. The presets are package
+data in the same form (``presets/models.yaml``), read by the same function
+(``model_from_dict``), and both are checked by the config schema's ``$defs/model``, the one
+home of what each field means (docs/config.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from .errors import ConfigError
@@ -19,7 +23,11 @@ from .errors import ConfigError
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """One transformer architecture (decoder-only, Megatron style)."""
+    """One transformer architecture (decoder-only, Megatron style).
+
+    Its fields are a ``models:`` entry's; their meanings are in the config schema's
+    ``$defs/model`` (which a test keeps in step with this class), their defaults here.
+    """
 
     name: str
     num_layers: int
@@ -28,19 +36,14 @@ class ModelSpec:
     ffn_hidden_size: int
     vocab_size: int
     max_position_embeddings: int = 4096
-    # GQA: number of key/value heads; None means multi-head attention (= heads).
     num_query_groups: int | None = None
     swiglu: bool = False
-    # "learned" (GPT) or "rope" (LLaMA); decides the embedding's SP collectives.
     position_embedding: str = "learned"
-    # "layernorm" (weight + bias) or "rmsnorm" (weight only).
     normalization: str = "layernorm"
     add_bias_linear: bool = True
     tie_embeddings: bool = True
-    # MoE: None for dense models.
     num_experts: int | None = None
     moe_topk: int = 2
-    # The --model_name AICB writes into its output file name.
     aicb_name: str | None = None
 
     @property
@@ -56,103 +59,82 @@ class ModelSpec:
         return self.hidden_size // self.num_attention_heads
 
 
-def _gpt(name: str, aicb: str, layers: int, hidden: int, heads: int) -> ModelSpec:
-    return ModelSpec(
-        name=name,
-        aicb_name=aicb,
-        num_layers=layers,
-        hidden_size=hidden,
-        num_attention_heads=heads,
-        ffn_hidden_size=4 * hidden,
-        vocab_size=50257,
-    )
+PRESET_FILE = "presets/models.yaml"
 
 
-def _llama(name: str, aicb: str, layers: int, hidden: int, heads: int, ffn: int, **extra: Any) -> ModelSpec:
-    return ModelSpec(
-        name=name,
-        aicb_name=aicb,
-        num_layers=layers,
-        hidden_size=hidden,
-        num_attention_heads=heads,
-        ffn_hidden_size=ffn,
-        vocab_size=32000,
-        swiglu=True,
-        position_embedding="rope",
-        normalization="rmsnorm",
-        add_bias_linear=False,
-        tie_embeddings=False,
-        **extra,
-    )
+def _preset_path():
+    from importlib import resources  # here, not at import: it costs the per-point commands ~5 ms
+
+    return resources.files(__package__).joinpath(PRESET_FILE)
 
 
-# Sizes: GPT-3 paper table 2.1 and AICB's scripts/megatron_gpt.sh (gpt_7B with 32 layers,
-# as in AICB's reference workloads); LLaMA and LLaMA-2 papers; Mixtral 8x7B model card.
-PRESETS: dict[str, ModelSpec] = {
-    m.name: m
-    for m in (
-        _gpt("gpt-7b", "gpt_7B", 32, 4096, 32),
-        _gpt("gpt-13b", "gpt_13B", 40, 5120, 40),
-        _gpt("gpt-22b", "gpt_22B", 48, 6144, 64),
-        _gpt("gpt-175b", "gpt_175B", 96, 12288, 96),
-        _llama("llama-7b", "llama_7B", 32, 4096, 32, 11008),
-        _llama("llama-13b", "llama_13B", 40, 5120, 40, 13824),
-        _llama("llama-70b", "llama_70B", 80, 8192, 64, 28672, num_query_groups=8),
-        _llama(
-            "mixtral-8x7b", "Mixtral_8x7B", 32, 4096, 32, 14336,
-            num_query_groups=8, num_experts=8, moe_topk=2,
-        ),
-    )
-}
+@cache
+def preset_entries() -> dict[str, dict[str, Any]]:
+    """The presets as written in ``presets/models.yaml``: ``models:`` entries, each with its source."""
+    import yaml
 
-_FIELDS = {f.name: f for f in dataclasses.fields(ModelSpec)}
+    text = _preset_path().read_text(encoding="utf-8")
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
-def model_from_dict(name: str, values: dict[str, Any], *, key: str = "models") -> ModelSpec:
-    """Build a user-defined model from config, naming the offending key on error.
+@cache
+def presets() -> dict[str, ModelSpec]:
+    """The presets by name, read as a user's models are (a preset may start from an earlier one).
 
-    ``base: <preset>`` starts from a preset and overrides the listed fields.
+    Read on first use, not at import: the per-point commands never name a preset, and they
+    should not pay for YAML and the schema check thousands of times.
     """
-    values = dict(values)
-    base_name = values.pop("base", None)
-    if base_name is not None:
-        if not isinstance(base_name, str) or base_name not in PRESETS:
-            raise ConfigError(f"unknown base model {base_name!r}; presets: {', '.join(PRESETS)}", key=f"{key}.{name}.base")
-        start = dataclasses.asdict(PRESETS[base_name])
-    else:
-        start = {}
-    for field_name in values:
-        if field_name not in _FIELDS or field_name == "name":
-            raise ConfigError(f"unknown model field {field_name!r}", key=f"{key}.{name}.{field_name}")
-    merged = {**start, **values, "name": name}
-    missing = [f for f, spec in _FIELDS.items() if f not in merged and spec.default is dataclasses.MISSING]
-    if missing:
-        raise ConfigError(f"missing model fields: {', '.join(missing)}", key=f"{key}.{name}")
-    model = ModelSpec(**merged)
-    for field_name in ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "vocab_size",
-                       "max_position_embeddings", "moe_topk", "num_query_groups", "num_experts"):
-        value = getattr(model, field_name)
-        if value is None and field_name in ("num_query_groups", "num_experts"):
-            continue
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ConfigError(f"must be a positive integer, got {value!r}", key=f"{key}.{name}.{field_name}")
-    for field_name in ("swiglu", "add_bias_linear", "tie_embeddings"):
-        if not isinstance(getattr(model, field_name), bool):
-            raise ConfigError(f"must be true or false, got {getattr(model, field_name)!r}", key=f"{key}.{name}.{field_name}")
-    if model.aicb_name is not None and not isinstance(model.aicb_name, str):
-        raise ConfigError(f"must be a string, got {model.aicb_name!r}", key=f"{key}.{name}.aicb_name")
-    if model.position_embedding not in ("learned", "rope"):
-        raise ConfigError("must be 'learned' or 'rope'", key=f"{key}.{name}.position_embedding")
-    if model.normalization not in ("layernorm", "rmsnorm"):
-        raise ConfigError("must be 'layernorm' or 'rmsnorm'", key=f"{key}.{name}.normalization")
-    return model
+    source = _preset_path()
+    out: dict[str, ModelSpec] = {}
+    for name, values in preset_entries().items():
+        out[name] = model_from_dict(name, values, key="", bases=out, source=source)
+    return out
+
+
+def __getattr__(name: str) -> Any:
+    # ``models.PRESETS``: the presets by name, read on first use (see ``presets``).
+    if name == "PRESETS":
+        return presets()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def model_from_dict(
+    name: str, values: dict[str, Any], *, key: str = "models", bases: dict[str, ModelSpec] | None = None,
+    source: Any = None,
+) -> ModelSpec:
+    """One ``models:`` entry (a user's, or a preset) as a ModelSpec, naming the offending key on error.
+
+    The entry is checked against the schema's ``$defs/model`` (types, ranges, required
+    fields, no unknown ones); ``base: <preset>`` starts from a preset (of ``bases``,
+    default: the presets) and the other fields override it. ``source`` (the file the entry
+    is in) goes into error messages.
+    """
+    from .config_schema import validate_model
+
+    where = f"{key}.{name}" if key else name
+    validate_model(values, key=where, source=source)
+    fields = {k: v for k, v in values.items() if k not in ("base", "source")}
+    if "base" in values:
+        known = presets() if bases is None else bases
+        if values["base"] not in known:
+            raise ConfigError(f"unknown base model {values['base']!r}; presets: {', '.join(known)}",
+                              key=f"{where}.base", source=source)
+        fields = {**dataclasses.asdict(known[values["base"]]), **fields}
+    return ModelSpec(**{**fields, "name": name})
+
+
+def preset(name: str, *, key: str = "--model") -> ModelSpec:
+    """A preset by name; a ConfigError naming ``key`` and listing the presets otherwise."""
+    if name in presets():
+        return presets()[name]
+    raise ConfigError(f"unknown preset {name!r}; presets: {', '.join(presets())}", key=key)
 
 
 def resolve_model(name: str, custom: dict[str, ModelSpec] | None = None) -> ModelSpec:
     """A model by name: the config's own models first, then the presets."""
     if custom and name in custom:
         return custom[name]
-    if name in PRESETS:
-        return PRESETS[name]
-    known = sorted({*PRESETS, *(custom or {})})
+    if name in presets():
+        return presets()[name]
+    known = sorted({*presets(), *(custom or {})})
     raise ConfigError(f"unknown model {name!r}; known: {', '.join(known)}", key="sweep.model")

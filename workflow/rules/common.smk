@@ -76,7 +76,7 @@ def trace_setup(wildcards):
 def trace_args(wildcards):
     """`commsweep trace` arguments: one point of the family, scaled down by the command."""
     setup = trace_setup(wildcards)
-    return shlex.join(to_commsweep_argv(setup) + ["--scaled", f"--scaled_dp={pipeline_dp(setup)}"])
+    return shlex.join(to_commsweep_argv(setup) + ["--scaled", f"--scaled-dp={pipeline_dp(setup)}"])
 
 
 def trace_processes(wildcards):
@@ -117,7 +117,7 @@ def workload_args(wildcards):
     point = workload_point(wildcards)
     argv = to_commsweep_argv(point.setup) + ["--schedule", point.schedule]
     if point.schedule == "megatron":
-        argv += ["--pp_stage", config["generator"]["megatron_pp_stage"]]
+        argv += ["--pp-stage", config["generator"]["megatron_pp_stage"]]
     if point.schedule == "aicb" and config["generator"].get("aicb_root"):
         # The user's AICB writes the file instead of the emulation (aicb_runner.py).
         argv += ["--aicb-root", config["generator"]["aicb_root"]]
@@ -234,13 +234,13 @@ def network_args(point):
     """SimAI's network flags of a point, and the ratio tables the simulate rule uses."""
     argv = network_flags(point.net)
     if simulator_ratio_dir():
-        argv += ["--ratio_dir", simulator_ratio_dir()]
+        argv += ["--ratio-dir", simulator_ratio_dir()]
     return argv
 
 
 def point_args(point):
     """The point's setup as commsweep arguments, and the pipeline stage its workload holds."""
-    return to_commsweep_argv(point.setup) + ["--pp_stage", config["generator"]["megatron_pp_stage"]]
+    return to_commsweep_argv(point.setup) + ["--pp-stage", config["generator"]["megatron_pp_stage"]]
 
 
 def audit_inputs(wildcards):

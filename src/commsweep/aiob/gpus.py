@@ -7,7 +7,7 @@ entry names its source next to it.
 
 Efficiencies are this project's documented assumptions, not measurements of ours; they say
 what fraction of the peak a well-shaped kernel of each kind reaches, and can be overridden
-per run (``commsweep profile --gemm_efficiency ...``):
+per run (``commsweep profile --gemm-efficiency ...``):
 
 * ``gemm``: large bf16 cuBLAS GEMMs of transformer shapes. About 250 of 312 TFLOP/s on
   A100 (0.80) and 650-750 of 989 on Hopper (0.70) are the figures NVIDIA's and
@@ -59,9 +59,9 @@ class GpuSpec:
         for key, value in changes.items():
             if key == "launch_us":
                 if value < 0:
-                    raise ConfigError(f"must be >= 0, got {value}", key="--launch_us")
+                    raise ConfigError(f"must be >= 0, got {value}", key="--launch-us")
             elif not 0 < value <= 1:
-                raise ConfigError(f"must be in (0, 1], got {value}", key=f"--{key}")
+                raise ConfigError(f"must be in (0, 1], got {value}", key=f"--{key.replace('_', '-')}")
         return replace(self, **changes)
 
 
@@ -119,7 +119,7 @@ def gpu(name: str, *, key: str = "--gpu") -> GpuSpec:
 
 
 def table() -> str:
-    """The GPU table as text (name, peaks, efficiencies, source), for ``commsweep profile --list_gpus``."""
+    """The GPU table as text (name, peaks, efficiencies, source), for ``commsweep profile --list-gpus``."""
     lines = [f"{'gpu':<10} {'bf16 TFLOP/s':>12} {'HBM TB/s':>9} {'gemm':>5} {'attn':>5} {'mem':>5} {'launch us':>9}  source"]
     for g in GPUS.values():
         lines.append(

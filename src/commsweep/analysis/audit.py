@@ -504,16 +504,6 @@ def read_csv(text: str, *, source: str | Path = "<audit>") -> list[dict[str, str
 # -- delta_us: SimAI's time of one collective ----------------------------------------------
 
 
-def add_network_arguments(parser) -> None:
-    """The network flags that give ``delta_us`` (SimAI's names; all four or none)."""
-    n = parser.add_argument_group("network, for delta_us (SimAI's flags; without them delta_us is empty)")
-    n.add_argument("-g_p_s", "--gpus_per_server", type=int, default=None)
-    n.add_argument("-n_p_s", "--nics_per_server", type=int, default=None)
-    n.add_argument("-nv", "--nvlink_gbps", type=float, default=None)
-    n.add_argument("-nic", "--nic_gbps", type=float, default=None)
-    n.add_argument("--ratio_dir", default=None, help="SimAI's ratio tables (default: the engine's own)")
-
-
 def _has_network(ns) -> bool:
     """Whether the parsed flags give a network: all four flags (ConfigError for only some)."""
     values = [ns.gpus_per_server, ns.nics_per_server, ns.nvlink_gbps, ns.nic_gbps]

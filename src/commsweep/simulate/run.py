@@ -33,6 +33,54 @@ class Options:
         self.__dict__.update({**self.DEFAULTS, **values})
 
 
+def number_text(text: str) -> str:
+    """A number kept as typed: SimAI reads it with std::stof, and so does the engine."""
+    import argparse
+
+    try:
+        float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    return text
+
+
+def add_gpus_argument(parser, *, required: bool) -> None:
+    """SimAI's ``-g``: the GPUs of the run, which set the DP group size."""
+    parser.add_argument("-g", "--gpus", type=int, required=required, default=None,
+                        help="SimAI's -g: GPUs (sets DP = g / (tp * pp))" + ("" if required else "; default: the header's all_gpus"))
+
+
+def add_network_arguments(parser, *, required: bool, title: str = "network (SimAI's flags)") -> None:
+    """SimAI_analytical's four network flags, and the ratio tables: one definition for every command.
+
+    ``simulate`` requires them; ``audit`` and ``timeline`` take all four or none. Each keeps
+    SimAI's spelling; the names ``audit`` once had (``--nvlink_gbps`` ...) parse as aliases.
+    The bandwidths stay text, as typed: SimAI reads them with ``std::stof``, and so does the engine.
+    """
+    from ..flags import add_flag
+
+    n = parser.add_argument_group(title)
+    add_flag(n, "-g_p_s", "--gpus-per-server", dest="gpus_per_server", type=int, required=required, default=None,
+             help="GPUs per server (per NVLink domain)")
+    add_flag(n, "-n_p_s", "--nic_per_server", dest="nics_per_server", type=int, required=required, default=None,
+             aliases=("--nics_per_server",), help="NICs per server")
+    add_flag(n, "-nv", "--nvlink", dest="nvlink_gbps", type=number_text, required=required, default=None,
+             aliases=("--nvlink_gbps",), help="NVLink bandwidth per GPU, GB/s")
+    add_flag(n, "-nic", "--nic_busbw", dest="nic_gbps", type=number_text, required=required, default=None,
+             aliases=("--nic_gbps",), help="bandwidth per NIC, GB/s")
+    add_flag(n, "--ratio-dir", metavar="DIR", default=None,
+             help="SimAI's ratio tables ({nvlink,nic,ata}_ratio.csv); default: a SimAI root's (simulate "
+                  "--simai-root), else the engine's default (efficiency 1.0)")
+
+
+def options_from_args(ns) -> "Options":
+    """The parsed ``commsweep simulate`` arguments as Options."""
+    return Options(
+        workload=ns.workload, gpus=ns.gpus, gpus_per_server=ns.gpus_per_server, nics_per_server=ns.nics_per_server,
+        nvlink=ns.nvlink_gbps, nic=ns.nic_gbps, prefix=ns.prefix, **{name: getattr(ns, name) for name in Options.DEFAULTS},
+    )
+
+
 def ratio_dir_for(ratio_dir: str | None, simai_root: str | None) -> str | None:
     """The ratio tables to use: the configured directory, else a SimAI checkout's own."""
     if ratio_dir:

@@ -20,7 +20,7 @@ def pipeline_stage(value: str | int, pp: int) -> int:
     except (TypeError, ValueError):
         stage = -1
     if not 0 <= stage < pp:
-        raise ConfigError(f"must be first, last or 0..{pp - 1}, got {value!r}", key="--pp_stage")
+        raise ConfigError(f"must be first, last or 0..{pp - 1}, got {value!r}", key="--pp-stage")
     return stage
 
 
@@ -85,7 +85,7 @@ def from_arguments(ns) -> tuple[str, list[str]]:
         notes.append("AICB ignores --context-parallel-size in its Megatron workloads; so does the aicb schedule")
         ns.context_parallel_size = 1
     if aicb and str(ns.pp_stage) != "first":
-        notes.append("--pp_stage is for the megatron schedule; AICB writes the same file for every stage")
+        notes.append("--pp-stage is for the megatron schedule; AICB writes the same file for every stage")
     if getattr(ns, "aicb_python", None) and getattr(ns, "aicb_root", None) is None:
         notes.append("--aicb-python is only used with --aicb-root")
     setup = setup_from_args(ns)

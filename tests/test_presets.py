@@ -1,0 +1,51 @@
+"""Every preset through the command line, as a user runs it: `commsweep generate` and `commsweep profile`."""
+
+from __future__ import annotations
+
+import pytest
+
+from commsweep import cli, sweep
+from commsweep.aiob import gpus
+from commsweep.aiob import profile_file as pf
+from commsweep.models import presets
+from commsweep.training import TrainingSetup
+from commsweep.workload import format as wformat
+
+
+def setup_args(name):
+    """A small valid setup of the preset: 8 GPUs, TP 2, and for MoE EP 2 with SP (AICB needs it)."""
+    moe = presets()[name].is_moe
+    args = ["--model", name, "--world_size=8", "--tensor_model_parallel_size=2", "--global_batch=8"]
+    return args + (["--expert_model_parallel_size=2", "--enable_sequence_parallel"] if moe else [])
+
+
+def schedules(name):
+    m = presets()[name]
+    setup = TrainingSetup(model=m, world_size=8, tp=2, ep=2 if m.is_moe else 1, sp=m.is_moe, global_batch=8)
+    return [s for s in sweep.SCHEDULES if not sweep.schedule_problems(setup, s)]
+
+
+@pytest.mark.parametrize("name", list(presets()))
+def test_preset_generates(name, tmp_path):
+    assert schedules(name), f"{name}: no schedule can write it"
+    for schedule in schedules(name):
+        out = tmp_path / f"{schedule}.txt"
+        assert cli.main(["generate", *setup_args(name), "--schedule", schedule, "-o", str(out)]) == 0
+        workload = wformat.read(out)
+        assert workload.header.all_gpus == 8
+        assert len(workload.rows) >= presets()[name].num_layers
+
+
+@pytest.mark.parametrize("name", list(presets()))
+def test_preset_profiles_on_every_gpu(name, tmp_path):
+    for gpu in gpus.known_gpus():
+        out = tmp_path / f"{gpu}.txt"
+        assert cli.main(["profile", *setup_args(name), "--gpu", gpu, "-o", str(out)]) == 0
+        profile = pf.read(out, require_standard=True)
+        assert float(profile.get("atten_qkv").avg) > 0 and float(profile.get("mlp_linear_1").avg) > 0
+
+
+def test_unknown_preset_is_a_config_error(capsys):
+    assert cli.main(["generate", "--model", "gpt-9b"]) == 2
+    err = capsys.readouterr().err
+    assert "--model: unknown preset 'gpt-9b'; presets: gpt-7b, gpt-13b" in err
