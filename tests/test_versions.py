@@ -91,6 +91,11 @@ def test_a_bad_release_fails_before_pip(tmp_path):
                             capture_output=True, text=True, timeout=60, env={**os.environ, versions.CACHE_ENV: str(tmp_path)})
     assert result.returncode == 2
     assert "commsweep trace: error: --megatron-core: expected a megatron-core release such as 0.8.0" in result.stderr
+    # A release that cannot run on a CPU says why, without installing it.
+    result = subprocess.run([sys.executable, "-m", "commsweep", "trace", "--megatron-core", "0.7.0"],
+                            capture_output=True, text=True, timeout=60, env={**os.environ, versions.CACHE_ENV: str(tmp_path)})
+    assert result.returncode == 2
+    assert "megatron-core 0.7.0 cannot be traced on the CPU: its transformer block imports Transformer Engine" in result.stderr
     assert not any(tmp_path.iterdir())
 
 

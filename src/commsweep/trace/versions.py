@@ -43,8 +43,18 @@ PACKAGE = "megatron-core"
 # knows (oldest first; the last is the newest traced, the schedule's default).
 TRACED = ("0.8.0", "0.9.0", "0.10.0", "0.11.0", "0.12.3", "0.13.1", "0.14.0", "0.15.3", "0.16.1",
           "0.17.1", "0.18.2", "0.19.2")
-# Releases that cannot be traced here, with the reason (listed, never skipped silently).
-UNTRACEABLE: dict[str, str] = {}
+# The releases before those, each with why it cannot be traced on a CPU (checked on
+# their PyPI files; release candidates and patch releases of a traced minor not tried).
+_TE = "its transformer block imports Transformer Engine, a CUDA-only package, unconditionally (optional from 0.8.0)"
+UNTRACEABLE: dict[str, str] = {
+    "0.1.0": "it has no GPT model (only parallel_state and the tensor-parallel layers)",
+    "0.2.0": "it has no GPT model (only parallel_state and the tensor-parallel layers)",
+    "0.3.0": _TE,
+    "0.4.0": "PyPI has its source only, and pip cannot build it here",
+    "0.5.0": _TE,
+    "0.6.0": _TE,
+    "0.7.0": _TE,
+}
 _VERSION = re.compile(r"^\d+(\.\d+){1,3}((a|b|rc)\d+)?(\.post\d+)?$")
 _COMPLETE = ".commsweep-environment.json"  # written last, before the folder is renamed into place
 PIP_TIMEOUT = 900.0
