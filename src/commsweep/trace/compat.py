@@ -15,9 +15,9 @@ Workarounds (release ranges as traced; see ``docs/megatron-versions.md``):
 * ``cuda_stream_on_cpu`` (0.19): the DDP wrapper asks for the current CUDA stream
   before each gradient reduction, to wait on CUDA-graph events there are none of; the
   CPU's stream stands in (recorded only when megatron called it).
-* ``stale_parallel_state`` (0.9 to 0.12): ``destroy_model_parallel`` leaves the ranks
+* ``stale_parallel_state`` (0.8 to 0.12): ``destroy_model_parallel`` leaves the ranks
   of the position-embedding group set; a trace runs several setups in one process, so
-  they are cleared before the next setup's groups are made.
+  ranks left from an earlier setup are cleared once the next setup's groups are made.
 * ``cpu_rng_tracker`` (every release): megatron's model-parallel RNG tracker saves and
   restores CUDA RNG states. 0.16 offers an inference tracker that does not; 0.8 has none,
   so the same do-nothing tracker is installed directly (dropout is off: no draw is made).
@@ -199,15 +199,20 @@ def _imports_triton(path: Path) -> bool:
 
 
 def stale_parallel_state() -> str | None:
-    """Clear what ``destroy_model_parallel`` left of the previous setup's groups (call
-    before ``initialize_model_parallel``): 0.9 to 0.12 keep the position-embedding group's
-    ranks, so a rank of the next setup believes it is in a group it never got."""
+    """Clear group ranks left over from an earlier setup (call right after
+    ``initialize_model_parallel``): 0.8 to 0.12's ``destroy_model_parallel`` resets the
+    position-embedding group but not its ranks, and ``initialize_model_parallel`` sets
+    them only on the group's members, so a rank outside the new group, a member of the
+    old one, believes it is in a group it never got. A trace runs several setups in one
+    process; ranks set while their group is not are exactly those. They become an empty
+    list, not None: 0.8 tests membership with ``rank in ranks`` alone."""
     from megatron.core import parallel_state
 
     stale = [name for name, value in vars(parallel_state).items()
-             if name.startswith("_") and name.endswith("_GLOBAL_RANKS") and value is not None]
+             if name.startswith("_") and name.endswith("_GLOBAL_RANKS") and value
+             and getattr(parallel_state, name.removesuffix("_GLOBAL_RANKS") + "_GROUP", 0) is None]
     for name in stale:
-        setattr(parallel_state, name, None)
+        setattr(parallel_state, name, [])
     return "stale_parallel_state" if stale else None
 
 

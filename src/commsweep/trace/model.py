@@ -177,11 +177,11 @@ def trace_step(setup: TrainingSetup, *, seed: int = 1234) -> tuple[list, dict]:
 
 def _trace_step(setup: TrainingSetup, seed: int) -> tuple[list, dict]:
     rank = dist.get_rank()
-    applied = list(IMPORT_WORKAROUNDS) + [w for w in (compat.stale_parallel_state(),) if w]
     ps.initialize_model_parallel(
         tensor_model_parallel_size=setup.tp, pipeline_model_parallel_size=setup.pp,
         expert_model_parallel_size=setup.ep,
     )
+    applied = list(IMPORT_WORKAROUNDS) + [w for w in (compat.stale_parallel_state(),) if w]
     try:
         compat.cpu_rng_tracker()
         torch.manual_seed(seed)
