@@ -33,8 +33,7 @@ wildcard_constraints:
     workload=r"[^/]+",
     point=r"[^/]+",
     profile=r"[^/]+",
-    trace=r"[^/.]+",
-    release=r"[0-9]+(\.[0-9]+){1,3}",
+    trace=r"([0-9]+(\.[0-9]+){1,3}/)?[^/.]+",
 
 
 # reference: measured traces real megatron-core once per model family, TP, PP and SP,
@@ -68,15 +67,18 @@ def trace_names():
 
 def trace_setup(wildcards):
     try:
-        return TRACES[wildcards.trace]
+        return TRACES[wildcards.trace.rpartition("/")[2]]
     except KeyError:
         raise WorkflowError(f"{wildcards.trace} is not a trace of this sweep (reference: measured)") from None
 
 
 def trace_args(wildcards):
-    """`commsweep trace` arguments: one point of the family, scaled down by the command."""
+    """`commsweep trace` arguments: one point of the family, scaled down by the command,
+    run with the release the trace's name starts with (<release>/<key>), if any."""
     setup = trace_setup(wildcards)
-    return shlex.join(to_commsweep_argv(setup) + ["--scaled", f"--scaled-dp={pipeline_dp(setup)}"])
+    release = wildcards.trace.rpartition("/")[0]
+    return shlex.join(to_commsweep_argv(setup) + ["--scaled", f"--scaled-dp={pipeline_dp(setup)}"]
+                      + (["--megatron-core", release] if release else []))
 
 
 def trace_processes(wildcards):

@@ -1,6 +1,7 @@
 # reference: measured — real megatron-core traced on gloo CPU processes, one job per
 # distinct model family, TP, PP and SP of the sweep (scaled down), and its comparison with
-# the megatron schedule for the same dimensions. Needs the megatron extra.
+# the megatron schedule for the same dimensions. Needs the megatron extra. With
+# megatron_core listing releases, one job per release and key ({trace}: <release>/<key>).
 
 
 rule trace:
@@ -20,26 +21,6 @@ rule trace:
         runtime=20,
     shell:
         "commsweep trace {params.args} --format csv -o {output.trace} --compare {output.compare} > {log} 2>&1"
-
-
-# megatron_core lists releases: the same, once per release (installed on first use).
-rule trace_release:
-    output:
-        trace=f"{RESULTS}/traces/{{release}}/{{trace}}.csv",
-        compare=f"{RESULTS}/traces/{{release}}/{{trace}}.compare.csv",
-    params:
-        args=trace_args,
-    log:
-        f"{RESULTS}/logs/trace/{{release}}/{{trace}}.log",
-    benchmark:
-        f"{RESULTS}/benchmarks/trace/{{release}}/{{trace}}.tsv"
-    threads: trace_processes
-    resources:
-        mem_mb=lambda wildcards, threads: 500 * trace_processes(wildcards) + 500,
-        runtime=20,
-    shell:
-        "commsweep trace {params.args} --megatron-core {wildcards.release} --format csv -o {output.trace}"
-        " --compare {output.compare} > {log} 2>&1"
 
 
 rule trace_versions:

@@ -254,7 +254,8 @@ def check_table(compare_files: dict[str, str]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(CHECK_COLUMNS)
-    for key in sorted(compare_files):
+    # Numbers in names sort as numbers: release 0.8.0 before 0.19.2, TP 2 before TP 16.
+    for key in sorted(compare_files, key=lambda k: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", k)]):
         rows = list(csv.DictReader(io.StringIO(compare_files[key])))
         bad = [r for r in rows if r["status"] != "match"]
         if bad:
