@@ -64,7 +64,9 @@ def expected_volumes(s: TrainingSetup, stage: int) -> dict[tuple, tuple[int, int
             entry[0] += count
             entry[1] += count * size
 
+    full = s.recompute_mode == "full"  # the layer's forward collectives again, in backward
     if t > 1 and not sp:
+        add(("ig", "allreduce", "TP"), g * 2 * L * full, u)
         add(("fwd", "allreduce", "TP"), g * (2 * L + first), u)  # 2 per layer + embedding
         add(("fwd", "allreduce", "TP"), 3 * g * last, ce)  # cross entropy
         add(("ig", "allreduce", "TP"), g * (2 * L + last), u)  # qkv/fc1 input grads + output layer
@@ -74,18 +76,22 @@ def expected_volumes(s: TrainingSetup, stage: int) -> dict[tuple, tuple[int, int
         add(("fwd", "reducescatter", "TP"), g * (2 * L + (first and rope)), u)
         add(("fwd", "allreduce", "TP"), g * (first and not rope), u)
         add(("fwd", "allreduce", "TP"), 3 * g * last, ce)
-        add(("ig", "allgather", "TP"), g * (4 * L + last + first), u)
-        add(("ig", "reducescatter", "TP"), g * (2 * L + last), u)
+        add(("ig", "allgather", "TP"), g * (4 * L + last + first + 2 * L * full), u)
+        add(("ig", "reducescatter", "TP"), g * (2 * L + last + 2 * L * full), u)
         h = m.hidden_size
         norm = 2 * h if m.normalization == "layernorm" else h
         sp_params = L * (2 * norm + (2 * h if m.add_bias_linear else 0)) + (norm if last else 0)
         add(("ig", "allreduce", "TP"), 1, 4 * sp_params)
     if s.dp > 1:
         psi = params_per_rank(s, first, last)
-        add(("wg", "reducescatter", "DP"), 1, 4 * psi)
-        add(("wg", "allgather", "DP"), 1, 2 * psi)
-    if s.pp > 1:
-        add(("pp", "sendrecv", "PP"), 2 * g, u // t if sp else u)
+        grad = 4 if s.grad_reduce_in_fp32 else 2
+        if s.distributed_optimizer:
+            add(("wg", "reducescatter", "DP"), 1, grad * psi)
+            add(("wg", "allgather", "DP"), 1, 2 * psi)
+        else:
+            add(("wg", "allreduce", "DP"), 1, grad * psi)
+    if s.pp > 1:  # SimAI's PP formula: 2 x vpp x ga sends
+        add(("pp", "sendrecv", "PP"), 2 * g * s.virtual_pipeline, u // t if sp else u)
     return {k: tuple(v) for k, v in out.items()}
 
 
@@ -175,3 +181,71 @@ def test_profile_sets_compute_times(reference):
 def test_moe_is_refused():
     setup = TrainingSetup(model=PRESETS["mixtral-8x7b"], world_size=16, tp=2, ep=2, sp=True, global_batch=8)
     assert megatron.unsupported(setup) == ["the megatron schedule covers dense models only (MoE is not modelled)"]
+
+
+OPTION_CASES = [
+    pytest.param(model, tp, sp, pp, v, recompute, ddp, stage,
+                 id=f"{model.name}-tp{tp}-sp{int(sp)}-pp{pp}-v{v}-{recompute}-{ddp}-s{stage}")
+    for model, tp, sp, (pp, v), recompute, ddp in itertools.product(
+        (TINY_GPT, TINY_LLAMA), (1, 2), (False, True), ((1, 1), (2, 1), (2, 2)), ("selective", "full"),
+        ("distributed", "allreduce-fp32", "allreduce-fp16"),
+    )
+    for stage in sorted({0, pp - 1})
+]
+
+
+@pytest.mark.parametrize("model, tp, sp, pp, v, recompute, ddp, stage", OPTION_CASES)
+def test_recompute_interleaving_and_ddp_follow_ground_truth(model, tp, sp, pp, v, recompute, ddp, stage):
+    setup = TrainingSetup(model=model, world_size=tp * pp * 2, tp=tp, pp=pp, sp=sp, micro_batch=1, global_batch=8,
+                          seq_length=64, recompute=True, recompute_granularity=recompute, virtual_pipeline=v,
+                          distributed_optimizer=ddp == "distributed", grad_reduce_in_fp32=not ddp.endswith("fp16"))
+    assert setup.problems() == []
+    schedule = megatron.schedule(setup, stage=stage)
+    workload = schedule.workload()
+    assert wf.parse(workload.render()) == workload
+    assert measured(workload) == expected_volumes(setup, stage)
+    assert workload.header.vpp == v
+
+
+def test_full_recompute_rows_follow_the_layer_in_reverse():
+    """SimAI runs rows backwards in backward: the recompute rows come right after the
+    layer's last row, so the attention's forward again runs first, then the MLP's."""
+    for sp, names in ((False, ["recompute_mlp_allreduce", "recompute_attention_allreduce"]),
+                      (True, ["recompute_mlp_reducescatter", "recompute_mlp_allgather",
+                              "recompute_attention_reducescatter", "recompute_attention_allgather"])):
+        setup = TrainingSetup(model=TINY_GPT, world_size=2, tp=2, sp=sp, global_batch=1, seq_length=64,
+                              recompute=True, recompute_granularity="full")
+        rows = [r.name for r in megatron.schedule(setup).workload().rows]
+        last = max(i for i, name in enumerate(rows) if name.startswith("layer0_mlp_fc2"))
+        assert rows[last + 1:last + 1 + len(names)] == [f"layer0_{n}" for n in names]
+        assert rows[last + 1 + len(names)].startswith("layer1_attention")
+
+
+def test_interleaved_stages_hold_every_vth_chunk():
+    setup = TrainingSetup(model=dataclasses.replace(TINY_GPT, num_layers=8), world_size=2, pp=2, global_batch=4,
+                          seq_length=64, virtual_pipeline=2)
+    assert megatron.stage_layers(setup, 0) == [0, 1, 4, 5]
+    assert megatron.stage_layers(setup, 1) == [2, 3, 6, 7]
+    rows = [r.name for r in megatron.schedule(setup, stage=1).workload().rows if r.name.endswith("_qkv")]
+    assert rows[:4] == ["layer2_attention_qkv", "layer3_attention_qkv", "layer6_attention_qkv", "layer7_attention_qkv"]
+    # Each chunk sends on and back once per micro-batch; the last stage's last chunk sends nothing on.
+    sends = [m for m, _, c, _ in megatron.schedule(setup, stage=1).unexpressed if c.group == "PP"]
+    assert sends.count("pipeline.send_forward") == 4 * 1 and sends.count("pipeline.send_backward") == 4 * 2
+
+
+def test_interleaving_needs_megatrons_rules():
+    base = dict(model=dataclasses.replace(TINY_GPT, num_layers=8), world_size=4, seq_length=64)
+    assert TrainingSetup(**base, pp=1, global_batch=4, virtual_pipeline=2).problems() == [
+        "virtual_pipeline=2 needs pipeline parallelism (pp > 1)"]
+    assert TrainingSetup(**base, pp=4, global_batch=4, virtual_pipeline=4).problems() == [
+        "pp*virtual_pipeline=16 does not divide num_layers=8"]
+    # Megatron-LM 2021-23 also wanted the micro-batches to be a multiple of pp; megatron-core
+    # (0.16) schedules any number.
+    assert TrainingSetup(**base, pp=4, global_batch=6, virtual_pipeline=2).problems() == []
+
+
+def test_scatter_gather_sends_a_tp_share_without_sp():
+    setup = TrainingSetup(model=TINY_GPT, world_size=4, tp=2, pp=2, global_batch=2, seq_length=64)
+    u = 2 * 64 * 64
+    assert megatron.schedule(setup).header.pp_comm == u
+    assert megatron.schedule(setup, pp_scatter_gather=True).header.pp_comm == u // 2

@@ -91,6 +91,19 @@ def add_stage_argument(parser: argparse.ArgumentParser) -> None:
                   "megatron schedule)")
 
 
+def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
+    """Megatron's schedule options beyond AICB's arguments (the megatron schedule only)."""
+    from .flags import add_flag
+
+    g = parser.add_argument_group("Megatron schedule beyond AICB's arguments")
+    add_flag(g, "--virtual-pipeline", dest="virtual_pipeline", type=int, default=1,
+             help="model chunks per pipeline stage: the interleaved 1F1B schedule (Megatron's "
+                  "--virtual-pipeline-model-parallel-size; default 1, not interleaved)")
+    add_flag(g, "--recompute-granularity", dest="recompute_granularity", choices=("selective", "full"), default=None,
+             help="full: recompute every layer's forward, collectives included (implies recomputation); "
+                  "selective: the attention core (as --recompute_activations)")
+
+
 def add_aiob_arguments(parser: argparse.ArgumentParser) -> None:
     """AICB's AIOB switches: use a compute-time profile for the workload's compute fields."""
     parser.add_argument("--aiob_enable", action="store_true")
@@ -164,8 +177,10 @@ def setup_from_args(ns: argparse.Namespace) -> TrainingSetup:
         micro_batch=ns.micro_batch,
         global_batch=ns.global_batch,
         seq_length=_pick(ns.seq_length, 2048),
-        recompute=ns.recompute_activations,
+        recompute=ns.recompute_activations or getattr(ns, "recompute_granularity", None) is not None,
         make_vocab_size_divisible_by=ns.make_vocab_size_divisible_by,
+        recompute_granularity=getattr(ns, "recompute_granularity", None) or "selective",
+        virtual_pipeline=getattr(ns, "virtual_pipeline", 1),
     )
     return setup
 

@@ -97,6 +97,10 @@ def cmd_sweep(ns: argparse.Namespace) -> None:
     print(f"{len(points)} valid point(s), {len(invalid)} invalid combination(s)")
     for p in points:
         print(p.point_key)
+    unfit = [p for p in points if p.memory()["fits"] is False]
+    if unfit:
+        print(f"note: {len(unfit)} point(s) do not fit their GPU's memory (fits=False in sweep.csv; "
+              "skip_invalid: true drops them)", file=sys.stderr)
     if invalid and not config.get("skip_invalid"):
         raise CommsweepError(f"{len(invalid)} invalid combination(s); set skip_invalid: true to drop them")
 
@@ -220,6 +224,20 @@ def cmd_guard(ns: argparse.Namespace) -> None:
     status.guard(argv[0], run, status_path=ns.status, outputs=ns.outputs, after=ns.after, attempt=ns.attempt)
 
 
+def cmd_validate(ns: argparse.Namespace) -> None:
+    from .aiob.megatron_kernels import software
+    from .analysis import validate
+    from .simulate.engine import load_ratios
+
+    sw = software(ns.megatron)
+    results = validate.validate(validate.read_runs(ns.runs), sw, ratios=load_ratios(ns.ratio_dir), source=ns.runs)
+    _emit(validate.to_csv(results) if ns.format == "csv" else validate.to_table(results, sw), ns.output)
+    if ns.plot:
+        validate.plot({f"{Path(ns.runs).stem} (Megatron-LM {sw.name})": results}, ns.plot)
+    if ns.workloads:
+        validate.write_workloads(results, ns.workloads)
+
+
 def cmd_check(ns: argparse.Namespace) -> None:
     from . import status
     from .analysis import summary
@@ -261,7 +279,7 @@ def add_simulate_parser(sub) -> None:
 
 
 def add_generate_parser(sub) -> None:
-    from .arguments import add_aiob_arguments, add_stage_argument, add_training_arguments
+    from .arguments import add_aiob_arguments, add_schedule_arguments, add_stage_argument, add_training_arguments
 
     p = sub.add_parser(
         "generate", allow_abbrev=False,
@@ -269,6 +287,7 @@ def add_generate_parser(sub) -> None:
         description="Write a SimAI workload file. Takes AICB's own arguments, so an AICB command line works unchanged.",
     )
     add_training_arguments(p)
+    add_schedule_arguments(p)
     add_aiob_arguments(p)
     p.add_argument("--schedule", choices=("aicb", "megatron"), default="aicb",
                    help="aicb: what AICB writes (default path, or AIOB path with --aiob_enable); "
@@ -363,7 +382,7 @@ def add_volumes_parser(sub) -> None:
 
 
 def add_audit_parser(sub) -> None:
-    from .arguments import add_aiob_arguments, add_stage_argument, add_training_arguments
+    from .arguments import add_aiob_arguments, add_schedule_arguments, add_stage_argument, add_training_arguments
     from .simulate.run import add_gpus_argument, add_network_arguments
 
     p = sub.add_parser(
@@ -374,6 +393,7 @@ def add_audit_parser(sub) -> None:
     )
     p.add_argument("workload", help="a SimAI workload file")
     add_training_arguments(p)
+    add_schedule_arguments(p)
     add_aiob_arguments(p)
     add_stage_argument(p)
     p.add_argument("--format", choices=("csv", "table"), default="table")
@@ -468,6 +488,28 @@ def add_timeline_parser(sub) -> None:
     p.set_defaults(func=cmd_timeline)
 
 
+def add_validate_parser(sub) -> None:
+    p = sub.add_parser(
+        "validate", allow_abbrev=False,
+        help="predict measured training runs' iteration times and compare (runs file: CSV)",
+        description="Predict the iteration time of every run of a runs file (Megatron schedule with the kernel "
+                    "model's compute, SimAI's model) and compare it with the measured time. Columns of the "
+                    "runs file: see docs/validation.md.",
+    )
+    p.add_argument("runs", help="a runs file (CSV), e.g. src/commsweep/data/validation/korthikanti2022_table5.csv")
+    p.add_argument("--format", choices=("table", "csv"), default="table")
+    p.add_argument("--megatron", choices=("2021", "2022", "core"), default="2022",
+                   help="the Megatron-LM the runs used: 2021 (Narayanan et al.: fp16, local DDP), 2022 (default; "
+                        "Korthikanti et al.: async TP, gradient-accumulation fusion), core (megatron-core: flash "
+                        "attention, distributed optimizer, overlapped DP)")
+    p.add_argument("--ratio-dir", help="SimAI's ratio tables ({nvlink,nic,ata}_ratio.csv); default: efficiency 1.0")
+    p.add_argument("--plot", metavar="FILE", help="also draw predicted against measured seconds (PNG)")
+    p.add_argument("--workloads", metavar="DIR",
+                   help="also write each run's SimAI workload and SimAI command line (DIR/commands.sh) there")
+    p.add_argument("-o", "--output", help="output file (default: stdout)")
+    p.set_defaults(func=cmd_validate)
+
+
 def add_trace_check_parser(sub) -> None:
     p = sub.add_parser("trace-check", help="one verdict per trace: does the megatron schedule match megatron-core")
     p.add_argument("compare", nargs="+", help="comparison CSVs of `commsweep trace --compare` (<key>.compare.csv)")
@@ -489,6 +531,7 @@ COMMANDS = {
     "trace": add_trace_parser,
     "trace-check": add_trace_check_parser,
     "trace-versions": add_trace_versions_parser,
+    "validate": add_validate_parser,
     "guard": add_guard_parser,
     "check": add_check_parser,
 }

@@ -32,6 +32,9 @@ NETWORK_FIELDS = ("gpus_per_server", "nics_per_server", "nvlink_gbps", "nic_gbps
 TABLE_COLUMNS = (
     "point", "workload", "profile", *AXES, "dp", "ga", *NETWORK_FIELDS,
 )
+# The point's peak memory per GPU and whether it fits the sweep's GPU (``memory.py``);
+# in sweep.csv and summary.csv after the point's columns.
+MEMORY_COLUMNS = ("memory_gib", "fits")
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,15 @@ class Point:
 
     def describe(self) -> str:
         return ", ".join(f"{axis}={getattr(self, axis)}" for axis in AXES)
+
+    def memory(self) -> dict[str, Any]:
+        """The ``MEMORY_COLUMNS``: GiB per GPU and ``fits`` against the sweep's GPU (empty
+        where the model does not say: MoE models, a GPU label the table does not know)."""
+        verdict = memory_verdict(self.setup, self.gpu)
+        if verdict is None:
+            return {"memory_gib": "", "fits": ""}
+        gib, fits = verdict
+        return {"memory_gib": f"{gib:.1f}", "fits": "" if fits is None else fits}
 
     def row(self) -> dict[str, Any]:
         """The point as a flat record for tables (the columns of ``TABLE_COLUMNS``)."""
@@ -162,6 +174,35 @@ def custom_models(config: dict) -> dict[str, ModelSpec]:
     return out
 
 
+def memory_verdict(setup: TrainingSetup, gpu: str) -> tuple[float, bool | None] | None:
+    """(GiB per GPU, fits) of a sweep point, as megatron-core trains it (distributed
+    optimizer, fp32 gradients, flash attention, dropout); ``fits`` None for a GPU the table
+    does not know, None for an MoE model (its memory is not modelled)."""
+    if setup.model.is_moe:
+        return None
+    from . import memory
+    from .aiob import gpus
+    from .workload.megatron import local_parameters
+
+    params = {stage: local_parameters(setup, stage) for stage in {0, setup.pp - 1}}
+    mem = memory.estimate(setup, params, flash_attention=True, dropout=True)
+    known = {name.lower(): spec for name, spec in gpus.GPUS.items()}
+    spec = known.get(gpu.lower())
+    return mem.total_gib, (None if spec is None else mem.fits(spec.memory_gib))
+
+
+def memory_problem(setup: TrainingSetup, gpu: str) -> str | None:
+    """Why a point does not fit its GPU (None when it fits or the model cannot say)."""
+    verdict = memory_verdict(setup, gpu)
+    if verdict is None or verdict[1] is not False:
+        return None
+    from .aiob import gpus
+    from .memory import RESERVE_GIB
+
+    return (f"needs {verdict[0]:.1f} GiB per GPU; the {gpu} has {gpus.gpu(gpu).memory_gib:g} GiB "
+            f"({RESERVE_GIB:g} GiB kept free)")
+
+
 def schedule_problems(setup: TrainingSetup, schedule: str) -> list[str]:
     """Why a schedule cannot generate this setup's workload (empty when it can)."""
     if schedule == "megatron":
@@ -182,6 +223,9 @@ def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
     models = custom_models(config)
     aiob = config.get("aiob") or {}
     gpu = str(aiob.get("gpu", "H100-SXM"))
+    # With skip_invalid, a point that does not fit its GPU's memory is dropped like an
+    # invalid one; without, it stays, marked fits=False in sweep.csv.
+    skip_unfit = bool(config.get("skip_invalid", False))
     for name in axes["network"]:
         if name not in nets:
             raise ConfigError(f"unknown network {name!r}; defined: {', '.join(nets) or 'none'}", key="sweep.network")
@@ -212,6 +256,8 @@ def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
         reasons = setup.problems()
         if not reasons:
             reasons += schedule_problems(setup, values["schedule"])
+        if not reasons and skip_unfit:
+            reasons += [r for r in (memory_problem(setup, gpu),) if r]
         if reasons:
             invalid.append(Invalid(values=values, reasons=tuple(reasons)))
         else:
@@ -236,10 +282,10 @@ def points_from_config(config: dict) -> tuple[list[Point], list[Invalid]]:
 def table_csv(points: list[Point], invalid: list[Invalid] = ()) -> str:
     """The sweep as CSV: one row per point, plus skipped combinations with ``status``."""
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=[*TABLE_COLUMNS, "status"], lineterminator="\n")
+    writer = csv.DictWriter(buf, fieldnames=[*TABLE_COLUMNS, *MEMORY_COLUMNS, "status"], lineterminator="\n")
     writer.writeheader()
     for p in points:
-        writer.writerow({**p.row(), "status": "ok"})
+        writer.writerow({**p.row(), **p.memory(), "status": "ok"})
     for bad in invalid:
         writer.writerow({**bad.values, "status": "skipped: " + "; ".join(bad.reasons)})
     return buf.getvalue()

@@ -15,6 +15,7 @@ from .models import ModelSpec
 # The counts that must be at least 1: those of one rank's shard, then those of the whole job.
 _SHARD_COUNTS = ("tp", "pp", "ep", "micro_batch", "seq_length")
 _JOB_COUNTS = ("world_size", "global_batch")
+RECOMPUTE_GRANULARITIES = ("selective", "full")
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,20 @@ class TrainingSetup:
     seq_length: int = 2048
     recompute: bool = False
     make_vocab_size_divisible_by: int = 128
+    # Beyond AICB's arguments (the Megatron schedule only; see ``workload/megatron.py``).
+    # With ``recompute`` on: "selective" (AICB's and Megatron's --recompute-activations: the
+    # core attention) or "full" (--recompute-granularity full --recompute-method uniform
+    # --recompute-num-layers 1: every layer's forward again, collectives included).
+    recompute_granularity: str = "selective"
+    # The interleaved 1F1B schedule's model chunks per stage (Megatron's
+    # --virtual-pipeline-model-parallel-size); 1 is the plain 1F1B schedule.
+    virtual_pipeline: int = 1
+    # DP: Megatron's distributed optimizer (reduce-scatter of gradients, all-gather of
+    # parameters) or plain DDP (one all-reduce of the gradients) ...
+    distributed_optimizer: bool = True
+    # ... reduced in fp32 (--accumulate-allreduce-grads-in-fp32, which bf16 implies) or in
+    # the 16-bit training type (fp16 without that flag, as Megatron-LM's 2021 runs did).
+    grad_reduce_in_fp32: bool = True
 
     # -- derived sizes -------------------------------------------------------------
     @property
@@ -56,6 +71,16 @@ class TrainingSetup:
     def activation_bytes(self) -> int:
         """u = 2*b*s*h: one bf16 [s, b, h] activation, the size unit of workload files."""
         return 2 * self.micro_batch * self.seq_length * self.model.hidden_size
+
+    @property
+    def recompute_mode(self) -> str:
+        """``none``, ``selective`` or ``full``."""
+        return self.recompute_granularity if self.recompute else "none"
+
+    @property
+    def layers_per_chunk(self) -> int:
+        """Layers of one model chunk: L / (p * v) (the stage's layers with v = 1)."""
+        return self.model.num_layers // (self.pp * self.virtual_pipeline)
 
     @property
     def expert_dp(self) -> int:
@@ -92,6 +117,17 @@ class TrainingSetup:
                 out.append(f"ep={self.ep} does not divide the {m.num_experts} experts")
         elif self.ep != 1:
             out.append(f"ep={self.ep} needs an MoE model ({m.name} is dense)")
+        if self.recompute_granularity not in RECOMPUTE_GRANULARITIES:
+            out.append(f"recompute_granularity must be one of {', '.join(RECOMPUTE_GRANULARITIES)}, "
+                       f"got {self.recompute_granularity!r}")
+        v = self.virtual_pipeline
+        if v < 1:
+            out.append(f"virtual_pipeline must be at least 1 (got {v})")
+        elif v > 1:
+            if p == 1:
+                out.append(f"virtual_pipeline={v} needs pipeline parallelism (pp > 1)")
+            elif m.num_layers % (p * v):
+                out.append(f"pp*virtual_pipeline={p * v} does not divide num_layers={m.num_layers}")
         return out
 
     def problems(self) -> list[str]:

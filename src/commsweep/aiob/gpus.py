@@ -5,22 +5,37 @@ Peaks are the vendors' published numbers, dense (NVIDIA's datasheets print bf16 
 sparsity", twice the dense rate; the dense half is what a training GEMM can use). Each
 entry names its source next to it.
 
-Efficiencies are this project's documented assumptions, not measurements of ours; they say
-what fraction of the peak a well-shaped kernel of each kind reaches, and can be overridden
-per run (``commsweep profile --gemm-efficiency ...``):
+Efficiencies say what fraction of the peak a well-shaped kernel of each kind reaches, and
+can be overridden per run (``commsweep profile --gemm-efficiency ...``). The A100's GEMM and
+memory efficiencies are **fitted** on the two published tables of measured Megatron-LM
+iteration times (Korthikanti et al. 2022 Table 5, Narayanan et al. 2021 Table 1; shipped in
+``commsweep/data/validation/``; ``bench/validate.py --fit`` redoes the fit, a grid search of
+the two numbers minimising the tables' mean absolute error with Megatron's kernels of
+``megatron_kernels.py``; see ``docs/validation.md``). They hold for both A100 memories (the
+same chip). The other GPUs' efficiencies are this project's documented assumptions, not
+validated against measurements:
 
-* ``gemm``: large bf16 cuBLAS GEMMs of transformer shapes. About 250 of 312 TFLOP/s on
-  A100 (0.80) and 650-750 of 989 on Hopper (0.70) are the figures NVIDIA's and
-  MLPerf-style GEMM sweeps commonly show; the H20's tensor cores are capped so far below
-  its memory system that GEMMs run close to the cap (0.85).
+* ``gemm``: large bf16 cuBLAS GEMMs of transformer shapes, before wave quantization
+  (``megatron_kernels.gemm_efficiency``). A100: 0.74, fitted (230 of 312 TFLOP/s; cuBLAS
+  sweeps show 250-270 for square GEMMs, so the fit also carries what the model leaves out,
+  e.g. the GEMMs' slowdown beside concurrent NCCL kernels). Hopper: 650-750 of 989 TFLOP/s
+  (0.70) as NVIDIA's and MLPerf-style GEMM sweeps commonly show; the H20's tensor cores are
+  capped so far below its memory system that GEMMs run close to the cap (0.85).
 * ``attention``: FlashAttention-2's forward, which AICB times. The FlashAttention-2 paper
   (Dao, 2023) reports up to 70-73 % of A100 peak forward, less with a causal mask at 2-4k
   tokens (0.60); the FlashAttention-3 paper (Shah et al., 2024) shows FlashAttention-2 at
   about 35 % of H100 peak (0.35); Blackwell kernels are younger (0.45).
-* ``memory``: streaming element-wise kernels (copies, norms, activations): 80-85 % of the
-  HBM bandwidth is what STREAM-like kernels reach on these parts.
+* ``memory``: streaming element-wise kernels (copies, norms, activations, the optimizer).
+  A100: 0.64, fitted: below the 80-85 % STREAM-like kernels reach, as the fit also carries
+  the gaps between Megatron's many short element-wise kernels. Others: 0.80-0.85, the
+  STREAM-like figure.
 * ``launch_us``: per kernel, the host-side launch and event gap that AICB's timing (CUDA
   events around one eager PyTorch call on an idle GPU) includes; a few microseconds.
+
+``sm_count`` (wave quantization of GEMMs) and ``memory_gib`` (the memory model's verdict)
+are datasheet figures: the A100 whitepaper's 108 SMs; the H100/H800/H200's 132 (H100
+whitepaper, SXM5); the H20's 78 and the B200's 148 as NVIDIA's partners publish them;
+memories as each entry's datasheet prints them (read as GiB: an A100 80GB has 81920 MiB).
 """
 
 from __future__ import annotations
@@ -42,6 +57,14 @@ class GpuSpec:
     memory_efficiency: float
     launch_us: float
     source: str
+    # For the Megatron kernel model (``megatron_kernels.py``) and the memory model: the
+    # streaming multiprocessors (GEMM wave quantization) and the HBM capacity in GiB
+    # (the datasheet's "80GB" is 80 GiB: nvidia-smi reports 81920 MiB on an A100 80GB).
+    sm_count: int = 0
+    memory_gib: float = 0.0
+    # A measured GEMM efficiency table: (FLOPs of one GEMM, fraction of peak), interpolated
+    # in log FLOPs; empty: the wave-quantization model of ``megatron_kernels.gemm_efficiency``.
+    gemm_table: tuple[tuple[float, float], ...] = ()
 
     @property
     def peak_flops(self) -> float:
@@ -65,7 +88,8 @@ class GpuSpec:
         return replace(self, **changes)
 
 
-_AMPERE = dict(gemm_efficiency=0.80, attention_efficiency=0.60, memory_efficiency=0.85, launch_us=5.0)
+# A100: GEMM and memory efficiencies fitted (see the module docstring); attention and launch assumed.
+_AMPERE = dict(gemm_efficiency=0.74, attention_efficiency=0.60, memory_efficiency=0.64, launch_us=5.0)
 _HOPPER = dict(gemm_efficiency=0.70, attention_efficiency=0.35, memory_efficiency=0.80, launch_us=5.0)
 
 GPUS: dict[str, GpuSpec] = {
@@ -73,32 +97,36 @@ GPUS: dict[str, GpuSpec] = {
     for g in (
         # NVIDIA A100 Tensor Core GPU datasheet (nvidia.com, "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf"):
         # BFLOAT16 Tensor Core 312 TFLOPS (624 with sparsity); A100 40GB SXM 1,555 GB/s.
-        GpuSpec("A100-40GB", 312.0, 1.555, **_AMPERE,
-                source="NVIDIA A100 datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf): 312 TFLOPS bf16, 1,555 GB/s"),
+        GpuSpec("A100-40GB", 312.0, 1.555, **_AMPERE, sm_count=108, memory_gib=40,
+                source="NVIDIA A100 datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf): 312 TFLOPS bf16, 1,555 GB/s; "
+                       "gemm and mem efficiencies fitted (docs/validation.md)"),
         # Same datasheet: A100 80GB SXM 2,039 GB/s.
-        GpuSpec("A100-80GB", 312.0, 2.039, **_AMPERE,
-                source="NVIDIA A100 datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf): 312 TFLOPS bf16, 2,039 GB/s (SXM)"),
+        GpuSpec("A100-80GB", 312.0, 2.039, **_AMPERE, sm_count=108, memory_gib=80,
+                source="NVIDIA A100 datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf): 312 TFLOPS bf16, 2,039 GB/s (SXM); "
+                       "gemm and mem efficiencies fitted (docs/validation.md)"),
         # NVIDIA H100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h100/, "h100-datasheet"):
         # H100 SXM BF16 Tensor Core 1,979 TFLOPS with sparsity (989.5 dense); 3.35 TB/s.
-        GpuSpec("H100-SXM", 989.5, 3.35, **_HOPPER,
+        GpuSpec("H100-SXM", 989.5, 3.35, **_HOPPER, sm_count=132, memory_gib=80,
                 source="NVIDIA H100 datasheet, SXM column (nvidia.com/en-us/data-center/h100/): 1,979 TFLOPS bf16 sparse, 3.35 TB/s"),
         # NVIDIA H800 SXM5 product brief: the H100 SXM's compute and HBM3 (1,979 TFLOPS bf16 sparse,
         # 3.35 TB/s), NVLink reduced to 400 GB/s (which the roofline does not use).
-        GpuSpec("H800", 989.5, 3.35, **_HOPPER,
+        GpuSpec("H800", 989.5, 3.35, **_HOPPER, sm_count=132, memory_gib=80,
                 source="NVIDIA H800 SXM5 product brief: 1,979 TFLOPS bf16 sparse, 3.35 TB/s (NVLink 400 GB/s)"),
         # NVIDIA HGX H20 specifications (2024; no public NVIDIA datasheet URL, published by server
         # vendors and e.g. huggingface.co/hardware/h20): FP16/BF16 148 TFLOPS dense, 96 GB HBM3 4.0 TB/s.
         GpuSpec("H20", 148.0, 4.0, gemm_efficiency=0.85, attention_efficiency=0.60, memory_efficiency=0.80, launch_us=5.0,
+                sm_count=78, memory_gib=96,
                 source="NVIDIA HGX H20 specifications (2024, as published by server vendors): 148 TFLOPS bf16 dense, 4.0 TB/s"),
         # NVIDIA H200 datasheet (nvidia.com/en-us/data-center/h200/): H200 SXM BF16 1,979 TFLOPS with
         # sparsity (989.5 dense), 141 GB HBM3e 4.8 TB/s.
-        GpuSpec("H200", 989.5, 4.8, **_HOPPER,
+        GpuSpec("H200", 989.5, 4.8, **_HOPPER, sm_count=132, memory_gib=141,
                 source="NVIDIA H200 datasheet, SXM column (nvidia.com/en-us/data-center/h200/): 1,979 TFLOPS bf16 sparse, 4.8 TB/s"),
         # NVIDIA HGX B200 specifications (nvidia.com/en-us/data-center/hgx/): FP16/BF16 Tensor Core
         # 4.5 PFLOPS per GPU with sparsity (2.25 dense); NVIDIA DGX B200 datasheet: 64 TB/s HBM3e for
         # 8 GPUs, 8 TB/s each (the HGX table's later revision prints 7.7 TB/s; the higher value keeps
         # the roofline a lower bound).
         GpuSpec("B200", 2250.0, 8.0, gemm_efficiency=0.70, attention_efficiency=0.45, memory_efficiency=0.80, launch_us=5.0,
+                sm_count=148, memory_gib=180,
                 source="NVIDIA HGX B200 specifications (nvidia.com/en-us/data-center/hgx/): 4.5 PFLOPS bf16 sparse; DGX B200 datasheet: 8 TB/s per GPU"),
     )
 }
@@ -120,10 +148,11 @@ def gpu(name: str, *, key: str = "--gpu") -> GpuSpec:
 
 def table() -> str:
     """The GPU table as text (name, peaks, efficiencies, source), for ``commsweep profile --list-gpus``."""
-    lines = [f"{'gpu':<10} {'bf16 TFLOP/s':>12} {'HBM TB/s':>9} {'gemm':>5} {'attn':>5} {'mem':>5} {'launch us':>9}  source"]
+    lines = [f"{'gpu':<10} {'bf16 TFLOP/s':>12} {'HBM TB/s':>9} {'HBM GiB':>7} {'SMs':>4} {'gemm':>5} {'attn':>5} "
+             f"{'mem':>5} {'launch us':>9}  source"]
     for g in GPUS.values():
         lines.append(
-            f"{g.name:<10} {g.bf16_tflops:>12g} {g.hbm_tbps:>9g} {g.gemm_efficiency:>5g} {g.attention_efficiency:>5g} "
-            f"{g.memory_efficiency:>5g} {g.launch_us:>9g}  {g.source}"
+            f"{g.name:<10} {g.bf16_tflops:>12g} {g.hbm_tbps:>9g} {g.memory_gib:>7g} {g.sm_count:>4} {g.gemm_efficiency:>5g} "
+            f"{g.attention_efficiency:>5g} {g.memory_efficiency:>5g} {g.launch_us:>9g}  {g.source}"
         )
     return "\n".join(lines) + "\n"

@@ -77,6 +77,7 @@ ITERATION = "iteration"
 # own row names; the first pattern that matches the whole name wins.
 ROW_KINDS: tuple[tuple[str, str], ...] = (
     (r"embedding_layer", "embedding"),
+    (r"layer\d+_recompute_.*", "recompute"),
     (r"(layer\d+_)?attention(_.*)?", "attention"),
     (r"(layer\d+_)?mlp(_.*)?", "mlp"),
     (r"final_column|output_layer(_.*)?", "output_layer"),
@@ -89,14 +90,14 @@ ROW_KINDS: tuple[tuple[str, str], ...] = (
     (r"optimizer\d*", "optimizer"),
 )
 _ROW_KIND_RES = tuple((re.compile(pattern), kind) for pattern, kind in ROW_KINDS)
-LAYER_KINDS = ("attention", "mlp")
+LAYER_KINDS = ("attention", "mlp", "recompute")  # recompute: a full recompute's forward collectives
 # Kinds that recur in every micro-batch; the rest occur once per iteration.
 PER_MICROBATCH_KINDS = ("embedding", *LAYER_KINDS, "output_layer", "loss", "embedding_norm")
 # Kinds that close a micro-batch's layers: a layer row after them begins the next one.
 TAIL_KINDS = ("output_layer", "loss", "embedding_norm")
 KIND_ORDER = (
     "dp", "sp_grads", "embedding_grads", "moe_dp", "optimizer", "other",
-    "embedding", "attention", "mlp", "output_layer", "loss", "embedding_norm", "pipeline",
+    "embedding", "attention", "mlp", "recompute", "output_layer", "loss", "embedding_norm", "pipeline",
 )
 
 
@@ -116,6 +117,8 @@ def module_kind(module: str) -> str:
         return "attention"
     if ".mlp." in module:
         return "mlp"
+    if module.startswith("decoder.layers.") and module.endswith(".recompute"):
+        return "recompute"
     if module == "output_layer":
         return "output_layer"
     if module.startswith("loss."):
@@ -193,11 +196,14 @@ class Finding:
 # -- segmenting a workload ---------------------------------------------------------------
 
 
-def segment(workload: wf.Workload, layers_per_stage: int, first_layer: int = 0) -> list[Unit]:
+def segment(workload: wf.Workload, layers_per_stage: int, first_layer: int = 0,
+            layer_ids: list[int] | None = None) -> list[Unit]:
     """The unit of every row, by its kind and position (see the module docstring).
 
     ``first_layer`` is the global index of the stage's first transformer layer, so that
-    layers are numbered as the reference numbers them.
+    layers are numbered as the reference numbers them; ``layer_ids`` the global index of
+    each of the stage's layers instead (the interleaved schedule's stages hold layers
+    that are not contiguous).
     """
     units: list[Unit] = []
     mb: int | None = None  # current micro-batch; None before the first
@@ -219,7 +225,8 @@ def segment(workload: wf.Workload, layers_per_stage: int, first_layer: int = 0) 
                 mb, layer, tail = mb + 1, -1, False
             if starts_layer:
                 layer += 1
-            units.append(Unit(mb, first_layer + max(layer, 0), kind))
+            local = max(layer, 0)
+            units.append(Unit(mb, layer_ids[local] if layer_ids and local < len(layer_ids) else first_layer + local, kind))
         elif kind in PER_MICROBATCH_KINDS:
             if mb is None:
                 mb, layer = 0, -1
@@ -289,7 +296,8 @@ def audit(
     check_header(workload, setup, source)
     reference = megatron.schedule(setup, stage=stage)
     sizes = wf.group_sizes(workload.header, gpus)
-    units = segment(workload, setup.layers_per_stage, stage * setup.layers_per_stage)
+    units = segment(workload, setup.layers_per_stage, stage * setup.layers_per_stage,
+                    layer_ids=megatron.stage_layers(setup, stage))
     expected = expected_units(reference)
 
     findings: list[Finding] = []

@@ -22,7 +22,7 @@ from pathlib import Path
 from .. import paths, status
 from ..errors import InputError
 from ..simulate import times as sim_times
-from ..sweep import TABLE_COLUMNS
+from ..sweep import MEMORY_COLUMNS, TABLE_COLUMNS
 from . import volumes
 
 SIM_COMPONENTS = {
@@ -33,7 +33,7 @@ SIM_COLUMNS = ("time_us", "exposed_us", "sim_total_us", *SIM_COMPONENTS)
 # The summary's per-point columns -> their keys in a point's times file (``simulate.times``).
 SIM_KEYS = {"sim_total_us": sim_times.ITERATION["total"],
             **{column: sim_times.ITERATION[component] for column, component in SIM_COMPONENTS.items()}}
-COLUMNS = (*TABLE_COLUMNS, "status", *volumes.COLUMNS, *SIM_COLUMNS)
+COLUMNS = (*TABLE_COLUMNS, *MEMORY_COLUMNS, "status", *volumes.COLUMNS, *SIM_COLUMNS)
 
 
 def read_points(sweep_csv: Path) -> list[dict[str, str]]:
@@ -50,7 +50,7 @@ def summarize(sweep_csv: Path, results: Path) -> str:
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(COLUMNS)
     for point in read_points(sweep_csv):
-        base = [point[c] for c in TABLE_COLUMNS]
+        base = [point[c] for c in TABLE_COLUMNS] + [point.get(c, "") for c in MEMORY_COLUMNS]
         failed = status.failures(results, point["workload"], point["point"])
         if failed:
             writer.writerow(base + [f"failed: {status.reasons(failed)}"] + [""] * (len(COLUMNS) - len(base) - 1))

@@ -132,8 +132,14 @@ def problems(
 
 
 def unsupported(setup: TrainingSetup) -> list[str]:
-    """Configurations AICB itself refuses, with its reason (the sweep's schedule check)."""
-    return problems(setup)
+    """Configurations AICB itself refuses, with its reason (the sweep's schedule check),
+    and Megatron options AICB has no argument for."""
+    out = problems(setup)
+    if setup.recompute_mode == "full":
+        out.append("AICB has no full recomputation (only --recompute_activations); use the megatron schedule")
+    if setup.virtual_pipeline > 1:
+        out.append("AICB has no interleaved pipeline schedule; use the megatron schedule")
+    return out
 
 
 # -- AICB's mocked model ---------------------------------------------------------------

@@ -48,6 +48,7 @@ def build(
         from . import aicb
 
         problems = aicb.problems(setup, **(aicb_checks or {}))
+        problems += [p for p in aicb.unsupported(setup) if p not in aicb.problems(setup)]
     else:
         problems = setup.problems() + schedule_problems(setup, schedule)
     if problems:

@@ -28,13 +28,19 @@ Per micro-batch, TP group (t > 1 only: Megatron has no TP communication at t = 1
 Per iteration: with SP, one TP all-reduce of the sequence-parallel parameters' gradients
 (norms, and the biases of linear_proj and linear_fc2); with DP > 1 and the distributed
 optimizer, a reduce-scatter of 4*P gradient bytes and an all-gather of 2*P parameter bytes
-over DP (P = this rank's parameters); with p > 1 and tied embeddings, an all-reduce of
+over DP (P = this rank's parameters), or with plain DDP one all-reduce of the gradients
+(4*P bytes, 2*P when reduced in 16 bits); with p > 1 and tied embeddings, an all-reduce of
 the word-embedding gradient between the first and last stage (not expressible in SimAI).
-Pipeline sends (u, or u/t with SP, per micro-batch and direction) go into the header's
-``pp_comm``; ``vpp`` holds the virtual pipeline size, 1, so that SimAI's bubble
-(pp-1)/(ga*vpp) and PP formulas follow the 1F1B schedule.
+Pipeline sends (u, or u/t with SP, per micro-batch, model chunk and direction) go into the
+header's ``pp_comm``; ``vpp`` holds the virtual pipeline size v (Megatron's interleaved
+schedule: stage i holds chunks i, i+p, ... of L/(p*v) layers each), so that SimAI's bubble
+(pp-1)/(ga*vpp) and PP formulas follow the (interleaved) 1F1B schedule.
 
-Compute times: the AIOB profile when given (see ``_compute_times``), else 0 everywhere.
+Full recompute (``recompute_granularity="full"``) re-runs each layer's forward, collectives
+included, at the start of its backward pass: rows after the layer's own (``_recompute_blocks``).
+
+Compute times: the kernel model's (``aiob/megatron_kernels.py``) when given, else the AIOB
+profile's (see ``_compute_times``), else 0 everywhere.
 """
 
 from __future__ import annotations
@@ -42,9 +48,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from typing import TYPE_CHECKING
+
 from ..aiob.profile_file import AiobProfile
 from ..training import TrainingSetup
 from .format import Header, Row, Workload
+
+if TYPE_CHECKING:
+    from ..aiob.megatron_kernels import RowTimes
 
 GROUP_OF_PHASE_SUFFIX = {"TP": "", "DP": "", "EP": "_EP", "DP_EP": "_DP_EP"}
 # Groups that may stand in each column of a SimAI row.
@@ -104,14 +115,14 @@ class Schedule:
     # Collectives the SimAI format cannot carry: (module, phase, comm, why).
     unexpressed: tuple[tuple[str, str, Comm, str], ...] = field(default=())
 
+    pp_scatter_gather: bool = False
+
     @cached_property
     def header(self) -> Header:
         s = self.setup
-        pp_comm = 0
-        if s.pp > 1:
-            pp_comm = s.activation_bytes // s.tp if (s.sp and s.tp > 1) else s.activation_bytes
         return Header(
-            tp=s.tp, ep=s.ep, pp=s.pp, vpp=1, ga=s.num_microbatches, all_gpus=s.world_size, pp_comm=pp_comm
+            tp=s.tp, ep=s.ep, pp=s.pp, vpp=s.virtual_pipeline, ga=s.num_microbatches, all_gpus=s.world_size,
+            pp_comm=pipeline_bytes(s, scatter_gather=self.pp_scatter_gather) if s.pp > 1 else 0,
         )
 
     def workload(self) -> Workload:
@@ -150,6 +161,21 @@ class Schedule:
             for module, phase, comm, _ in self.unexpressed
         ]
         return out
+
+
+def pipeline_bytes(setup: TrainingSetup, *, scatter_gather: bool = False) -> int:
+    """Bytes of one pipeline send per rank: u, or u/t with SP (the rank holds a sequence
+    shard) or with Megatron-LM's 2021 scatter-gather optimisation (each TP rank sends its
+    1/t of the activation and the receiver all-gathers it)."""
+    u, t = setup.activation_bytes, setup.tp
+    return u // t if ((setup.sp or scatter_gather) and t > 1) else u
+
+
+def stage_layers(setup: TrainingSetup, stage: int) -> list[int]:
+    """The global indices of the transformer layers stage ``stage`` holds, in the order of
+    its model chunks: with v virtual stages, chunk c holds layers (c*p + stage)*L/(p*v) on."""
+    per_chunk, p = setup.layers_per_chunk, setup.pp
+    return [(chunk * p + stage) * per_chunk + i for chunk in range(setup.virtual_pipeline) for i in range(per_chunk)]
 
 
 def unsupported(setup: TrainingSetup) -> list[str]:
@@ -246,22 +272,42 @@ def _compute_times(profile: AiobProfile | None, recompute: bool) -> dict[str, tu
 # -- the schedule ----------------------------------------------------------------------
 
 
-def schedule(setup: TrainingSetup, profile: AiobProfile | None = None, *, stage: int = 0) -> Schedule:
-    """The collectives of one iteration as pipeline stage ``stage`` (0-based) sees them."""
+def _row_times_ns(times: "RowTimes") -> dict[str, tuple[int, int, int]]:
+    """(fwd, ig, wg) ns per row kind from the kernel model's microseconds."""
+    return {kind: (_us_to_ns(f), _us_to_ns(i), _us_to_ns(w)) for kind, (f, i, w) in times.rows.items()}
+
+
+def schedule(setup: TrainingSetup, profile: AiobProfile | None = None, *, stage: int = 0,
+             times: "RowTimes | None" = None, pp_scatter_gather: bool = False) -> Schedule:
+    """The collectives of one iteration as pipeline stage ``stage`` (0-based) sees them.
+
+    Compute times come from ``times`` (``aiob.megatron_kernels.row_times``: every kernel of
+    Megatron's rows, backward and optimizer included) when given, else from ``profile``
+    (an AIOB profile: forward sections, backward estimated), else 0.
+    ``pp_scatter_gather``: pipeline sends of u/t also without SP (Megatron-LM 2021-22).
+    """
     if not 0 <= stage < setup.pp:
         raise ValueError(f"stage {stage} is outside 0..{setup.pp - 1}")
+    if profile is not None and times is not None:
+        raise ValueError("give an AIOB profile or the kernel model's times, not both")
     m, t = setup.model, setup.tp
     sp = setup.sp and t > 1  # Megatron switches SP off at t = 1
     tp = t > 1
     u = setup.activation_bytes
     first, last = stage == 0, stage == setup.pp - 1
-    times = _compute_times(profile, setup.recompute)
+    times_ns = _row_times_ns(times) if times is not None else _compute_times(profile, setup.recompute)
+    full = setup.recompute_mode == "full"
+    if full and times_ns and "recompute_attention" not in times_ns:  # an AIOB profile: the forward again
+        fwd = {kind: ts[0] for kind, ts in times_ns.items()}
+        times_ns["recompute_attention"] = (0, fwd["attention_qkv"] + fwd["attention_proj"], 0)
+        times_ns["recompute_mlp"] = (0, fwd["mlp_fc1"] + fwd["mlp_fc2"], 0)
+    grad_bytes = FP32 if setup.grad_reduce_in_fp32 else BF16
 
     def tp_comm(collective: str, size: int = u) -> Comm | None:
         return Comm(collective, "TP", size) if tp else None
 
     def timed(kind: str, **kw) -> dict:
-        fwd, ig, wg = times.get(kind, (0, 0, 0))
+        fwd, ig, wg = times_ns.get(kind, (0, 0, 0))
         return {"fwd_compute": fwd, "ig_compute": ig, "wg_compute": wg, **kw}
 
     blocks: list[Block] = []
@@ -270,17 +316,23 @@ def schedule(setup: TrainingSetup, profile: AiobProfile | None = None, *, stage:
     # Once per iteration; SimAI runs rows backwards in backward, so these come last.
     psi = local_parameters(setup, stage)
     dp = setup.dp > 1
-    blocks.append(
-        Block("dp_param_allgather", "optimizer.param_allgather",
-              wg=Comm("allgather", "DP", BF16 * psi) if dp else None, **timed("optimizer"))
-    )
+    if setup.distributed_optimizer:
+        blocks.append(
+            Block("dp_param_allgather", "optimizer.param_allgather",
+                  wg=Comm("allgather", "DP", BF16 * psi) if dp else None, **timed("optimizer"))
+        )
+    else:
+        blocks.append(Block("optimizer", "optimizer.step", **timed("optimizer")))
     if sp:
         blocks.append(
             Block("sp_grads_allreduce", "finalize_model_grads.sequence_parallel",
                   ig=Comm("allreduce", "TP", FP32 * sequence_parallel_parameters(setup, stage)))
         )
-    if dp:
-        blocks.append(Block("dp_grad_reducescatter", "ddp.grad_reducescatter", wg=Comm("reducescatter", "DP", FP32 * psi)))
+    if dp and setup.distributed_optimizer:
+        blocks.append(Block("dp_grad_reducescatter", "ddp.grad_reducescatter",
+                            wg=Comm("reducescatter", "DP", grad_bytes * psi)))
+    elif dp:
+        blocks.append(Block("dp_grad_allreduce", "ddp.grad_allreduce", wg=Comm("allreduce", "DP", grad_bytes * psi)))
     if setup.pp > 1 and m.tie_embeddings and (first or last):
         unexpressed.append((
             "finalize_model_grads.embedding", "after",
@@ -288,7 +340,7 @@ def schedule(setup: TrainingSetup, profile: AiobProfile | None = None, *, stage:
             "the word-embedding gradient all-reduce between the first and last stage has no SimAI group",
         ))
 
-    layer_ids = range(stage * setup.layers_per_stage, (stage + 1) * setup.layers_per_stage)
+    layer_ids = stage_layers(setup, stage)
     for mb in range(setup.num_microbatches):
         if first:
             if not sp:
@@ -315,6 +367,8 @@ def schedule(setup: TrainingSetup, profile: AiobProfile | None = None, *, stage:
                                         ig=tp_comm("allreduce"), **timed(col_kind)))
                     blocks.append(Block(f"layer{layer}_{row_kind}", row_module, layer, mb,
                                         fwd=tp_comm("allreduce"), **timed(row_kind)))
+            if full:
+                blocks += _recompute_blocks(layer, mb, sp, tp_comm, timed)
         if last:
             if sp:
                 blocks.append(Block("output_layer", "output_layer", micro_batch=mb,
@@ -328,10 +382,40 @@ def schedule(setup: TrainingSetup, profile: AiobProfile | None = None, *, stage:
                 blocks.append(Block(f"cross_entropy_{what}", "loss.vocab_parallel_cross_entropy", micro_batch=mb,
                                     fwd=tp_comm("allreduce", ce_bytes)))
         if setup.pp > 1:
-            pp_bytes = u // t if sp else u
+            pp_bytes = pipeline_bytes(setup, scatter_gather=pp_scatter_gather)
             why = "pipeline sends are carried by the header's pp_comm, not by rows"
-            if not last:
-                unexpressed.append(("pipeline.send_forward", "pp", Comm("sendrecv", "PP", pp_bytes), why))
-            if not first:
-                unexpressed.append(("pipeline.send_backward", "pp", Comm("sendrecv", "PP", pp_bytes), why))
-    return Schedule(setup=setup, stage=stage, blocks=tuple(blocks), unexpressed=tuple(unexpressed))
+            # Each model chunk sends on (and receives back) once per micro-batch; with v > 1
+            # the first stage's later chunks receive from the last stage, and the last
+            # stage's earlier chunks send to the first.
+            for chunk in range(setup.virtual_pipeline):
+                if not last or chunk < setup.virtual_pipeline - 1:
+                    unexpressed.append(("pipeline.send_forward", "pp", Comm("sendrecv", "PP", pp_bytes), why))
+                if not first or chunk > 0:
+                    unexpressed.append(("pipeline.send_backward", "pp", Comm("sendrecv", "PP", pp_bytes), why))
+    return Schedule(setup=setup, stage=stage, blocks=tuple(blocks), unexpressed=tuple(unexpressed),
+                    pp_scatter_gather=pp_scatter_gather)
+
+
+def _recompute_blocks(layer: int, mb: int, sp: bool, tp_comm, timed) -> list[Block]:
+    """Full recompute: the layer's forward again, at the start of its backward pass.
+
+    SimAI runs the rows backwards in the backward pass, one collective per row and
+    column, so the recompute is written after the layer's last row, in reverse: the
+    attention's forward (compute and its collectives) runs first, then the MLP's. Each
+    row carries one of the forward's collectives in its ``ig`` column (all-reduce after
+    the projection and after fc2; with SP the all-gather before and the reduce-scatter
+    after each), and the compute of that part of the forward.
+    """
+    module = f"decoder.layers.{layer}.recompute"
+    if sp:
+        order = (("mlp", "reducescatter"), ("mlp", "allgather"), ("attention", "reducescatter"), ("attention", "allgather"))
+        timed_on = "allgather"
+    else:
+        order = (("mlp", "allreduce"), ("attention", "allreduce"))
+        timed_on = "allreduce"
+    blocks = []
+    for part, collective in order:
+        extra = timed(f"recompute_{part}") if collective == timed_on else {}
+        blocks.append(Block(f"layer{layer}_recompute_{part}_{collective}", module, layer, mb,
+                            ig=tp_comm(collective), **extra))
+    return blocks

@@ -1,0 +1,467 @@
+"""The kernels Megatron-LM runs on one rank, forward and backward, and their times.
+
+The AIOB profile (``roofline.py``) times what AICB's profiler times: forward operators
+only, flash attention, no optimizer. To predict a real iteration, the Megatron schedule
+needs more: each row's forward, input-gradient and weight-gradient compute, with every
+kernel Megatron launches (the GEMMs, the attention core with or without flash attention,
+norms, bias-GeLU, bias-dropout-add, residual gradients, the vocabulary-parallel cross
+entropy, the gradient accumulation) and the optimizer step (Adam, once per iteration).
+This module lists those kernels with their FLOPs and bytes for one rank and times them on
+a GPU of ``gpus.py``. ``workload/megatron.py`` writes the times into the workload's compute
+fields, so SimAI (or the built-in engine) simulates the iteration with them.
+
+**Timing.** A kernel takes ``max(FLOPs / (peak x efficiency), bytes / (bandwidth x
+memory efficiency), launch)``: GEMMs at ``gemm_efficiency(gpu, kernel)`` (shape-aware,
+see there), flash attention at the GPU's ``attention_efficiency``, everything else is
+memory-bound at the GPU's ``memory_efficiency``. Launches are asynchronous, so their cost
+shows only as a floor: no kernel takes less than the GPU's ``launch_us``.
+
+**What is counted** (per micro-batch; b micro batch, s sequence, h hidden, t TP, a heads and
+g query groups per rank, d head size, f the FFN width per rank; "elements" are of
+``[s, b, h]``, ``[s/t, b, h]`` with SP; activations in 16-bit, 2 bytes):
+
+* per layer forward: input norm; QKV GEMM; the attention core: unfused (Megatron's
+  ``CoreAttention``: ``baddbmm`` Q K^T, fused scale-mask-softmax, dropout, ``bmm`` with V,
+  the context copy back to ``[s, b, h]``) or one flash-attention kernel; the projection
+  GEMM; bias-dropout-add; the pre-MLP norm; fc1; bias-GeLU (or SwiGLU); fc2;
+  bias-dropout-add. Without dropout (``dropout=False``) the dropouts are plain adds.
+* per layer backward: each GEMM's input gradient (``ig``) and weight gradient (``wg``), the
+  backward of every element-wise kernel above, the residual-gradient sums, the bias
+  gradients (a reduction over the tokens), and, without gradient-accumulation fusion, the
+  accumulation of each weight gradient into Megatron's main-gradient buffer (``wg``).
+* the attention core again in backward with selective recompute; the whole layer's
+  forward again with full recompute (separate rows of the schedule, see there).
+* embedding: word and position gathers, their sum and dropout; backward: the dense
+  embedding gradient (zeroed, then accumulated).
+* output layer: final norm, logits GEMM, Megatron's vocabulary-parallel cross entropy in
+  fp32 (the cast, max, subtract, exp, sum, divide; backward: the scale and the cast back).
+* optimizer (once per iteration, over the rank's parameters, or its 1/d shard with the
+  distributed optimizer): see ``optimizer_bytes_per_parameter``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from ..training import TrainingSetup
+from .gpus import GpuSpec
+
+HALF = 2  # bf16 / fp16
+FP32 = 4
+
+
+@dataclass(frozen=True)
+class Software:
+    """What Megatron-LM does beyond the model and the parallel layout.
+
+    The presets (``SOFTWARE``) are the Megatron-LM of the published runs, each feature
+    with its source; a run names one (``commsweep validate --megatron``).
+    """
+
+    name: str
+    attention: str  # "unfused" (CoreAttention) or "flash"
+    dropout: bool  # hidden and attention dropout 0.1 (Megatron's defaults) or none
+    fp16: bool  # fp16 with a loss scale (unscale and inf-check pass) rather than bf16
+    gradient_accumulation_fusion: bool  # wgrad GEMMs accumulate into fp32 main grads
+    async_tp: bool  # backward TP collectives overlap the next GEMM (see simulate/overlap.py)
+    overlap_grad_reduce: bool  # DP gradient reduction overlaps the last backward pass
+    scatter_gather_pp: bool  # pipeline sends split over the TP ranks (u/t each) even without SP
+    distributed_optimizer: bool  # --use-distributed-optimizer
+    description: str = field(default="", compare=False)
+
+    def configure(self, setup: TrainingSetup) -> TrainingSetup:
+        """``setup`` as this Megatron-LM trains it: its optimizer and gradient precision."""
+        return replace(setup, distributed_optimizer=self.distributed_optimizer, grad_reduce_in_fp32=not self.fp16)
+
+
+SOFTWARE: dict[str, Software] = {
+    s.name: s
+    for s in (
+        # Narayanan et al. 2021 (SC'21) ran Megatron-LM of early 2021: NVIDIA/Megatron-LM
+        # examples/sc21/CONFIG.sh passes --fp16 --loss-scale 8192 and no
+        # --accumulate-allreduce-grads-in-fp32 (fp16 gradients, all-reduced in fp16); the
+        # unfused attention with Megatron's fused softmax; dropout 0.1 (the defaults);
+        # local DDP (--DDP-impl local for the pipelined runs: all-reduce after the backward
+        # pass); no gradient-accumulation fusion nor asynchronous TP all-reduce (both came
+        # later in 2021); the scatter-gather optimisation of pipeline sends (its section 4.1).
+        Software("2021", attention="unfused", dropout=True, fp16=True, gradient_accumulation_fusion=False,
+                 async_tp=False, overlap_grad_reduce=False, scatter_gather_pp=True, distributed_optimizer=False,
+                 description="Megatron-LM as in Narayanan et al. 2021: fp16, unfused attention, local DDP"),
+        # Korthikanti et al. 2022 ran Megatron-LM of 2022: the same attention and dropout,
+        # plus --async-tensor-model-parallel-allreduce (the backward all-reduce of the input
+        # gradient overlaps the weight-gradient GEMM; with SP the weight-gradient all-gather
+        # overlaps the input-gradient GEMM, the paper's section 4.2.2) and
+        # --gradient-accumulation-fusion (fp32 main gradients accumulated by the wgrad GEMM),
+        # bf16 (no loss-scale pass).
+        Software("2022", attention="unfused", dropout=True, fp16=False, gradient_accumulation_fusion=True,
+                 async_tp=True, overlap_grad_reduce=False, scatter_gather_pp=True, distributed_optimizer=False,
+                 description="Megatron-LM as in Korthikanti et al. 2022: async TP, gradient-accumulation fusion"),
+        # megatron-core today: flash attention (Transformer Engine), no dropout in current
+        # LLM recipes, bf16, fused accumulation, async TP, overlapped gradient reduction.
+        Software("core", attention="flash", dropout=False, fp16=False, gradient_accumulation_fusion=True,
+                 async_tp=True, overlap_grad_reduce=True, scatter_gather_pp=False, distributed_optimizer=True,
+                 description="megatron-core: flash attention, bf16, overlapped gradient reduction"),
+    )
+}
+
+
+def software(name: str) -> Software:
+    from ..errors import ConfigError
+
+    if name not in SOFTWARE:
+        raise ConfigError(f"unknown Megatron-LM version {name!r}; known: {', '.join(SOFTWARE)}", key="--megatron")
+    return SOFTWARE[name]
+
+
+# -- kernels -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel: a GEMM (``m x k`` by ``k x n``, ``batch`` of them), flash attention, or
+    a memory-bound kernel (FLOPs ignored)."""
+
+    name: str
+    kind: str  # "gemm", "attention" or "memory"
+    flops: float
+    bytes: float
+    m: int = 0
+    n: int = 0
+    k: int = 0
+    batch: int = 1
+
+
+def gemm(name: str, m: int, k: int, n: int, *, batch: int = 1, out_bytes: int = HALF,
+         extra_bytes: float = 0.0) -> Kernel:
+    """``batch`` products ``[m, k] x [k, n]`` in 16-bit: 2mkn FLOPs each; inputs read and
+    the output written once (``out_bytes`` per output value: 8 for an fp32 accumulation,
+    read and written)."""
+    return Kernel(name, "gemm", 2.0 * batch * m * k * n,
+                  batch * (HALF * (m * k + k * n) + out_bytes * m * n) + extra_bytes, m=m, n=n, k=k, batch=batch)
+
+
+def memory(name: str, nbytes: float) -> Kernel:
+    return Kernel(name, "memory", 0.0, float(nbytes))
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One rank's shapes."""
+
+    b: int
+    s: int
+    h: int
+    t: int
+    a: int  # attention heads on this rank
+    g: int  # key/value groups on this rank
+    d: int  # head size
+    f: int  # FFN width on this rank
+    swiglu: bool
+    bias: bool
+    rmsnorm: bool
+    rope: bool
+    sp: bool
+    vocab: int  # padded vocabulary on this rank (V'/t)
+
+    @classmethod
+    def of(cls, setup: TrainingSetup) -> "Shape":
+        m, t = setup.model, setup.tp
+        return cls(
+            b=setup.micro_batch, s=setup.seq_length, h=m.hidden_size, t=t,
+            a=m.num_attention_heads // t, g=m.kv_groups // t, d=m.head_dim, f=m.ffn_hidden_size // t,
+            swiglu=m.swiglu, bias=m.add_bias_linear, rmsnorm=m.normalization == "rmsnorm",
+            rope=m.position_embedding == "rope", sp=setup.sp and t > 1, vocab=setup.padded_vocab // t,
+        )
+
+    @property
+    def n(self) -> int:
+        """Tokens of the micro-batch (rows of every GEMM)."""
+        return self.b * self.s
+
+    @property
+    def rows(self) -> int:
+        """Tokens the element-wise kernels outside the TP region see: n/t with SP."""
+        return self.n // self.t if self.sp else self.n
+
+    @property
+    def fc1(self) -> int:
+        return self.f * (2 if self.swiglu else 1)
+
+    @property
+    def qkv(self) -> int:
+        return (self.a + 2 * self.g) * self.d
+
+
+def _norm(name: str, rows: int, h: int) -> tuple[Kernel, tuple[Kernel, ...]]:
+    """Forward: read x, write y; backward: read x and dy, write dx, then the parameters'
+    gradients (a second read of x and dy)."""
+    return (memory(f"{name}.fwd", 2 * HALF * rows * h),
+            (memory(f"{name}.dgrad", 3 * HALF * rows * h), memory(f"{name}.dparams", 2 * HALF * rows * h)))
+
+
+def _dropout_add(name: str, elements: int, dropout: bool, bias: bool) -> tuple[Kernel, tuple[Kernel, ...]]:
+    """Megatron's fused bias-dropout-add: read x and the residual, write y (and the 1-byte
+    mask). Backward: the dropout's gradient (read dy and the mask, write), the residual
+    branches' gradient sum (read two, write one) and the bias gradient (read dy)."""
+    mask = 1 if dropout else 0
+    fwd = memory(f"{name}.fwd", (3 * HALF + mask) * elements)
+    bwd = [memory(f"{name}.residual_grad_sum", 3 * HALF * elements)]
+    if dropout:
+        bwd.append(memory(f"{name}.dropout_bwd", (2 * HALF + mask) * elements))
+    if bias:
+        bwd.append(memory(f"{name}.bias_grad", HALF * elements))
+    return fwd, tuple(bwd)
+
+
+@dataclass(frozen=True)
+class Part:
+    """The kernels of one schedule row: forward, input gradient, weight gradient."""
+
+    fwd: tuple[Kernel, ...] = ()
+    ig: tuple[Kernel, ...] = ()
+    wg: tuple[Kernel, ...] = ()
+
+
+def _linear(name: str, m: int, k: int, n: int, sw: Software, *, bias: bool, main_grad: int) -> Part:
+    """A linear layer's GEMMs: forward, input gradient, weight gradient (accumulated into
+    the main gradient: by the GEMM with fusion, else by a separate pass that reads the
+    16-bit gradient and reads and writes the main gradient of ``main_grad`` bytes)."""
+    fwd = gemm(f"{name}.fwd", m, k, n)
+    dgrad = gemm(f"{name}.dgrad", m, n, k)
+    if sw.gradient_accumulation_fusion:
+        wg: tuple[Kernel, ...] = (gemm(f"{name}.wgrad", k, m, n, out_bytes=2 * FP32),)
+    else:
+        wg = (gemm(f"{name}.wgrad", k, m, n), memory(f"{name}.grad_accumulate", (HALF + 2 * main_grad) * k * n))
+    if bias:
+        wg += (memory(f"{name}.bias_grad", HALF * m * n),)
+    return Part(fwd=(fwd,), ig=(dgrad,), wg=wg)
+
+
+def _attention_core(sh: Shape, sw: Software) -> tuple[tuple[Kernel, ...], tuple[Kernel, ...]]:
+    """The attention between the QKV and projection GEMMs: (forward, backward)."""
+    b, s, a, g, d, n = sh.b, sh.s, sh.a, sh.g, sh.d, sh.n
+    fwd: list[Kernel] = []
+    bwd: list[Kernel] = []
+    if sh.rope:
+        rotated = HALF * n * (a + g) * d
+        fwd.append(memory("rope.fwd", 2 * rotated))
+        bwd.append(memory("rope.bwd", 2 * rotated))
+    if sw.attention == "flash":
+        causal = 2.0 * b * s * s * a * d  # 4 b s^2 a d, halved by the causal mask
+        q, kv, lse = HALF * n * a * d, HALF * n * g * d, FP32 * b * a * s
+        fwd.append(Kernel("flash.fwd", "attention", causal, 2 * q + 2 * kv + lse))
+        bwd.append(Kernel("flash.bwd", "attention", 2.5 * causal, 4 * q + 4 * kv + lse + 2 * FP32 * n * a * d))
+        return tuple(fwd), tuple(bwd)
+    scores = b * a * s * s
+    if g != a:  # megatron-core repeats the key/value groups to every head first
+        fwd.append(memory("kv_expand", 2 * HALF * n * (g + a) * d))
+        bwd.append(memory("kv_expand.bwd", 2 * HALF * n * (g + a) * d))
+    mask = 1 if sw.dropout else 0
+    fwd += [
+        gemm("scores.qk", s, d, s, batch=b * a),
+        memory("softmax.fwd", 2 * HALF * scores),
+    ]
+    if sw.dropout:
+        fwd.append(memory("attention_dropout.fwd", (2 * HALF + mask) * scores))
+    fwd += [
+        gemm("context.av", s, s, d, batch=b * a),
+        memory("context.to_sbh", 2 * HALF * n * a * d),
+    ]
+    bwd += [
+        memory("context.to_sbh.bwd", 2 * HALF * n * a * d),
+        gemm("context.dprobs", s, d, s, batch=b * a),
+        gemm("context.dv", s, s, d, batch=b * a),
+    ]
+    if sw.dropout:
+        bwd.append(memory("attention_dropout.bwd", (2 * HALF + mask) * scores))
+    bwd += [
+        memory("softmax.bwd", 3 * HALF * scores),
+        gemm("scores.dq", s, s, d, batch=b * a),
+        gemm("scores.dk", s, s, d, batch=b * a),
+    ]
+    return tuple(fwd), tuple(bwd)
+
+
+@dataclass(frozen=True)
+class LayerKernels:
+    """One rank's kernels per schedule row kind (see ``workload/megatron.py``)."""
+
+    parts: dict[str, Part]
+    attention_core: tuple[Kernel, ...]  # what selective recompute runs again
+
+
+def kernels(setup: TrainingSetup, sw: Software) -> LayerKernels:
+    """The kernels of every row kind of the Megatron schedule, for one micro-batch."""
+    sh = Shape.of(setup)
+    n, h, rows = sh.n, sh.h, sh.rows
+    main_grad = FP32 if setup.grad_reduce_in_fp32 else HALF
+    parts: dict[str, Part] = {}
+
+    ln1, ln1_b = _norm("input_norm", rows, h)
+    qkv = _linear("qkv", n, h, sh.qkv, sw, bias=sh.bias, main_grad=main_grad)
+    parts["attention_qkv"] = Part(fwd=(ln1, *qkv.fwd), ig=(*qkv.ig, *ln1_b), wg=qkv.wg)
+
+    core, core_b = _attention_core(sh, sw)
+    proj = _linear("proj", n, sh.a * sh.d, h, sw, bias=False, main_grad=main_grad)
+    parts["attention_proj"] = Part(fwd=(*core, *proj.fwd), ig=(*proj.ig, *core_b), wg=proj.wg)
+
+    bda1, bda1_b = _dropout_add("attention_residual", rows * h, sw.dropout, sh.bias)
+    ln2, ln2_b = _norm("pre_mlp_norm", rows, h)
+    fc1 = _linear("fc1", n, h, sh.fc1, sw, bias=sh.bias, main_grad=main_grad)
+    wide = n * sh.f
+    if sh.swiglu:
+        act, act_b = memory("swiglu.fwd", 3 * HALF * wide), memory("swiglu.bwd", 5 * HALF * wide)
+    else:  # bias-GeLU: read the fc1 output, write the activation; backward reads both
+        act, act_b = memory("bias_gelu.fwd", 2 * HALF * wide), memory("bias_gelu.bwd", 3 * HALF * wide)
+    parts["mlp_fc1"] = Part(fwd=(bda1, ln2, *fc1.fwd, act), ig=(act_b, *fc1.ig, *ln2_b, *bda1_b), wg=fc1.wg)
+
+    fc2 = _linear("fc2", n, sh.f, h, sw, bias=False, main_grad=main_grad)
+    bda2, bda2_b = _dropout_add("mlp_residual", rows * h, sw.dropout, sh.bias)
+    parts["mlp_fc2"] = Part(fwd=(*fc2.fwd, bda2), ig=(*bda2_b, *fc2.ig), wg=fc2.wg)
+
+    # Embedding: gathers of the word (and learned position) rows, their sum, dropout.
+    m = setup.model
+    emb_fwd = [memory("word_gather", 2 * HALF * n * h)]
+    emb_wg = [memory("word_grad.zero", HALF * sh.vocab * h), memory("word_grad.accumulate", 3 * HALF * n * h)]
+    if m.position_embedding == "learned":
+        emb_fwd.append(memory("position_add", 3 * HALF * n * h))
+        emb_wg.append(memory("position_grad", 3 * HALF * n * h))
+    if sw.dropout:
+        emb_fwd.append(memory("embedding_dropout", (2 * HALF + 1) * n * h))
+        emb_wg.insert(0, memory("embedding_dropout.bwd", (2 * HALF + 1) * n * h))
+    parts["embedding"] = Part(fwd=tuple(emb_fwd), wg=tuple(emb_wg))
+
+    # Output layer: final norm, logits, and the vocabulary-parallel cross entropy in fp32.
+    lnf, lnf_b = _norm("final_norm", rows, h)
+    logits = _linear("logits", n, h, sh.vocab, sw, bias=False, main_grad=main_grad)
+    cells = n * sh.vocab
+    ce_fwd = memory("cross_entropy.fwd", (HALF + FP32 + FP32 + 2 * FP32 + 2 * FP32 + FP32 + 2 * FP32) * cells)
+    ce_bwd = memory("cross_entropy.bwd", (2 * FP32 + FP32 + HALF) * cells)
+    parts["output_layer"] = Part(fwd=(lnf, *logits.fwd, ce_fwd), ig=(ce_bwd, *logits.ig, *lnf_b), wg=logits.wg)
+    return LayerKernels(parts=parts, attention_core=core)
+
+
+def optimizer_bytes_per_parameter(setup: TrainingSetup, sw: Software) -> dict[str, int]:
+    """HBM bytes per parameter of Megatron's mixed-precision optimizer step, pass by pass.
+
+    ``grad_copy``: the 16-bit main gradient cast to fp32 (none when it is fp32 already);
+    ``unscale``: fp16's loss-scale division and inf check (read and write fp32);
+    ``grad_norm``: the L2 norm for clipping (read) and the clipping scale (read, write);
+    ``adam``: apex's fused Adam (read the gradient, parameter and both moments, write the
+    parameter and both moments, fp32); ``param_copy``: the fp32 parameters cast back to the
+    16-bit model copy; ``zero_grad``: the main-gradient buffer cleared for the next
+    iteration (the whole buffer, also with the distributed optimizer).
+    """
+    main_grad = FP32 if setup.grad_reduce_in_fp32 else HALF
+    return {
+        "grad_copy": 0 if main_grad == FP32 else HALF + FP32,
+        "unscale": 2 * FP32 if sw.fp16 else 0,
+        "grad_norm": 3 * FP32,
+        "adam": 7 * FP32,
+        "param_copy": FP32 + HALF,
+    }
+
+
+# -- times -------------------------------------------------------------------------------
+
+
+def gemm_efficiency(gpu: GpuSpec, kernel: Kernel) -> float:
+    """The fraction of peak a GEMM of this shape reaches on ``gpu``.
+
+    A GPU entry with a measured table (``GpuSpec.gemm_table``: FLOPs per GEMM ->
+    efficiency) is interpolated in log FLOPs. Otherwise the GPU's large-GEMM efficiency is
+    scaled by the **wave quantization** of the output tiles: cuBLAS cuts the result into
+    tiles, each computed by one SM, in waves of ``sm_count`` tiles; the last wave runs
+    part-empty, so ``w`` tiles use ``w / (sm_count * ceil(w / sm_count))`` of the GPU.
+    cuBLAS's Ampere and Hopper kernels come in tiles of 256x128, 128x256 and 128x128
+    outputs (the ``..._256x128_...`` in their names); it picks the one that fills the GPU
+    best, and splits the K dimension over more SMs when there are fewer tiles than SMs
+    (``split_k``). Batched products tile each matrix of the batch.
+    """
+    if gpu.gemm_table:
+        return _interpolate(gpu.gemm_table, kernel.flops / kernel.batch)
+    return gpu.gemm_efficiency * max(_wave_use(kernel, tile, gpu.sm_count) for tile in GEMM_TILES)
+
+
+GEMM_TILES = ((256, 128), (128, 256), (128, 128))
+SPLIT_K_MIN = 256  # no split leaves a slice of K shorter than this
+
+
+def _wave_use(kernel: Kernel, tile: tuple[int, int], sms: int) -> float:
+    """The share of the SMs' time the GEMM's tiles keep busy, with split-K when they are few."""
+    tiles = kernel.batch * math.ceil(kernel.m / tile[0]) * math.ceil(kernel.n / tile[1])
+    if tiles < sms:
+        tiles *= max(1, min(sms // tiles, kernel.k // SPLIT_K_MIN))
+    return tiles / (math.ceil(tiles / sms) * sms)
+
+
+def _interpolate(table: tuple[tuple[float, float], ...], flops: float) -> float:
+    points = sorted(table)
+    if flops <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if flops <= x1:
+            w = (math.log(flops) - math.log(x0)) / (math.log(x1) - math.log(x0))
+            return y0 + w * (y1 - y0)
+    return points[-1][1]
+
+
+def kernel_us(kernel: Kernel, gpu: GpuSpec) -> float:
+    """Microseconds of one kernel on ``gpu``: its compute or its memory traffic, whichever
+    is longer, and never less than the GPU's ``launch_us`` (eager PyTorch issues one kernel
+    at a time from one CPU thread, so tiny kernels run at the launch rate)."""
+    memory_us = kernel.bytes / (gpu.peak_bytes * gpu.memory_efficiency) * 1e6
+    if kernel.kind == "memory":
+        return max(memory_us, gpu.launch_us)
+    eff = gpu.attention_efficiency if kernel.kind == "attention" else gemm_efficiency(gpu, kernel)
+    return max(kernel.flops / (gpu.peak_flops * eff) * 1e6, memory_us, gpu.launch_us)
+
+
+def total_us(ks: tuple[Kernel, ...] | list[Kernel], gpu: GpuSpec) -> float:
+    return sum(kernel_us(k, gpu) for k in ks)
+
+
+@dataclass(frozen=True)
+class RowTimes:
+    """Compute per row kind of the Megatron schedule, in microseconds: (fwd, ig, wg) for
+    each of ``embedding``, ``attention_qkv``, ``attention_proj``, ``mlp_fc1``,
+    ``mlp_fc2``, ``output_layer``, ``optimizer``; with full recompute also
+    ``recompute_attention`` and ``recompute_mlp`` (the layer's forward, run in backward)."""
+
+    rows: dict[str, tuple[float, float, float]]
+    # per row kind, (weight-gradient, input-gradient) GEMM us: what an asynchronous TP
+    # collective of that row hides behind (``simulate/overlap.py``)
+    gemm_us: dict[str, tuple[float, float]]
+
+    def get(self, kind: str) -> tuple[float, float, float]:
+        return self.rows.get(kind, (0.0, 0.0, 0.0))
+
+
+def row_times(setup: TrainingSetup, gpu: GpuSpec, sw: Software, *, parameters: int) -> RowTimes:
+    """The compute of every row kind of the Megatron schedule for ``setup`` on ``gpu``;
+    ``parameters``: the rank's (its pipeline stage's) parameter count, for the optimizer."""
+    lk = kernels(setup, sw)
+    rows: dict[str, tuple[float, float, float]] = {}
+    gemm_us: dict[str, tuple[float, float]] = {}
+    for kind, part in lk.parts.items():
+        fwd, ig, wg = (total_us(part.fwd, gpu), total_us(part.ig, gpu), total_us(part.wg, gpu))
+        if kind == "attention_proj" and setup.recompute_mode == "selective":
+            ig += total_us(lk.attention_core, gpu)
+        rows[kind] = (fwd, ig, wg)
+        gemm_us[kind] = (sum(kernel_us(k, gpu) for k in part.wg if k.kind == "gemm"),
+                         sum(kernel_us(k, gpu) for k in part.ig if k.kind == "gemm"))
+    if setup.recompute_mode == "full":
+        rows["recompute_attention"] = (0.0, rows["attention_qkv"][0] + rows["attention_proj"][0], 0.0)
+        rows["recompute_mlp"] = (0.0, rows["mlp_fc1"][0] + rows["mlp_fc2"][0], 0.0)
+    rows["optimizer"] = (0.0, 0.0, optimizer_us(setup, gpu, sw, parameters))
+    return RowTimes(rows=rows, gemm_us=gemm_us)
+
+
+def optimizer_us(setup: TrainingSetup, gpu: GpuSpec, sw: Software, parameters: int) -> float:
+    """The optimizer step over the rank's ``parameters`` (its 1/d shard with the
+    distributed optimizer), a streaming pass at the GPU's memory efficiency."""
+    step = parameters // setup.dp if setup.distributed_optimizer else parameters
+    main_grad = FP32 if setup.grad_reduce_in_fp32 else HALF
+    nbytes = sum(optimizer_bytes_per_parameter(setup, sw).values()) * step + main_grad * parameters
+    return kernel_us(memory("optimizer", nbytes), gpu)

@@ -1,0 +1,325 @@
+"""``commsweep validate``: predicted iteration times against measured ones.
+
+A runs file is a CSV with one measured training run per line, in exactly these columns
+(any order): ``RUN_COLUMNS``. Lines starting with ``#`` before the header are comments
+(the published tables shipped in ``commsweep/data/validation/`` carry their citation
+there). ``recompute`` is ``none``, ``selective`` or ``full``; ``sequence_parallel``
+``true`` or ``false``; ``virtual_pipeline`` the interleaved schedule's model chunks per
+stage (1: not interleaved); ``gpu`` a name of ``commsweep profile --list_gpus``; the four
+network columns are SimAI's ``-g_p_s -n_p_s -nv -nic``; ``measured_s`` the measured
+seconds per iteration (empty: predict only).
+
+The model is a GPT-style dense decoder (learned position embedding, LayerNorm, GeLU MLP
+with biases, tied embeddings), the architecture of the published Megatron-LM runs. Each
+run is predicted by ``analysis.predict`` under one Megatron-LM version
+(``aiob.megatron_kernels.SOFTWARE``). The output is the runs with ``predicted_s``,
+``error_pct`` (predicted over measured, minus 1, in percent), the breakdown
+(``predict.BREAKDOWN``: they sum to ``predicted_s``) and the memory per GPU with its
+verdict (``memory.py``).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import memory
+from ..aiob import gpus
+from ..aiob import megatron_kernels as mk
+from ..errors import CommsweepError, ConfigError, InputError
+from ..files import read_text
+from ..models import ModelSpec
+from ..training import TrainingSetup
+from ..workload.megatron import local_parameters
+from .predict import BREAKDOWN, Cluster, Prediction, predict
+
+RUN_COLUMNS = (
+    "name", "num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "seq_length", "vocab_size",
+    "tp", "pp", "dp", "micro_batch", "global_batch", "recompute", "sequence_parallel", "virtual_pipeline", "gpu",
+    "gpus_per_server", "nics_per_server", "nvlink_gbps", "nic_gbps", "measured_s",
+)
+RESULT_COLUMNS = ("predicted_s", "error_pct", *BREAKDOWN, "memory_gib", "fits")
+_INTS = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "seq_length", "vocab_size",
+         "tp", "pp", "dp", "micro_batch", "global_batch", "virtual_pipeline", "gpus_per_server", "nics_per_server")
+_FLOATS = ("nvlink_gbps", "nic_gbps")
+RECOMPUTE = ("none", "selective", "full")
+# The published tables shipped with the package, and the Megatron-LM each was measured with.
+DATA = Path(__file__).resolve().parents[1] / "data" / "validation"
+PUBLISHED = {"korthikanti2022_table5.csv": "2022", "narayanan2021_table1.csv": "2021"}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One line of a runs file: its setup, GPU, network and measurement."""
+
+    line: int
+    values: dict[str, str]  # the line as written
+    setup: TrainingSetup
+    gpu: gpus.GpuSpec
+    cluster: Cluster
+    measured_s: float | None
+
+    @property
+    def name(self) -> str:
+        return self.values["name"]
+
+
+def read_runs(path: str | Path) -> list[Run]:
+    """Every run of a runs file, checked; an InputError names the file, line and column."""
+    text = read_text(path)
+    lines = text.splitlines(keepends=True)
+    skip = 0
+    while skip < len(lines) and (lines[skip].startswith("#") or not lines[skip].strip()):
+        skip += 1
+    if skip == len(lines):
+        raise InputError("no header line (expected the columns " + ", ".join(RUN_COLUMNS) + ")", file=path)
+    reader = csv.reader(io.StringIO("".join(lines[skip:])))
+    try:
+        header = [h.strip() for h in next(reader)]
+    except csv.Error as err:
+        raise InputError(f"not CSV: {err}", file=path, line=skip + 1) from None
+    unknown = [h for h in header if h not in RUN_COLUMNS]
+    missing = [c for c in RUN_COLUMNS if c not in header]
+    duplicate = sorted({h for h in header if header.count(h) > 1})
+    for problem, cols in (("unknown column", unknown), ("missing column", missing), ("repeated column", duplicate)):
+        if cols:
+            raise InputError(f"{problem}{'s' if len(cols) > 1 else ''} {', '.join(map(repr, cols))}; a runs file has "
+                             f"exactly the columns {', '.join(RUN_COLUMNS)}", file=path, line=skip + 1,
+                             field=cols[0])
+    runs = []
+    try:
+        for cells in reader:
+            line = skip + reader.line_num
+            if not cells or all(not c.strip() for c in cells):
+                continue
+            if len(cells) != len(header):
+                raise InputError(f"{len(cells)} fields, the header has {len(header)}", file=path, line=line)
+            runs.append(_run(dict(zip(header, (c.strip() for c in cells))), path, line))
+    except csv.Error as err:
+        raise InputError(f"not CSV: {err}", file=path, line=skip + reader.line_num) from None
+    if not runs:
+        raise InputError("no runs after the header", file=path, line=skip + 1)
+    return runs
+
+
+def _run(values: dict[str, str], path: str | Path, line: int) -> Run:
+    def bad(column: str, expected: str) -> InputError:
+        return InputError(f"expected {expected}, got {values[column]!r}", file=path, line=line, field=column)
+
+    ints: dict[str, int] = {}
+    for column in _INTS:
+        text = values[column]
+        if not text.isdigit() or int(text) < 1:
+            raise bad(column, "a positive integer")
+        ints[column] = int(text)
+    floats: dict[str, float] = {}
+    for column in (*_FLOATS, "measured_s"):
+        text = values[column]
+        if column == "measured_s" and text == "":
+            continue
+        try:
+            number = float(text)
+        except ValueError:
+            number = math.nan
+        if not (number > 0 and math.isfinite(number)):
+            raise bad(column, "a positive number")
+        floats[column] = number
+    if not values["name"]:
+        raise bad("name", "a name")
+    if values["recompute"] not in RECOMPUTE:
+        raise bad("recompute", " or ".join(RECOMPUTE))
+    if values["sequence_parallel"] not in ("true", "false"):
+        raise bad("sequence_parallel", "true or false")
+    try:
+        gpu = gpus.gpu(values["gpu"])
+    except ConfigError as err:
+        raise InputError(err.message, file=path, line=line, field="gpu") from None
+    model = ModelSpec(
+        name=values["name"], num_layers=ints["num_layers"], hidden_size=ints["hidden_size"],
+        num_attention_heads=ints["num_attention_heads"], ffn_hidden_size=ints["ffn_hidden_size"],
+        vocab_size=ints["vocab_size"], max_position_embeddings=ints["seq_length"],
+    )
+    recompute = values["recompute"]
+    setup = TrainingSetup(
+        model=model, world_size=ints["tp"] * ints["pp"] * ints["dp"], tp=ints["tp"], pp=ints["pp"],
+        sp=values["sequence_parallel"] == "true", micro_batch=ints["micro_batch"],
+        global_batch=ints["global_batch"], seq_length=ints["seq_length"], recompute=recompute != "none",
+        recompute_granularity="full" if recompute == "full" else "selective",
+        virtual_pipeline=ints["virtual_pipeline"],
+    )
+    problems = setup.problems()
+    if problems:
+        raise InputError("; ".join(problems), file=path, line=line)
+    cluster = Cluster(gpus_per_server=ints["gpus_per_server"], nics_per_server=ints["nics_per_server"],
+                      nvlink_gbps=floats["nvlink_gbps"], nic_gbps=floats["nic_gbps"])
+    return Run(line=line, values=values, setup=setup, gpu=gpu, cluster=cluster, measured_s=floats.get("measured_s"))
+
+
+@dataclass(frozen=True)
+class Result:
+    run: Run
+    prediction: Prediction
+    memory: memory.Memory
+    fits: bool
+
+    @property
+    def predicted_s(self) -> float:
+        return self.prediction.total_s
+
+    @property
+    def breakdown(self) -> dict[str, float]:
+        return self.prediction.breakdown()
+
+    @property
+    def error_pct(self) -> float | None:
+        if self.run.measured_s is None:
+            return None
+        return (self.predicted_s / self.run.measured_s - 1) * 100
+
+
+def validate(runs: list[Run], sw: mk.Software, *, ratios=None, source: str | Path = "<runs>") -> list[Result]:
+    """Predict every run under Megatron-LM ``sw``."""
+    out = []
+    for run in runs:
+        setup = sw.configure(run.setup)
+        try:
+            p = predict(setup, run.gpu, sw, run.cluster, ratios)
+        except CommsweepError as err:
+            raise InputError(f"cannot predict this run: {err}", file=source, line=run.line) from None
+        params = {stage: local_parameters(setup, stage) for stage in {0, setup.pp - 1}}
+        mem = memory.estimate(setup, params, flash_attention=sw.attention == "flash", dropout=sw.dropout)
+        out.append(Result(run=run, prediction=p, memory=mem, fits=mem.fits(run.gpu.memory_gib)))
+    return out
+
+
+def write_workloads(results: list[Result], folder: str | Path) -> Path:
+    """Each run's SimAI workload (``<name>.txt``) and ``commands.sh``: the SimAI_analytical
+    command line of each (run from that folder, SimAI's ``results/`` beside it), which
+    ``commsweep simulate`` also takes. Returns the commands file."""
+    from ..files import write_text
+
+    folder = Path(folder)
+    lines = ["# SimAI_analytical (or commsweep simulate) on each run's workload, from this folder",
+             "mkdir -p results"]
+    for r in results:
+        name = re.sub(r"[^A-Za-z0-9._-]", "_", r.run.name)
+        write_text(folder / f"{name}.txt", r.prediction.workload.render())
+        flags = " ".join(r.prediction.flags())
+        lines.append(f"SimAI_analytical -w {name}.txt {flags} -r {name}-")
+    commands = folder / "commands.sh"
+    write_text(commands, "\n".join(lines) + "\n")
+    return commands
+
+
+def _cells(r: Result) -> list[str]:
+    err = r.error_pct
+    return ([r.run.values[c] for c in RUN_COLUMNS] + [f"{r.predicted_s:.4f}", "" if err is None else f"{err:.2f}"]
+            + [f"{r.breakdown[b]:.4f}" for b in BREAKDOWN] + [f"{r.memory.total_gib:.1f}", str(r.fits).lower()])
+
+
+def to_csv(results: list[Result]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow([*RUN_COLUMNS, *RESULT_COLUMNS])
+    for r in results:
+        writer.writerow(_cells(r))
+    return buf.getvalue()
+
+
+def summary(results: list[Result]) -> dict[str, float | int | str]:
+    """Mean and largest absolute error over the runs with a measurement."""
+    measured = [r for r in results if r.error_pct is not None]
+    if not measured:
+        return {"runs": 0}
+    worst = max(measured, key=lambda r: abs(r.error_pct))
+    return {
+        "runs": len(measured),
+        "mean_abs_error_pct": sum(abs(r.error_pct) for r in measured) / len(measured),
+        "mean_error_pct": sum(r.error_pct for r in measured) / len(measured),
+        "max_abs_error_pct": abs(worst.error_pct),
+        "worst": worst.run.name,
+    }
+
+
+def to_table(results: list[Result], sw: mk.Software) -> str:
+    """A readable table: the setup in short, measured, predicted, error, breakdown, memory."""
+    head = ("name", "t", "p", "d", "v", "mb", "gb", "recompute", "sp", "measured s", "predicted s", "error %",
+            "compute", "TP", "DP", "PP", "bubble", "optimizer", "GiB", "fits")
+    rows = []
+    for r in results:
+        v, err = r.run.values, r.error_pct
+        rows.append((
+            v["name"], v["tp"], v["pp"], v["dp"], v["virtual_pipeline"], v["micro_batch"], v["global_batch"],
+            v["recompute"], v["sequence_parallel"][0], v["measured_s"] or "-", f"{r.predicted_s:.3f}",
+            "-" if err is None else f"{err:+.1f}", *(f"{r.breakdown[b]:.3f}" for b in BREAKDOWN),
+            f"{r.memory.total_gib:.1f}", "yes" if r.fits else "NO",
+        ))
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
+    lines = ["  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(row, widths)))
+             for row in (head, *rows)]
+    s = summary(results)
+    lines.append("")
+    lines.append(f"Megatron-LM {sw.name}: {sw.description}")
+    if s["runs"]:
+        lines.append(f"mean absolute error {s['mean_abs_error_pct']:.2f}% over {s['runs']} run(s) "
+                     f"(mean {s['mean_error_pct']:+.2f}%); largest {s['max_abs_error_pct']:.2f}% ({s['worst']})")
+    lines.append("breakdown in seconds: compute (optimizer apart), exposed TP and DP, pipeline sends, bubble, "
+                 "optimizer step")
+    return "\n".join(lines) + "\n"
+
+
+def plot(groups: dict[str, list[Result]], output: str | Path, *, title: str | None = None) -> None:
+    """Two panels: predicted against measured seconds (log-log, with the +-10% band), and
+    each run's error against its measured time; one marker per group (e.g. per source)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ..files import atomic_open
+
+    measured = {label: [r for r in rs if r.run.measured_s is not None] for label, rs in groups.items()}
+    every = [r for rs in measured.values() for r in rs]
+    if not every:
+        raise CommsweepError("no run has a measured time to plot")
+    fig, (ax, res) = plt.subplots(1, 2, figsize=(12, 5.5))
+    values = [r.run.measured_s for r in every] + [r.predicted_s for r in every]
+    lo, hi = min(values) / 1.6, max(values) * 1.6
+    ax.plot([lo, hi], [lo, hi], color="black", linewidth=1, label="predicted = measured")
+    ax.fill_between([lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], color="0.88", label="within 10%")
+    res.axhspan(-10, 10, color="0.88")
+    res.axhspan(-5, 5, color="0.78")
+    res.axhline(0, color="black", linewidth=1)
+    for (label, rs), marker in zip(measured.items(), "os^vD"):
+        if not rs:
+            continue
+        s = summary(rs)
+        xs = [r.run.measured_s for r in rs]
+        ax.scatter(xs, [r.predicted_s for r in rs], marker=marker, zorder=3,
+                   label=f"{label}: mean |error| {s['mean_abs_error_pct']:.1f}%, max {s['max_abs_error_pct']:.1f}%")
+        res.scatter(xs, [r.error_pct for r in rs], marker=marker, zorder=3)
+        for r in rs:
+            res.annotate(r.run.name, (r.run.measured_s, r.error_pct), fontsize=7, xytext=(4, 3),
+                         textcoords="offset points")
+    for axis in (ax, res):
+        axis.set_xscale("log")
+        axis.set_xlim(lo, hi)
+        axis.set_xlabel("measured seconds per iteration")
+    ax.set_yscale("log")
+    ax.set_ylim(lo, hi)
+    ax.set_ylabel("predicted seconds per iteration")
+    worst = max(abs(r.error_pct) for r in every)
+    res.set_ylim(-max(12, worst + 3), max(12, worst + 3))
+    res.set_ylabel("error: predicted / measured - 1 (%)")
+    res.set_title("each run's error (bands: 5% and 10%)", fontsize=10)
+    if title:
+        ax.set_title(title, fontsize=10)
+    ax.legend(loc="upper left", fontsize=7.5)
+    fig.tight_layout()
+    with atomic_open(output, "wb") as fh:
+        fig.savefig(fh, format="png", dpi=110, metadata={"Software": None})
+    plt.close(fig)

@@ -1,0 +1,134 @@
+"""The overlap ratios (``-tp_o -dp_o -pp_o``) that let SimAI's model carry what Megatron overlaps.
+
+SimAI cannot say that one collective runs beside one GEMM. It has one ratio per group: a
+share of every TP collective's time is hidden (``-tp_o``), of every DP collective's
+(``-dp_o``). Megatron hides some collectives and not others, so the ratio that gives the
+same exposed total is the hidden time over the whole time, collective by collective:
+
+* **TP** (``Software.async_tp``): in backward, the all-reduce of a column-parallel layer's
+  input gradient runs while the layer's weight-gradient GEMM runs (with SP: the
+  reduce-scatter of the input gradient beside the weight-gradient GEMM, and the re-gather
+  of the input beside the input-gradient GEMM). Each hides up to that GEMM's time. The
+  forward collectives, the all-gathers reversing forward reduce-scatters and those of a
+  full recompute wait for their result and stay exposed.
+* **DP** (``Software.overlap_grad_reduce``): the gradient reduction runs during the last
+  micro-batch's backward pass (hiding up to its compute), the distributed optimizer's
+  parameter all-gather during the next forward pass. Without it (Megatron-LM's local
+  DDP), the reduction follows the backward pass: nothing hidden.
+* **PP**: SimAI's pipeline term is ``2 * vpp * ga * pp_comm / 2^30 * (1 - pp_o) / pp_o``
+  seconds (``SEMANTICS.md``: it divides by the overlap ratio and multiplies by its
+  complement), i.e. the sends at ``pp_o / (1 - pp_o)`` GB/s in SimAI's bandwidth unit. So
+  ``pp_o = B / (B + 1)`` makes it the sends at the link's bandwidth B: the NIC when
+  neighbouring stages are on different servers, else NVLink. Megatron's 1F1B sends are
+  blocking, so they are exposed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..training import TrainingSetup
+from ..workload.format import Workload
+from ..workload.megatron import Schedule
+from .engine import Network, Ratios, comm_time_ns
+
+# The schedule's column-parallel rows (their input-gradient collective is asynchronous).
+COLUMN_KINDS = ("attention_qkv", "mlp_fc1", "output_layer")
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """SimAI's ratios, and the times they were derived from (ns)."""
+
+    tp: float
+    dp: float
+    pp: float
+    tp_total_ns: int
+    tp_hidden_ns: int
+    dp_total_ns: int
+    dp_hidden_ns: int
+
+    def flags(self) -> dict[str, str]:
+        """As ``Network`` fields (text, as on SimAI's command line)."""
+        return {"tp_overlap": _text(self.tp), "dp_overlap": _text(self.dp), "pp_overlap": _text(self.pp)}
+
+
+def _text(ratio: float) -> str:
+    return f"{ratio:.9f}".rstrip("0").rstrip(".") if ratio else "0"
+
+
+def _column_kind(name: str) -> tuple[str | None, bool]:
+    """The column-parallel kind a row belongs to, and whether it is the wgrad re-gather."""
+    gather = name.endswith("_wgrad_gather")
+    base = name.removesuffix("_wgrad_gather")
+    for kind in COLUMN_KINDS:
+        if base == kind or base.endswith("_" + kind):
+            return kind, gather
+    return None, gather
+
+
+def pipeline_link_gbps(setup: TrainingSetup, gpus_per_server: int, nics_per_server: int,
+                       nvlink_gbps: float, nic_gbps: float) -> float:
+    """Bandwidth of one rank's pipeline send (SimAI's GB/s): neighbouring stages are t*d
+    ranks apart (Megatron orders ranks TP first, then DP, then PP), so on one server only
+    when t*d is below the server's GPU count; across servers each GPU sends through its
+    share of the NICs."""
+    if setup.tp * setup.dp < gpus_per_server:
+        return nvlink_gbps
+    return nic_gbps * min(1.0, nics_per_server / gpus_per_server)
+
+
+def megatron_overlap(schedule: Schedule, network: Network, ratios: Ratios | None, *,
+                     wgrad_gemm_us: dict[str, float], dgrad_gemm_us: dict[str, float],
+                     async_tp: bool, overlap_grad_reduce: bool, pp_link_gbps: float,
+                     workload: Workload | None = None) -> Overlap:
+    """The ratios for ``schedule`` on ``network`` (whose own ratios are ignored).
+
+    ``wgrad_gemm_us`` / ``dgrad_gemm_us``: per column-parallel kind, its weight- and
+    input-gradient GEMM time per micro-batch (what an asynchronous collective hides behind).
+    ``workload``: the schedule's workload, when the caller has it already.
+    """
+    workload = workload if workload is not None else schedule.workload()
+    header = workload.header
+    times: dict[tuple[str, str, int], int] = {}
+
+    def comm_ns(comm_type: str, phase: str, size: int) -> int:
+        key = (comm_type, phase, size)
+        if key not in times:
+            times[key] = comm_time_ns(comm_type, phase, size, header, network, ratios)
+        return times[key]
+
+    tp_total = tp_hidden = dp_total = dp_hidden = 0
+    fwd_compute = bwd_compute = 0
+    dp: list[tuple[str, int]] = []
+    for block, row in zip(schedule.blocks, workload.rows):
+        fwd_compute += row.fwd_compute
+        bwd_compute += row.ig_compute + row.wg_compute
+        kind, regather = _column_kind(block.name)
+        for phase in ("fwd", "ig", "wg"):
+            comm = block.comm(phase)
+            if comm is None:
+                continue
+            ns = comm_ns(comm.comm_type(), phase, comm.bytes)
+            if comm.group == "TP":
+                tp_total += ns
+                if async_tp and phase == "ig" and kind is not None:
+                    gemm = dgrad_gemm_us[kind] if regather else wgrad_gemm_us[kind]
+                    if comm.collective != "allgather" or regather:
+                        tp_hidden += min(ns, round(gemm * 1000))
+            elif comm.group == "DP":
+                dp_total += ns
+                dp.append((comm.collective, ns))
+    if overlap_grad_reduce:
+        # The gradients reduce beside one micro-batch's backward pass, the distributed
+        # optimizer's parameters gather beside one forward pass.
+        ga = max(header.ga, 1)
+        for collective, ns in dp:
+            dp_hidden += min(ns, (fwd_compute if collective == "allgather" else bwd_compute) // ga)
+    pp = 1.0
+    if schedule.setup.pp > 1:
+        pp = pp_link_gbps / (pp_link_gbps + 1.0)
+    return Overlap(
+        tp=tp_hidden / tp_total if tp_total else 0.0, dp=dp_hidden / dp_total if dp_total else 0.0, pp=pp,
+        tp_total_ns=tp_total, tp_hidden_ns=tp_hidden, dp_total_ns=dp_total, dp_hidden_ns=dp_hidden,
+    )

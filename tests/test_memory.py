@@ -1,0 +1,156 @@
+"""The memory model against Korthikanti et al. 2022's figures, and the sweep's fits verdict."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+
+import pytest
+
+from commsweep import memory, sweep
+from commsweep.models import ModelSpec
+from commsweep.training import TrainingSetup
+from commsweep.workload.megatron import local_parameters
+
+GIB = 1 << 30
+# Korthikanti et al. 2022, Figure 1 (A100 80GB, Table 3's configurations): GiB per GPU of
+# the parameters with their gradients and optimizer states (the transformer layers' 12h^2
+# per layer at 18 bytes), and of the activations without parallelism beyond TP ("none")
+# and with sequence parallelism and selective recompute ("seqsel").
+FIGURE_1 = {
+    # model: (layers, hidden, heads, t, p, micro batch, global batch, v), (states, none, seqsel)
+    "22B": ((48, 6144, 64, 8, 1, 4, 4, 1), (45.5625, 59.25, 9.5625)),
+    "175B": ((96, 12288, 96, 8, 8, 1, 64, 3), (45.5625, 66.84375, 12.3515625)),
+    "530B": ((105, 20480, 128, 8, 35, 1, 280, 3), (31.640625, 114.0234375, 23.076171875)),
+    "1T": ((128, 25600, 160, 8, 64, 1, 512, 1), (32.958984375, 131.25, 26.5625)),
+}
+
+
+def paper_setup(name: str, **kw) -> TrainingSetup:
+    (layers, h, heads, t, p, mb, gb, v), _ = FIGURE_1[name]
+    model = ModelSpec(name=name, num_layers=layers, hidden_size=h, num_attention_heads=heads, ffn_hidden_size=4 * h,
+                      vocab_size=51200, max_position_embeddings=2048)
+    kw = {"sp": False, "recompute": False, "distributed_optimizer": False, **kw}
+    return TrainingSetup(model=model, world_size=t * p, tp=t, pp=p, micro_batch=mb, global_batch=gb,
+                         virtual_pipeline=v, **kw)
+
+
+def estimate(setup: TrainingSetup, **kw) -> memory.Memory:
+    params = {stage: local_parameters(setup, stage) for stage in {0, setup.pp - 1}}
+    return memory.estimate(setup, params, flash_attention=kw.pop("flash_attention", False), dropout=kw.pop("dropout", True))
+
+
+@pytest.mark.parametrize("name", FIGURE_1)
+def test_activations_are_korthikanti_figure_1(name):
+    _, (_, none, seqsel) = FIGURE_1[name]
+    plain, ours = estimate(paper_setup(name)), estimate(paper_setup(name, sp=True, recompute=True))
+    assert plain.stage == ours.stage == 0  # the first stage holds the most micro-batches
+    if name == "22B":  # one stage: the first is also the last, with the cross entropy's fp32 logits
+        logits = 4 * 2048 * 4 * 51200 // 8 + 2 * 2048 * 4 * 6144
+        assert (plain.activations - logits) / GIB == pytest.approx(none, rel=1e-6)
+        assert (ours.activations - logits) / GIB == pytest.approx(seqsel, rel=1e-6)
+    else:
+        assert plain.activations / GIB == pytest.approx(none, rel=1e-6)
+        assert ours.activations / GIB == pytest.approx(seqsel, rel=1e-6)
+
+
+@pytest.mark.parametrize("name", FIGURE_1)
+def test_model_states_are_18_bytes_per_parameter(name):
+    setup = paper_setup(name)
+    mem = estimate(setup)
+    params = local_parameters(setup, mem.stage)
+    assert (mem.weights, mem.gradients, mem.optimizer) == (2 * params, 4 * params, 12 * params)
+    # The figure counts the layers' 12 h^2 per layer only; the embeddings and biases add
+    # to it (most for 1T: its first stage has two layers beside the word embedding).
+    _, (states, _, _) = FIGURE_1[name]
+    assert states <= (mem.weights + mem.gradients + mem.optimizer) / GIB <= states * 1.12
+
+
+def test_distributed_optimizer_shards_only_the_optimizer_states():
+    plain = estimate(paper_setup("175B"))
+    setup = dataclasses.replace(paper_setup("175B"), world_size=64 * 4, global_batch=256)
+    sharded = estimate(dataclasses.replace(setup, distributed_optimizer=True))
+    assert (sharded.weights, sharded.gradients) == (plain.weights, plain.gradients)
+    assert sharded.optimizer == -(-plain.optimizer // 4)
+
+
+def test_recompute_and_flash_attention_shrink_the_activations_in_order():
+    base = paper_setup("175B")
+    none, selective, full = (estimate(dataclasses.replace(base, recompute=r != "none",
+                                                          recompute_granularity="full" if r == "full" else "selective"))
+                             for r in ("none", "selective", "full"))
+    assert none.activations > selective.activations > full.activations
+    # Flash attention keeps no s^2 tensor: what selective recompute saves, it never stores.
+    flash = estimate(base, flash_attention=True)
+    assert flash.activations < selective.activations * 1.01
+    # Sequence parallelism splits what TP replicates.
+    assert estimate(dataclasses.replace(base, sp=True)).activations < none.activations
+
+
+def test_in_flight_micro_batches_follow_the_schedule():
+    setup = paper_setup("175B")  # p = 8, v = 3, 64 micro-batches
+    assert memory.in_flight(setup, 0) == pytest.approx(8 * (1 + 7 / 24))
+    assert memory.in_flight(dataclasses.replace(setup, virtual_pipeline=1), 0) == 8
+    assert memory.in_flight(dataclasses.replace(setup, virtual_pipeline=1), 7) == 1
+    few = dataclasses.replace(setup, global_batch=2, virtual_pipeline=1)
+    assert memory.in_flight(few, 0) == 2
+
+
+def test_fits_keeps_a_reserve():
+    mem = estimate(paper_setup("22B", sp=True, recompute=True))
+    assert mem.fits(80) and not mem.fits(40)
+    assert not mem.fits(mem.total_gib + memory.RESERVE_GIB / 2)
+
+
+SWEEP = """
+sweep:
+  model: [gpt-175b]
+  world_size: [{world}]
+  tp: [8]
+  pp: [1, 8]
+  ep: [1]
+  sp: [true]
+  aiob: [false]
+  schedule: [megatron]
+  micro_batch: [1]
+  global_batch: [64]
+  seq_length: [2048]
+  recompute: [false]
+  network: [net]
+networks:
+  net: {{gpus_per_server: 8, nics_per_server: 8, nvlink_gbps: 300, nic_gbps: 25}}
+aiob: {{backend: roofline, gpu: A100-40GB}}
+skip_invalid: {skip}
+"""
+
+
+def load(tmp_path, **kw):
+    path = tmp_path / "sweep.yaml"
+    path.write_text(SWEEP.format(**kw))
+    return sweep.load_config(path)
+
+
+def test_a_sweep_marks_the_points_that_do_not_fit(tmp_path):
+    # GPT-175B on 512 A100-40GB: with TP 8 alone a GPU holds 22B parameters (too much); with PP 8 it fits.
+    points, invalid = sweep.points_from_config(load(tmp_path, world=512, skip="false"))
+    assert not invalid
+    table = list(csv.DictReader(io.StringIO(sweep.table_csv(points))))
+    verdict = {(row["pp"], row["fits"]) for row in table}
+    assert verdict == {("1", "False"), ("8", "True")}
+    big = next(row for row in table if row["pp"] == "1")
+    assert float(big["memory_gib"]) > 40 * 3
+    # With skip_invalid the point is dropped, with the reason.
+    points, invalid = sweep.points_from_config(load(tmp_path, world=512, skip="true"))
+    assert [p.pp for p in points] == [8]
+    (dropped,) = invalid
+    assert dropped.values["pp"] == 1
+    assert dropped.reasons[0].startswith(f"needs {float(big['memory_gib']):.1f} GiB per GPU; the A100-40GB has 40 GiB")
+    assert "skipped: needs" in sweep.table_csv(points, invalid)
+
+
+def test_an_unknown_gpu_label_and_moe_leave_the_verdict_empty():
+    setup = paper_setup("22B")
+    assert sweep.memory_verdict(setup, "my-lab-gpu")[1] is None
+    moe = dataclasses.replace(setup, model=dataclasses.replace(setup.model, num_experts=8))
+    assert sweep.memory_verdict(moe, "A100-80GB") is None
