@@ -196,7 +196,8 @@ def _pip_install(target: Path, requirements: list[str]) -> None:
     except subprocess.TimeoutExpired:
         raise PipError(f"pip install {' '.join(requirements)} took more than {PIP_TIMEOUT:.0f} s") from None
     if result.returncode != 0:
-        tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-4:])
+        lines = (result.stderr or result.stdout).strip().splitlines()
+        tail = "\n".join([line for line in lines if line.startswith("ERROR:")] or lines[-4:])
         raise PipError(f"pip could not install {' '.join(requirements)} (exit {result.returncode}):\n{tail}")
 
 
