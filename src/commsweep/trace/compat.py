@@ -4,7 +4,7 @@
 they need from CUDA, one small named function here bridges it. Each one detects what it
 needs (a module file, a keyword, an attribute) rather than comparing version numbers, so
 that a release between the traced ones takes the right branch, and each returns the name
-of the workaround it applied (recorded with the trace: ``applied``), or None.
+of the workaround it applied (recorded with the trace: ``RankInfo.workarounds``), or None.
 
 Workarounds (release ranges as traced; see ``docs/megatron-versions.md``):
 
@@ -257,7 +257,7 @@ def local_layer_spec(normalization: str) -> tuple[Any, str | None]:
     return get_gpt_layer_local_spec(), "layer_spec_norm_default"
 
 
-def _CpuTensorsNamedCuda():
+def _cpu_tensors_named_cuda():
     """A torch function mode in which ``Tensor.type()`` names a CPU tensor as its CUDA
     kind: the 0.8 distributed optimizer sorts parameters by those names
     (``torch.cuda.FloatTensor``, ...) and rejects any other."""
@@ -275,7 +275,7 @@ def _CpuTensorsNamedCuda():
     return Mode()
 
 
-def param_gather(ddp: Any, model: Any) -> tuple[Any, str | None]:
+def param_gather(ddp: Any) -> tuple[Any, str | None]:
     """A callable issuing what the distributed optimizer's step issues to gather the
     updated parameters (synchronously); build it before the traced step, call it after."""
     if hasattr(ddp, "start_param_sync"):
@@ -292,14 +292,14 @@ def param_gather(ddp: Any, model: Any) -> tuple[Any, str | None]:
         distrib_optimizer.HAVE_APEX_OR_TE = True
         distrib_optimizer.Adam = torch.optim.AdamW
     config = OptimizerConfig(optimizer="adam", lr=1e-4, params_dtype=torch.float32, use_distributed_optimizer=True)
-    with warnings.catch_warnings(), _CpuTensorsNamedCuda():
+    with warnings.catch_warnings(), _cpu_tensors_named_cuda():
         warnings.simplefilter("ignore")  # "falling back to torch optimizers": the point here
         optimizer = get_megatron_optimizer(config, [ddp])
 
     def gather() -> None:
         # The step without gradient clipping (its norm all-reduce is not traced in any
         # release): copy gradients in, update, copy parameters out, gather them.
-        with torch.no_grad(), _CpuTensorsNamedCuda():
+        with torch.no_grad(), _cpu_tensors_named_cuda():
             optimizer.prepare_grads()
             optimizer.step_with_ready_grads()
 

@@ -207,7 +207,7 @@ def _trace_step(setup: TrainingSetup, seed: int) -> tuple[list, dict]:
             ),
             model,
         )
-        param_gather, workaround = compat.param_gather(ddp, model)
+        param_gather, workaround = compat.param_gather(ddp)
         applied += [workaround] if workaround else []
         attribution = Attribution(group_namer(), rank=rank, stage=stage, layer_offset=stage * setup.layers_per_stage)
         attribution.attach(model)
