@@ -24,6 +24,10 @@ if not workflow.overwrite_configfiles:
 validate(config, "workflow/schemas/config.schema.yaml")
 
 
+# The report's front page: the sweep's answer (results/answer.rst, made by rule answer).
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/aiob.smk"
 include: "workflow/rules/workload.smk"
@@ -31,6 +35,7 @@ include: "workflow/rules/simulate.smk"
 include: "workflow/rules/summary.smk"
 include: "workflow/rules/trace.smk"
 include: "workflow/rules/audit.smk"
+include: "workflow/rules/answer.smk"
 
 
 rule all:

@@ -4,7 +4,7 @@ For each size it writes a sweep config, runs the whole workflow from scratch wit
 ``--cores 2`` in a temporary folder, then once more with nothing changed, and prints:
 the DAG build time (a dry run), the wall time, the time per point, the peak RSS of any
 process of the run, the files written, and the no-op rerun time. Results are appended to
-``bench/sweep_scale.md`` (``--record``), which the README quotes.
+``bench/sweep_scale.md`` (``--record``), which docs/scale.md quotes.
 
     .venv/bin/python bench/sweep_scale.py                 # all three sizes
     .venv/bin/python bench/sweep_scale.py --sizes 10 100  # some of them

@@ -120,7 +120,24 @@ def cmd_simulate(ns: argparse.Namespace) -> None:
 def cmd_plot(ns: argparse.Namespace) -> None:
     from .analysis import plots
 
-    plots.PLOTS[ns.kind](Path(ns.summary), Path(ns.output))
+    options = {}
+    if ns.kind == "difference-by-cause" and ns.sweep:
+        options["sweep_csv"] = Path(ns.sweep)
+    if ns.kind == "exposed-tp-by-overlap":
+        options["default_tp_overlap"] = ns.tp_overlap
+    plots.PLOTS[ns.kind](Path(ns.summary), Path(ns.output), **options)
+
+
+def cmd_causes(ns: argparse.Namespace) -> None:
+    from .analysis import causes
+
+    _emit(causes.difference_by_cause(Path(ns.sweep), Path(ns.results)), ns.output)
+
+
+def cmd_answer(ns: argparse.Namespace) -> None:
+    from .analysis import answer
+
+    answer.write(Path(ns.causes), Path(ns.sweep), Path(ns.output), Path(ns.rst) if ns.rst else None)
 
 
 def cmd_trace(ns: argparse.Namespace) -> None:
@@ -444,11 +461,36 @@ def add_check_parser(sub) -> None:
 
 def add_plot_parser(sub) -> None:
     p = sub.add_parser("plot", help="draw a figure from the summary table")
-    p.add_argument("kind", choices=("volume-by-tp", "tp-bytes-by-phase", "exposed-by-group", "audit-by-kind"))
-    # audit-by-kind reads results/findings_by_kind.csv; the others results/summary.csv
-    p.add_argument("summary", help="results/summary.csv (results/findings_by_kind.csv for audit-by-kind)")
+    p.add_argument("kind", choices=("volume-by-tp", "tp-bytes-by-phase", "exposed-by-group", "audit-by-kind",
+                                    "difference-by-cause", "exposed-tp-by-overlap"))
+    # audit-by-kind reads results/findings_by_kind.csv; difference-by-cause
+    # results/difference_by_cause.csv; the others results/summary.csv
+    p.add_argument("summary", help="results/summary.csv (results/findings_by_kind.csv for audit-by-kind, "
+                                   "results/difference_by_cause.csv for difference-by-cause)")
     p.add_argument("-o", "--output", required=True, help="output PNG")
+    p.add_argument("--sweep", help="difference-by-cause: the points table (default: sweep.csv beside the input)")
+    p.add_argument("--tp-overlap", type=float, default=0.0,
+                   help="exposed-tp-by-overlap: the TP overlap ratio of a sweep without a tp_overlap axis "
+                        "(its simulator.overlap.tp; default 0)")
     p.set_defaults(func=cmd_plot)
+
+
+def add_causes_parser(sub) -> None:
+    p = sub.add_parser("causes", help="each AICB point's difference from its Megatron point, by cause")
+    p.add_argument("--sweep", required=True, help="the points table (results/sweep.csv)")
+    p.add_argument("--results", default="results", help="the results directory (audits, simulations, volumes)")
+    p.add_argument("-o", "--output", help="output CSV (results/difference_by_cause.csv; default: stdout)")
+    p.set_defaults(func=cmd_causes)
+
+
+def add_answer_parser(sub) -> None:
+    p = sub.add_parser("answer", help="the landing page: the sweep's answer in words, from difference_by_cause.csv")
+    p.add_argument("causes", help="results/difference_by_cause.csv")
+    p.add_argument("--sweep", required=True, help="the points table (results/sweep.csv)")
+    p.add_argument("-o", "--output", required=True,
+                   help="the page in Markdown (results/answer.md; figures linked relative to it, from plots/)")
+    p.add_argument("--rst", help="also the page in reStructuredText, figures embedded (the report's front page)")
+    p.set_defaults(func=cmd_answer)
 
 
 def add_compare_parser(sub) -> None:
@@ -526,6 +568,8 @@ COMMANDS = {
     "sweep": add_sweep_parser,
     "summarize": add_summarize_parser,
     "compare": add_compare_parser,
+    "causes": add_causes_parser,
+    "answer": add_answer_parser,
     "plot": add_plot_parser,
     "timeline": add_timeline_parser,
     "trace": add_trace_parser,

@@ -27,6 +27,10 @@ AXES = (
     "model", "world_size", "tp", "pp", "ep", "sp", "aiob", "schedule",
     "micro_batch", "global_batch", "seq_length", "recompute", "network",
 )
+# Axes that name points and fill table columns only where a sweep varies them, so a sweep
+# that leaves them out keeps its point keys and tables. ``tp_overlap``: SimAI's TP overlap
+# ratio (-tp_o); without the axis every point takes ``simulator.overlap.tp``.
+OPTIONAL_AXES = ("tp_overlap",)
 SCHEDULES = ("aicb", "megatron")
 NETWORK_FIELDS = ("gpus_per_server", "nics_per_server", "nvlink_gbps", "nic_gbps")
 TABLE_COLUMNS = (
@@ -66,6 +70,8 @@ class Point:
     setup: TrainingSetup = field(compare=False, repr=False)
     net: Network = field(compare=False, repr=False)
     gpu: str = field(default="H100-SXM", compare=False, repr=False)
+    # SimAI's TP overlap ratio when the sweep has a tp_overlap axis (None: no such axis).
+    tp_overlap: float | None = None
 
     @property
     def setup_key(self) -> str:
@@ -81,7 +87,8 @@ class Point:
 
     @property
     def point_key(self) -> str:
-        return f"{self.workload_key}__{self.network}"
+        key = f"{self.workload_key}__{self.network}"
+        return key if self.tp_overlap is None else key + f"_tpo{self.tp_overlap:g}"
 
     @property
     def profile_key(self) -> str:
@@ -114,6 +121,8 @@ class Point:
         record.update({axis: getattr(self, axis) for axis in AXES})
         record.update(dp=self.setup.dp, ga=self.setup.num_microbatches)
         record.update({f: getattr(self.net, f) for f in NETWORK_FIELDS})
+        if self.tp_overlap is not None:
+            record["tp_overlap"] = self.tp_overlap
         return record
 
 
@@ -216,6 +225,30 @@ def schedule_problems(setup: TrainingSetup, schedule: str) -> list[str]:
     return [f"unknown schedule {schedule!r}; expected one of {', '.join(SCHEDULES)}"]
 
 
+def tp_overlap_axis(config: dict) -> list[float | None]:
+    """The TP overlap ratios of the sweep: ``[None]`` (no axis: ``simulator.overlap.tp``
+    applies, keys and tables stay as they are) unless ``sweep.tp_overlap`` lists a value
+    other than ``simulator.overlap.tp``."""
+    values = (config.get("sweep") or {}).get("tp_overlap")
+    if values is None:
+        return [None]
+    if not isinstance(values, list) or not values:
+        raise ConfigError("must be a non-empty list", key="sweep.tp_overlap")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
+            raise ConfigError(f"values must be numbers from 0 to 1, got {v!r}", key="sweep.tp_overlap")
+    default = ((config.get("simulator") or {}).get("overlap") or {}).get("tp", 0)
+    unique = list(dict.fromkeys(float(v) for v in values))
+    return [None] if unique == [float(default)] else unique
+
+
+def table_columns(points: list[dict[str, Any]] | list[Point]) -> tuple[str, ...]:
+    """The points table's columns for these points: ``TABLE_COLUMNS``, then the optional
+    axes the sweep has (points as ``Point`` or as rows of the table)."""
+    rows = [p.row() if isinstance(p, Point) else p for p in points[:1]]
+    return (*TABLE_COLUMNS, *(a for a in OPTIONAL_AXES if rows and a in rows[0]))
+
+
 def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
     """All points of the sweep, valid first, then the invalid combinations with reasons."""
     axes = {name: _axis(config, name) for name in AXES}
@@ -243,6 +276,7 @@ def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
             if not isinstance(v, bool):
                 raise ConfigError(f"values must be true or false, got {v!r}", key=f"sweep.{name}")
 
+    overlaps = tp_overlap_axis(config)
     points: list[Point] = []
     invalid: list[Invalid] = []
     for combo in itertools.product(*(axes[a] for a in AXES)):
@@ -261,7 +295,8 @@ def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
         if reasons:
             invalid.append(Invalid(values=values, reasons=tuple(reasons)))
         else:
-            points.append(Point(**values, setup=setup, net=nets[values["network"]], gpu=gpu))
+            points += [Point(**values, setup=setup, net=nets[values["network"]], gpu=gpu, tp_overlap=tpo)
+                       for tpo in overlaps]
     return points, invalid
 
 
@@ -282,7 +317,7 @@ def points_from_config(config: dict) -> tuple[list[Point], list[Invalid]]:
 def table_csv(points: list[Point], invalid: list[Invalid] = ()) -> str:
     """The sweep as CSV: one row per point, plus skipped combinations with ``status``."""
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=[*TABLE_COLUMNS, *MEMORY_COLUMNS, "status"], lineterminator="\n")
+    writer = csv.DictWriter(buf, fieldnames=[*table_columns(points), *MEMORY_COLUMNS, "status"], lineterminator="\n")
     writer.writeheader()
     for p in points:
         writer.writerow({**p.row(), **p.memory(), "status": "ok"})

@@ -48,7 +48,19 @@ def final_outputs():
         f"{RESULTS}/summary.csv",
         f"{RESULTS}/plots/volume_by_tp.png",
         *audit_outputs(),
+        *answer_outputs(),
     ] + trace_outputs()
+
+
+def answer_outputs():
+    """The answer first (workflow/rules/answer.smk): the difference by cause and the landing page."""
+    return [
+        f"{RESULTS}/difference_by_cause.csv",
+        f"{RESULTS}/plots/difference_by_cause.png",
+        f"{RESULTS}/plots/exposed_tp_by_overlap.png",
+        f"{RESULTS}/answer.md",
+        f"{RESULTS}/answer.rst",
+    ]
 
 
 def trace_outputs():
@@ -194,6 +206,8 @@ def simulate_args(wildcards):
     sim = config["simulator"]
     argv = ["-g", str(point.world_size), *network_flags(point.net), "-r", f"{point.point_key}-"]
     for name, value in sim["overlap"].items():
+        if name == "tp" and point.tp_overlap is not None:  # the sweep's tp_overlap axis
+            value = point.tp_overlap
         argv += [f"-{name}_o", str(value)]
     argv += ["--simai-bugs", sim["simai_bugs"], "--backend", sim["backend"]]
     if sim["root"]:
@@ -211,6 +225,7 @@ def all_simulations(wildcards):
 
 # -- audit and comparison (workflow/rules/audit.smk) -------------------------------------
 
+from commsweep.analysis.causes import megatron_partners as _megatron_partners
 from commsweep.workload import megatron as _megatron
 
 # Points the Megatron schedule can describe (dense models): they get an audit.
@@ -230,6 +245,23 @@ def audit_outputs():
     if AUDITED:
         out.append(f"{RESULTS}/plots/timeline.png")
     return out
+
+
+def cause_points():
+    """The audited AICB points, and the Megatron point each is compared with."""
+    rows = {p.point_key: {k: str(v) for k, v in p.row().items()} for p in POINTS}
+    audited = {p.point_key for p in AUDITED}
+    partners = _megatron_partners(list(rows.values()))
+    return {p: partners.get(p) for p in sorted(audited) if rows[p]["schedule"] == "aicb"}
+
+
+def cause_inputs(wildcards):
+    """What `commsweep causes` reads: the AICB points' audits, both sides' simulations."""
+    pairs = cause_points()
+    audits = [f"{RESULTS}/points/{p}/audit.csv" for p in pairs]
+    simulated = sorted(set(pairs) | {m for m in pairs.values() if m})
+    simulations = [f"{RESULTS}/points/{p}/{name}" for p in simulated for name in ("collectives.csv", "times.csv")]
+    return {"audits": audits, "simulations": simulations}
 
 
 def network_args(point):

@@ -42,7 +42,7 @@ from typing import IO
 from .. import paths
 from ..errors import InputError
 from ..simulate.collectives import csv_field
-from ..sweep import AXES, TABLE_COLUMNS
+from ..sweep import AXES, OPTIONAL_AXES, TABLE_COLUMNS, table_columns
 from . import audit
 
 VARIANTS = ("aicb_default", "aicb_aiob", "megatron", "megatron_aiob")
@@ -111,7 +111,8 @@ def variant_of(schedule: str, aiob: str | bool) -> str:
 
 
 def setting_of(point: dict[str, str]) -> tuple[str, ...]:
-    return tuple(str(point[a]) for a in SETTING_AXES)
+    """The point's setting: its axes but schedule and aiob (and the optional axes it has)."""
+    return tuple(str(point[a]) for a in SETTING_AXES) + tuple(str(point[a]) for a in OPTIONAL_AXES if a in point)
 
 
 # -- reading the sweep's outputs ---------------------------------------------------------
@@ -306,7 +307,9 @@ def comparison_csv(points: list[dict[str, str]], summary: list[dict[str, str]]) 
                 left, right = _value(row, a, use), _value(row, b, use)
                 diffs.append(None if left is None or right is None else left - right)
             rows.append([*setting, *key, *(_fmt(row[v]) for v in VARIANTS), *(_fmt(d) for d in diffs)])
-    return _write(COMPARISON_COLUMNS, rows)
+    optional = tuple(a for a in OPTIONAL_AXES if points and a in points[0])
+    columns = (*SETTING_AXES, *optional, *COMPARISON_COLUMNS[len(SETTING_AXES):])
+    return _write(columns, rows)
 
 
 _MEGATRON_PAIR = {"megatron": "megatron_aiob", "megatron_aiob": "megatron"}
@@ -381,7 +384,7 @@ def verdicts_csv(points: list[dict[str, str]], point_totals: dict[str, Totals | 
     for p in points:
         t = point_totals.get(p["point"])
         verdict = setting_verdict(by_setting[setting_of(p)])
-        base = [p[c] for c in TABLE_COLUMNS] + [variant_of(p["schedule"], p["aiob"])]
+        base = [p[c] for c in table_columns(points)] + [variant_of(p["schedule"], p["aiob"])]
         if t is None:
             rows.append(base + ["no", "", "", "", "", "", "", verdict])
         else:
@@ -389,7 +392,7 @@ def verdicts_csv(points: list[dict[str, str]], point_totals: dict[str, Totals | 
                 "yes", t.findings, t.missing_bytes, t.extra_bytes, t.misses_bytes, _fmt(t.delta_us),
                 "yes" if t.matches else "no", verdict,
             ])
-    return _write(VERDICT_COLUMNS, rows)
+    return _write((*table_columns(points), *VERDICT_COLUMNS[len(TABLE_COLUMNS):]), rows)
 
 
 def by_kind_csv(points: list[dict[str, str]], point_totals: dict[str, Totals | None]) -> str:
@@ -399,10 +402,10 @@ def by_kind_csv(points: list[dict[str, str]], point_totals: dict[str, Totals | N
         t = point_totals.get(p["point"])
         if t is None:
             continue
-        base = [p[c] for c in TABLE_COLUMNS] + [variant_of(p["schedule"], p["aiob"])]
+        base = [p[c] for c in table_columns(points)] + [variant_of(p["schedule"], p["aiob"])]
         for kind, k in t.kinds.items():
             rows.append(base + [kind, k.findings, k.missing_bytes, k.extra_bytes, _fmt(k.delta_us)])
-    return _write(BY_KIND_COLUMNS, rows)
+    return _write((*table_columns(points), *BY_KIND_COLUMNS[len(TABLE_COLUMNS):]), rows)
 
 
 @dataclass

@@ -12,6 +12,8 @@ MiB = 2**20
 VARIANT_ORDER = ("AICB default path", "AICB AIOB path", "Megatron")
 VARIANT_COLOURS = {"AICB default path": "#c44e52", "AICB AIOB path": "#dd8452", "Megatron": "#4c72b0"}
 VARIANT_HATCHES = {"AICB default path": "", "AICB AIOB path": "//", "Megatron": ".."}
+# AICB's two paths by the slug of difference_by_cause.csv's ``path`` column.
+PATH_LABELS = {"aicb_default": "AICB default path", "aicb_aiob": "AICB AIOB path"}
 
 
 def _pyplot():
@@ -201,14 +203,26 @@ OVERFLOW_US = 1e12
 GROUP_COLOURS = {"TP": "#4c72b0", "DP": "#55a868", "EP": "#8172b3", "DP_EP": "#937860", "PP": "#da8bc3"}
 
 
+def one_tp_overlap(df):
+    """The rows of the sweep's first TP overlap ratio (all rows when it has no such axis):
+    figures of other quantities never average points that differ in it."""
+    if "tp_overlap" not in df.columns or df.empty:
+        return df
+    return df[df["tp_overlap"] == sorted(df["tp_overlap"].unique())[0]]
+
+
 def exposed_by_group(summary_csv: Path, output: Path) -> None:
     """Simulated exposed communication time per iteration, stacked by group.
 
-    Panels: one row per network, one column per SP setting; x: TP size; one bar per
-    generator. Needs the simulate stage's time columns in the summary table
+    Like with like: each AICB path beside the Megatron point of the same compute times
+    (the default path, with no compute times, beside the Megatron schedule without AIOB
+    times; the AIOB path beside the Megatron schedule with them), never an average of the
+    two Megatron variants. Panels: one row per model, network and ``aiob`` setting, one
+    column per SP setting; x: TP size. With a ``tp_overlap`` axis, its first ratio only.
+    Needs the simulate stage's time columns in the summary table
     (``compare.TIME_QUANTITIES``); without them the figure says so instead of guessing.
     """
-    from .compare import time_columns
+    from .compare import time_columns, variant_of
 
     plt = _pyplot()
     df = read_summary(summary_csv)
@@ -217,20 +231,25 @@ def exposed_by_group(summary_csv: Path, output: Path) -> None:
     if not group_columns or df.empty:
         message_figure(output, "No simulated times in the summary table:\nno point of this sweep was simulated.")
         return
-    df["variant"] = [variant(s, a) for s, a in zip(df["schedule"], df["aiob"])]
+    df = one_tp_overlap(df)
+    df["variant"] = [variant_of(s, a) for s, a in zip(df["schedule"], df["aiob"])]
     points = df.drop_duplicates("point")
-    networks, sps, tps = sorted(points["network"].unique()), sorted(points["sp"].unique()), sorted(points["tp"].unique())
-    variants = [v for v in VARIANT_ORDER if v in set(points["variant"])]
+    panel_rows = sorted({(m, n, a) for m, n, a in zip(points["model"], points["network"], points["aiob"])})
+    sps, tps = sorted(points["sp"].unique()), sorted(points["tp"].unique())
+    pairs = {"False": ("aicb_default", "megatron"), "True": ("aicb_aiob", "megatron_aiob")}
+    hatches = {"aicb_default": "", "aicb_aiob": "//", "megatron": "..", "megatron_aiob": ".."}
     valid = points[(points[list(group_columns.values())] <= OVERFLOW_US).all(axis=1)]
     groups = [g for g in GROUP_COLOURS if g in group_columns and (valid[group_columns[g]] > 0).any()]
     groups = groups or [g for g in GROUP_COLOURS if g in group_columns][:1]
-    fig, axes = plt.subplots(len(networks), len(sps), figsize=(5.2 * len(sps), 3.6 * len(networks) + 0.6),
+    fig, axes = plt.subplots(len(panel_rows), len(sps), figsize=(5.2 * len(sps), 3.6 * len(panel_rows) + 0.6),
                              squeeze=False, sharey="row")
-    width = 0.8 / max(len(variants), 1)
-    for r, net in enumerate(networks):
+    width = 0.8 / 2
+    for r, (model, net, aiob) in enumerate(panel_rows):
+        variants = pairs[aiob]
         for c, sp in enumerate(sps):
             ax = axes[r][c]
-            sub = points[(points["network"] == net) & (points["sp"] == sp)]
+            sub = points[(points["model"] == model) & (points["network"] == net) & (points["aiob"] == aiob)
+                         & (points["sp"] == sp)]
             for k, var in enumerate(variants):
                 xs = bar_positions(len(tps), k, len(variants), width)
                 chosen = [sub[(sub["tp"] == tp) & (sub["variant"] == var)] for tp in tps]
@@ -244,7 +263,7 @@ def exposed_by_group(summary_csv: Path, output: Path) -> None:
                         for c, bad in zip(chosen, broken)
                     ]
                     ax.bar(xs, heights, width * 0.92, bottom=bottom, color=GROUP_COLOURS[group],
-                           hatch=VARIANT_HATCHES[var], edgecolor="black", linewidth=0.4)
+                           hatch=hatches[var], edgecolor="black", linewidth=0.4)
                     bottom = [b + h for b, h in zip(bottom, heights)]
                 for x, bad in zip(xs, broken):
                     if bad:
@@ -252,20 +271,21 @@ def exposed_by_group(summary_csv: Path, output: Path) -> None:
                                 color="#c44e52")
             ax.set_xticks(range(len(tps)), [str(t) for t in tps])
             ax.set_xlabel("tensor parallel size (TP)")
-            ax.set_ylabel("exposed communication (ms per iteration)")
-            ax.set_title(f"network {net}, {sp_label(sp)}")
+            ax.set_ylabel("exposed communication (ms per iteration)", fontsize=8)
+            ax.set_title(f"{model}, {net}, AIOB {'on' if aiob == 'True' else 'off'}, {sp_label(sp)}", fontsize=9)
             ax.grid(axis="y", alpha=0.3)
             ax.margins(y=0.08)
     from matplotlib.patches import Patch
 
     handles = [Patch(facecolor=GROUP_COLOURS[g], edgecolor="black", label=f"{g} group") for g in groups]
-    handles += hatch_handles(variants)
-    fig.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False, fontsize=8)
-    fig.suptitle("Simulated exposed communication time per iteration, by group")
-    fig.tight_layout(rect=(0, 0.07, 1, 0.96))
+    shown = [v for v in ("aicb_default", "aicb_aiob", "megatron", "megatron_aiob") if v in set(points["variant"])]
+    labels = {**PATH_LABELS, "megatron": "Megatron", "megatron_aiob": "Megatron (AIOB times)"}
+    handles += [Patch(facecolor="white", edgecolor="black", hatch=hatches[v], label=labels[v]) for v in shown]
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4), frameon=False, fontsize=8)
+    fig.suptitle("Simulated exposed communication time per iteration, by group (like with like)")
+    fig.tight_layout(rect=(0, 0.7 / fig.get_figheight(), 1, 0.96))
     save(fig, output)
     plt.close(fig)
-
 
 
 # -- one point's iteration per layer ----------------------------------------------------
@@ -434,10 +454,181 @@ def audit_by_kind(by_kind_csv: Path, output: Path) -> None:
     plt.close(fig)
 
 
+# -- the difference from Megatron by cause ------------------------------------------------
+
+MAX_SETTINGS = 24
+
+
+def cause_colours() -> dict[str, str]:
+    """One fixed colour per cause (``causes.CAUSES`` order), the same in every figure."""
+    import matplotlib
+
+    from .causes import CAUSES
+
+    palette = [matplotlib.colors.to_hex(c) for name in ("tab20", "tab20b")
+               for c in matplotlib.colormaps[name].colors]
+    return {slug: palette[i % len(palette)] for i, slug in enumerate(CAUSES)}
+
+
+def difference_by_cause(causes_csv: Path, output: Path, *, sweep_csv: Path | None = None) -> None:
+    """Per setting, each AICB path's difference from Megatron as signed bars by cause.
+
+    Top rows of panels: bytes per iteration (GiB); bottom rows: exposed communication
+    (ms) on the sweep's first network (and first TP overlap ratio). In each panel one bar
+    per path: causes in excess of Megatron stack upwards, causes short of it downwards,
+    never netted, so a dropped all-reduce shows below zero even where an extra one
+    outweighs it; a black diamond marks the net difference. At most ``MAX_SETTINGS``
+    settings are drawn (the first of the points table); the CSV has them all.
+    ``sweep_csv``: the points table (default: ``sweep.csv`` beside the CSV).
+    """
+    import matplotlib.colors  # noqa: F401  (cause_colours)
+
+    from . import causes as cz
+    from .summary import read_points
+
+    plt = _pyplot()
+    rows = cz.read_csv(causes_csv)
+    points = {p["point"]: p for p in read_points(sweep_csv or Path(causes_csv).with_name("sweep.csv"))}
+    if not rows:
+        message_figure(output, "No AICB point with an audit in this sweep:\nnothing to compare with Megatron.")
+        return
+    panels = cz.panels(rows, points)
+    shown = panels[:MAX_SETTINGS]
+    colours = cause_colours()
+    used = [c for c in cz.CAUSES if any(r.cause == c and (r.bytes or r.exposed_us) for r in rows)]
+    ncols = min(4, len(shown))
+    nrows = -(-len(shown) // ncols)
+    fig, axes = plt.subplots(2 * nrows, ncols, figsize=(3.3 * ncols + 0.6, 2.9 * 2 * nrows + 1.6), squeeze=False)
+    paths = [p for p in PATH_LABELS if any(r.path == p for r in rows)]
+    for i, panel in enumerate(shown):
+        for half, (unit, scale, value) in enumerate((("GiB", GiB, lambda r: r.bytes),
+                                                     ("ms", 1000, lambda r: r.exposed_us or 0.0))):
+            ax = axes[2 * (i // ncols) + half][i % ncols]
+            for k, path in enumerate(paths):
+                mine = panel.rows.get(path, [])
+                up = down = 0.0
+                for cause in used:
+                    total = sum(value(r) for r in mine if r.cause == cause and value(r) > 0) / scale
+                    short = sum(value(r) for r in mine if r.cause == cause and value(r) < 0) / scale
+                    if total:
+                        ax.bar(k, total, 0.6, bottom=up, color=colours[cause], edgecolor="black", linewidth=0.3)
+                        up += total
+                    if short:
+                        ax.bar(k, short, 0.6, bottom=down, color=colours[cause], edgecolor="black", linewidth=0.3)
+                        down += short
+                if mine:
+                    ax.plot([k], [up + down], marker="D", color="black", markersize=4)
+            ax.axhline(0, color="black", linewidth=0.8)
+            ax.set_xticks(range(len(paths)), [PATH_LABELS[p].replace("AICB ", "") for p in paths], fontsize=7)
+            ax.set_xlim(-0.6, len(paths) - 0.4)
+            ax.tick_params(axis="y", labelsize=7)
+            ax.grid(axis="y", alpha=0.3)
+            what = "bytes" if half == 0 else f"exposed comm, {panel.network}"
+            ax.set_title(f"{panel.label}\n{what}", fontsize=8)
+            if i % ncols == 0:
+                ax.set_ylabel(f"vs Megatron ({unit} per iteration)\n\u2193 short    \u2191 extra", fontsize=7)
+    for j in range(len(shown), nrows * ncols):
+        for half in range(2):
+            axes[2 * (j // ncols) + half][j % ncols].axis("off")
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles = [Patch(facecolor=colours[c], edgecolor="black", label=c) for c in used]
+    handles.append(Line2D([], [], marker="D", color="black", linestyle="", label="net difference"))
+    fig.legend(handles=handles, loc="lower center", ncol=3, frameon=False, fontsize=7)
+    title = "What each AICB path gets wrong against Megatron, by cause"
+    if len(panels) > len(shown):
+        title += f" (first {len(shown)} of {len(panels)} settings)"
+    fig.suptitle(title, fontsize=11)
+    legend_rows = -(-len(handles) // 3)
+    fig.tight_layout(rect=(0, (0.16 * legend_rows + 0.2) / fig.get_figheight(), 1, 0.97))
+    save(fig, output)
+    plt.close(fig)
+
+
+def exposed_tp_by_overlap(summary_csv: Path, output: Path, *, default_tp_overlap: float = 0.0) -> None:
+    """Exposed TP communication per iteration against SimAI's TP overlap ratio (-tp_o), per path.
+
+    Volume is volume, exposure is a separate knob: SimAI exposes ``time x (1 - tp_o)`` of
+    every TP collective, so each path's line runs from its TP time before overlap (at 0)
+    down to 0 (at 1). Lines: that formula from the points' TP time before overlap (the
+    summary's ``time_us`` on TP); markers: the simulated exposed TP time of each point at
+    its ratio (the ``tp_overlap`` axis, or ``default_tp_overlap`` for a sweep without it).
+    One panel per model, TP > 1 and SP setting on the first network; the Megatron line is
+    the same for both ``aiob`` settings (exposure does not depend on compute).
+    """
+    from .compare import variant_of
+
+    plt = _pyplot()
+    df = read_summary(summary_csv)
+    if df.empty or "sim_tp_us" not in df.columns:
+        message_figure(output, "No simulated times in the summary table:\nno point of this sweep was simulated.")
+        return
+    df = df[df["network"] == df["network"].iloc[0]].copy()
+    if "tp_overlap" not in df.columns:
+        df["tp_overlap"] = default_tp_overlap
+    df = df[df["tp"] > 1]
+    if df.empty:
+        message_figure(output, "No point with TP > 1: nothing is sent on TP.")
+        return
+    df["variant"] = [variant_of(s, a) for s, a in zip(df["schedule"], df["aiob"])]
+    tp_time = df[df["group"] == "TP"].groupby("point")["time_us"].sum()
+    points = df.drop_duplicates("point").set_index("point")
+    points["tp_time_us"] = tp_time.reindex(points.index).fillna(0.0)
+    points = points[points["sim_tp_us"] <= OVERFLOW_US]
+    panels = sorted({(m, t, s) for m, t, s in zip(points["model"], points["tp"], points["sp"])})
+    ncols = min(4, len(panels))
+    nrows = -(-len(panels) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.4 * ncols + 0.4, 2.9 * nrows + 1.0), squeeze=False)
+    styles = {"aicb_default": ("#c44e52", "-"), "aicb_aiob": ("#dd8452", "-"), "megatron": ("#4c72b0", "--"),
+              "megatron_aiob": ("#4c72b0", "--")}
+    shown = []
+    for i, (model, tp, sp) in enumerate(panels):
+        ax = axes[i // ncols][i % ncols]
+        sub = points[(points["model"] == model) & (points["tp"] == tp) & (points["sp"] == sp)]
+        drawn = set()
+        for var in ("aicb_default", "aicb_aiob", "megatron_aiob", "megatron"):
+            mine = sub[sub["variant"] == var]
+            label = "Megatron" if var.startswith("megatron") else PATH_LABELS[var]
+            if mine.empty or label in drawn:
+                continue
+            drawn.add(label)
+            colour, style = styles[var]
+            before = float(mine["tp_time_us"].mean()) / 1000
+            ax.plot([0, 1], [before, 0], color=colour, linestyle=style, linewidth=1.2)
+            ax.plot(mine["tp_overlap"], mine["sim_tp_us"] / 1000, marker="o", color=colour, linestyle="",
+                    markersize=4)
+            if label not in shown:
+                shown.append(label)
+        ax.set_xlim(-0.03, 1.03)
+        ax.set_ylim(bottom=0)
+        ax.set_title(f"{model}, TP {tp}, {sp_label(sp)}", fontsize=9)
+        ax.set_xlabel("TP overlap ratio (SimAI -tp_o)", fontsize=8)
+        if i % ncols == 0:
+            ax.set_ylabel("exposed TP comm (ms per iteration)", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    for j in range(len(panels), nrows * ncols):
+        axes[j // ncols][j % ncols].axis("off")
+    from matplotlib.lines import Line2D
+
+    colour_of = {"AICB default path": "#c44e52", "AICB AIOB path": "#dd8452", "Megatron": "#4c72b0"}
+    handles = [Line2D([], [], color=colour_of[v], linestyle="--" if v == "Megatron" else "-", label=v) for v in shown]
+    handles.append(Line2D([], [], marker="o", color="grey", linestyle="", label="simulated point"))
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False, fontsize=8)
+    fig.suptitle(f"Exposed TP communication against the TP overlap ratio (network {df['network'].iloc[0]})",
+                 fontsize=10)
+    fig.tight_layout(rect=(0, 0.6 / fig.get_figheight(), 1, 0.96))
+    save(fig, output)
+    plt.close(fig)
+
+
 # The figures of the summary tables, by the name ``commsweep plot`` takes.
 PLOTS = {
     "volume-by-tp": volume_by_tp,
     "tp-bytes-by-phase": tp_bytes_by_phase,
     "exposed-by-group": exposed_by_group,
     "audit-by-kind": audit_by_kind,
+    "difference-by-cause": difference_by_cause,  # reads results/difference_by_cause.csv
+    "exposed-tp-by-overlap": exposed_tp_by_overlap,
 }

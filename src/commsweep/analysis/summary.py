@@ -22,7 +22,7 @@ from pathlib import Path
 from .. import paths, status
 from ..errors import InputError
 from ..simulate import times as sim_times
-from ..sweep import MEMORY_COLUMNS, TABLE_COLUMNS
+from ..sweep import MEMORY_COLUMNS, TABLE_COLUMNS, table_columns
 from . import volumes
 
 SIM_COMPONENTS = {
@@ -48,12 +48,16 @@ def read_points(sweep_csv: Path) -> list[dict[str, str]]:
 def summarize(sweep_csv: Path, results: Path) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(COLUMNS)
-    for point in read_points(sweep_csv):
-        base = [point[c] for c in TABLE_COLUMNS] + [point.get(c, "") for c in MEMORY_COLUMNS]
+    points = read_points(sweep_csv)
+    # COLUMNS, with the optional axes of the sweep after the points table's columns.
+    point_columns = table_columns(points)
+    columns = (*point_columns, *COLUMNS[len(TABLE_COLUMNS):])
+    writer.writerow(columns)
+    for point in points:
+        base = [point[c] for c in point_columns] + [point.get(c, "") for c in MEMORY_COLUMNS]
         failed = status.failures(results, point["workload"], point["point"])
         if failed:
-            writer.writerow(base + [f"failed: {status.reasons(failed)}"] + [""] * (len(COLUMNS) - len(base) - 1))
+            writer.writerow(base + [f"failed: {status.reasons(failed)}"] + [""] * (len(columns) - len(base) - 1))
             continue
         table = volumes.read_csv(paths.volumes_file(results, point["workload"]).read_text(encoding="utf-8"))
         times, totals = simulated(results, point["point"])

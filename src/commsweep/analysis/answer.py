@@ -1,0 +1,265 @@
+"""The landing page: the sweep's answer in words, from ``difference_by_cause.csv``.
+
+``results/answer.md`` (and the same page as reStructuredText, ``results/answer.rst``,
+which ``workflow/report/workflow.rst`` includes as the front page of ``report.html``):
+
+1. the one-line answer, with this run's numbers: ALLREDUCE is what Megatron issues, and
+   what the AIOB path's NONE drops (the ``missing_bwd_tp_allreduce`` cause) at the
+   headline setting (the first SP-off setting with TP > 1 where the AIOB path drops
+   them, on the sweep's first network);
+2. beside it, what both paths add there that Megatron never sends (the layernorm
+   all-reduce of 2P bytes), so that neither error hides the other;
+3. what SimAI does with NONE;
+4. per setting, a verdict per path: its net difference and its largest causes;
+5. the figures.
+
+Every number on the page is a sum of rows of ``difference_by_cause.csv`` (bytes, rows,
+exposed time); ``tests/test_answer.py`` checks each one against the table. The page is
+built as a list of blocks, rendered to Markdown and to reStructuredText from the same
+text (inline markup: ``**bold**`` and ```code```).
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import causes as cz
+
+GiB = 2**30
+PATH_NAMES = {"aicb_default": "AICB default path", "aicb_aiob": "AICB AIOB path"}
+TOP_CAUSES = 3
+
+
+@dataclass(frozen=True)
+class Block:
+    """A piece of the page: kind is h1, h2, p, ul (``items``: text and its sub-items) or img
+    (``text`` = caption, ``path``)."""
+
+    kind: str
+    text: str = ""
+    items: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    path: str = ""
+
+
+# -- numbers as the page writes them ----------------------------------------------------------
+
+
+def signed(text: str, value: float) -> str:
+    return ("+" if value > 0 else "\u2212" if value < 0 else "") + text
+
+
+def exact_bytes(n: int) -> str:
+    """-2181038080 -> '−2,181,038,080 bytes'."""
+    return signed(f"{abs(n):,} bytes", n)
+
+
+def gib(n: float) -> str:
+    """Bytes in GiB, or in MiB or KiB or bytes where GiB would round to 0.00."""
+    for unit, size in (("GiB", GiB), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size / 10:
+            return signed(f"{abs(n) / size:,.2f} {unit}", n)
+    return signed(f"{abs(n):,} bytes", n)
+
+
+def ms(us: float | None) -> str:
+    if us is None:
+        return "no simulated time"
+    return signed(f"{abs(us) / 1000:,.2f} ms", us)
+
+
+# -- what the page says --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Share:
+    """A cause's rows of one point with one sign (+ extra, - short), summed."""
+
+    cause: str
+    group: str
+    rows: int
+    bytes: int
+    exposed_us: float | None
+
+
+def shares(rows: list[cz.Row]) -> list[Share]:
+    """A point's causes, + and - apart (never netted), largest first (bytes, then time)."""
+    acc: dict[tuple[str, int], list] = {}
+    groups: dict[tuple[str, int], set] = {}
+    for r in rows:
+        sign = (r.bytes > 0) - (r.bytes < 0) or ((r.exposed_us or 0) > 0) - ((r.exposed_us or 0) < 0)
+        entry = acc.setdefault((r.cause, sign), [0, 0, 0.0])
+        entry[0] += r.rows
+        entry[1] += r.bytes
+        entry[2] = None if entry[2] is None or r.exposed_us is None else entry[2] + r.exposed_us
+        groups.setdefault((r.cause, sign), set()).add(r.group)
+    out = [Share(c, "/".join(sorted(g for g in groups[(c, s)] if g)), n, b, e) for (c, s), (n, b, e) in acc.items()]
+    return sorted(out, key=lambda s: (-abs(s.bytes), -abs(s.exposed_us or 0.0), s.cause))
+
+
+def _describe(share: Share, both_signs: set[str]) -> str:
+    where = f" on {share.group}" if share.cause in both_signs and share.group else ""
+    return f"`{share.cause}`{where} {gib(share.bytes)} ({ms(share.exposed_us)})"
+
+
+def verdict(panel: cz.Panel, path: str) -> str:
+    """One path's line for one setting: its net difference, then its largest causes."""
+    rows = panel.rows.get(path, [])
+    if not rows:
+        return f"{PATH_NAMES[path]}: matches Megatron (no difference)."
+    found = [s for s in shares(rows) if s.bytes or s.exposed_us]
+    signs: dict[str, set[int]] = {}
+    for s in found:
+        signs.setdefault(s.cause, set()).add((s.bytes > 0) - (s.bytes < 0))
+    both = {c for c, v in signs.items() if len(v) > 1}
+    timed = all(r.exposed_us is not None for r in rows)
+    net = f"{gib(panel.total(path))}, {ms(panel.total(path, 'exposed')) if timed else 'no simulated time'}"
+    top = "; ".join(_describe(s, both) for s in found[:TOP_CAUSES])
+    rest = len(found) - TOP_CAUSES
+    more = f"; and {rest} smaller" if rest > 0 else ""
+    return f"{PATH_NAMES[path]}: net {net}. Largest: {top}{more}."
+
+
+def headline(panels: list[cz.Panel]) -> cz.Panel | None:
+    """The setting the answer quotes: SP off, TP > 1, where the AIOB path drops backward
+    all-reduces (the first such in model, SP, TP order)."""
+    for panel in panels:
+        rows = panel.rows.get("aicb_aiob", [])
+        if any(r.cause == "missing_bwd_tp_allreduce" for r in rows) and not any(r.sp for r in rows):
+            return panel
+    return None
+
+
+def _cause_total(rows: list[cz.Row], cause: str) -> tuple[int, int, float | None]:
+    mine = [r for r in rows if r.cause == cause]
+    exposed = None if any(r.exposed_us is None for r in mine) else sum(r.exposed_us for r in mine)
+    return sum(r.rows for r in mine), sum(r.bytes for r in mine), exposed
+
+
+def page(rows: list[cz.Row], points: dict[str, dict[str, str]], figures: dict[str, str]) -> list[Block]:
+    """The landing page's blocks (``figures``: caption -> path of a PNG, relative to the page)."""
+    panels = cz.panels(rows, points)
+    blocks = [Block("h1", "The answer: what each AICB path gets wrong, by cause")]
+    head = headline(panels)
+    if head is not None:
+        aiob = head.rows["aicb_aiob"]
+        n, missing, missing_us = _cause_total(aiob, "missing_bwd_tp_allreduce")
+        _, layernorm, layernorm_us = _cause_total(aiob, "extra_layernorm_grad_allreduce")
+        _, embedding, _ = _cause_total(aiob, "extra_embedding_grad_allreduce")
+        where = f"{head.label} (network {head.network})"
+        blocks.append(Block("p", (
+            f"**ALLREDUCE is what Megatron issues.** Without sequence parallelism Megatron all-reduces on TP "
+            "the input gradients of `linear_qkv` and `linear_fc1` in every layer's backward pass, and of the "
+            "output layer, in every micro-batch. AICB's default path writes them as `ALLREDUCE` (all but the "
+            "output layer's); its AIOB path writes `NONE`, and SimAI skips a `NONE`. "
+            f"For {where} the AIOB path so drops {n} all-reduces per iteration: "
+            f"{exact_bytes(missing)} ({gib(missing)}) and {ms(missing_us)} of exposed TP time "
+            "(`missing_bwd_tp_allreduce`).")))
+        extra = (f" With its `embedding_grads` all-reduce ({exact_bytes(embedding)}), the AIOB path's extra "
+                 f"backward all-reduces come to {exact_bytes(layernorm + embedding)}." if embedding else "")
+        blocks.append(Block("p", (
+            "**And both paths add a whole-model all-reduce that Megatron never sends.** "
+            "With SP off, both AICB paths write a `layernorm` row whose backward pass all-reduces two bytes per "
+            "parameter of the whole model on TP (AICB 23eec3c, `SimAI_training_workload_generator.py`, the "
+            "`layernorm` Work_Item under `if not enable_sequence_parallel`), on top of the DP all-gather and "
+            "reduce-scatter of the same workload. Megatron all-reduces layernorm gradients on TP only *with* "
+            f"SP, and only the layernorm parameters. For {where} that is {exact_bytes(layernorm)} "
+            f"({gib(layernorm)}, {ms(layernorm_us)}; `extra_layernorm_grad_allreduce`).{extra} "
+            "A figure of TP bytes per phase nets the two and shows the AIOB path above Megatron; "
+            "the causes, kept apart, show both errors.")))
+    none = sum(r.rows for r in rows if r.cause == "size_in_none_column")
+    sized = (f" This sweep's AICB files hold {none:,} `NONE` columns with a size (`size_in_none_column`); "
+             "each counts 0." if none else "")
+    blocks.append(Block("p", (
+        "**What SimAI does with NONE:** it skips the collective: no bytes, no time, even where the row "
+        f"writes a size.{sized} SimAI's maintainers read `NONE` as an all-reduce overlapped with compute; "
+        "SimAI models that overlap with its TP overlap ratio (`-tp_o`, the `tp_overlap` axis), which keeps "
+        "the volume and scales the exposed time (the second figure). Dropping the collective drops both.")))
+    if panels:
+        blocks.append(Block("h2", f"Per setting: net difference from Megatron and largest causes "
+                                  f"(bytes per iteration; exposed time on {panels[0].network})"))
+        blocks.append(Block("ul", items=tuple(
+            (f"**{panel.label}**", tuple(verdict(panel, path) for path in PATH_NAMES if path in panel.points))
+            for panel in panels)))
+    blocks.append(Block("p", (
+        "Every row, with its explanation, is in `difference_by_cause.csv`: one row per point, cause, phase, "
+        "collective, group and sign; per point the rows add up exactly to its difference from Megatron in "
+        "bytes and in exposed time.")))
+    if figures:
+        blocks.append(Block("h2", "Figures"))
+        blocks += [Block("img", caption, path=path) for caption, path in figures.items()]
+    return blocks
+
+
+# -- rendering -----------------------------------------------------------------------------
+
+
+def to_markdown(blocks: list[Block]) -> str:
+    out = []
+    for b in blocks:
+        if b.kind == "h1":
+            out.append(f"# {b.text}")
+        elif b.kind == "h2":
+            out.append(f"## {b.text}")
+        elif b.kind == "p":
+            out.append(b.text)
+        elif b.kind == "ul":
+            out.append("\n".join(f"* {text}" + "".join(f"\n  * {sub}" for sub in subs) for text, subs in b.items))
+        elif b.kind == "img":
+            out.append(f"![{b.text}]({b.path})")
+    return "\n\n".join(out) + "\n"
+
+
+_CODE = re.compile(r"`([^`]+)`")
+
+
+def _rst_inline(text: str) -> str:
+    """Markdown's inline code to reStructuredText's; **bold** is the same in both."""
+    return _CODE.sub(lambda m: f"``{m.group(1)}``", text)
+
+
+def to_rst(blocks: list[Block], base: Path) -> str:
+    """The page as reStructuredText, figures embedded (the report is one self-contained
+    file); ``base``: the folder the figures' paths are relative to."""
+    out = []
+    for b in blocks:
+        if b.kind in ("h1", "h2"):
+            text = _rst_inline(b.text)
+            out.append(f"{text}\n{('=' if b.kind == 'h1' else '-') * len(text)}")
+        elif b.kind == "p":
+            out.append(_rst_inline(b.text))
+        elif b.kind == "ul":
+            out.append("\n\n".join(f"* {_rst_inline(text)}" + "".join(f"\n\n  * {_rst_inline(sub)}" for sub in subs)
+                                   for text, subs in b.items))
+        elif b.kind == "img":
+            # A browser drops the newlines of a URL: short lines keep docutils' line limit.
+            data = base64.encodebytes((base / b.path).read_bytes()).decode("ascii").strip()
+            html = f'<p><img alt="{b.text}" style="max-width: 100%" src="data:image/png;base64,\n{data}"></p>'
+            out.append(".. raw:: html\n\n" + "\n".join("   " + line for line in html.splitlines())
+                       + f"\n\n*{b.text}*")
+    return "\n\n".join(out) + "\n"
+
+
+FIGURES = {
+    "Each AICB path's difference from Megatron by cause, signed (plots/difference_by_cause.png)":
+        "plots/difference_by_cause.png",
+    "Exposed TP communication against SimAI's TP overlap ratio (plots/exposed_tp_by_overlap.png)":
+        "plots/exposed_tp_by_overlap.png",
+}
+
+
+def write(causes_csv: Path, sweep_csv: Path, markdown: Path, rst: Path | None = None) -> None:
+    """Write answer.md (figures linked relative to it) and, if asked, answer.rst (embedded)."""
+    from ..files import write_text
+    from .summary import read_points
+
+    rows = cz.read_csv(causes_csv)
+    points = {p["point"]: p for p in read_points(sweep_csv)}
+    base = Path(markdown).parent
+    figures = {caption: path for caption, path in FIGURES.items() if (base / path).exists()}
+    blocks = page(rows, points, figures)
+    write_text(markdown, to_markdown(blocks))
+    if rst is not None:
+        write_text(rst, to_rst(blocks, base))

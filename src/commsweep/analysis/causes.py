@@ -1,0 +1,695 @@
+"""What each AICB path gets wrong, by cause: every AICB point against its Megatron point.
+
+The audit (``analysis/audit.py``) lists every difference between a workload and
+Megatron's schedule, row by row. This module names the *cause* of each difference and
+adds up, per point and cause, what it does to the bytes SimAI moves and to the exposed
+communication time SimAI simulates, signed (+ in excess of Megatron, - short of it) and
+never netted: a dropped all-reduce stays a negative row even where an extra one
+outweighs it.
+
+For an AICB point, its *Megatron point* is the point of the same setting (every axis
+but the schedule) with schedule megatron and the same ``aiob`` (like with like); when
+the sweep has only the other ``aiob`` value, that one stands in exactly, since the two
+Megatron files differ only in compute times, and SimAI's exposed time of a collective
+does not depend on compute (``trunc(t * (1 - overlap))``).
+
+Per point, the rows add up exactly:
+
+* **bytes**: the AICB point's payload bytes (``volumes.csv``: what SimAI executes, NONE
+  skipped, forward messages under 4096 bytes counted as 4096) minus the Megatron point's;
+* **exposed_us**: the AICB point's simulated exposed communication (its collectives'
+  exposed times, from ``collectives.csv``, plus the exposed pipeline time) minus the
+  Megatron point's. A finding's time is what its own collectives took in the two
+  simulations: the AICB row's exposed time (found) and Megatron's for the same collective
+  (expected); collectives that match byte for byte take the same time in both and add 0.
+
+A difference no cause accounts for would be a defect of commsweep; it is written as the
+cause ``unattributed`` (and never happens in the tests), so the sums always hold.
+
+The causes are one table (``CAUSES``) and one function (``classify``): to name a new
+cause (e.g. for MoE), add its entry to ``CAUSES`` and its rule to ``RULES``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import paths
+from ..errors import InputError
+from ..files import read_text
+from ..simulate import engine
+from ..simulate import times as sim_times
+from ..workload import format as wf
+from . import audit
+
+COLUMNS = (
+    "point", "model", "tp", "sp", "aiob", "path", "cause", "phase", "collective", "group",
+    "rows", "bytes", "exposed_us", "explanation",
+)
+PATHS = {False: "aicb_default", True: "aicb_aiob"}
+
+
+@dataclass(frozen=True)
+class Cause:
+    """A named reason an AICB workload differs from Megatron: a slug, a label, plain words."""
+
+    slug: str
+    label: str
+    explanation: str
+
+
+def _causes(*entries: tuple[str, str, str]) -> dict[str, Cause]:
+    return {slug: Cause(slug, label, text) for slug, label, text in entries}
+
+
+# The causes, in the order tables and figures list them. Sources: AICB 23eec3c
+# (workload_generator/SimAI_training_workload_generator.py), Megatron-LM's schedule as
+# workload/megatron.py writes it (../shared/reference/megatron/GROUND_TRUTH.md).
+CAUSES: dict[str, Cause] = _causes(
+    ("missing_bwd_tp_allreduce", "backward TP all-reduces dropped",
+     "Without SP, Megatron all-reduces on TP the input gradients of linear_qkv and linear_fc1 in every layer "
+     "and of the output layer, once per micro-batch. The AIOB path writes NONE as their backward type, and "
+     "neither path has a backward all-reduce for the output layer; SimAI skips a NONE: no bytes, no time."),
+    ("extra_layernorm_grad_allreduce", "layernorm all-reduce of 2P bytes",
+     "With SP off, both AICB paths write a 'layernorm' row that all-reduces 2 x the model's parameter count in "
+     "bytes on TP in the backward pass (AICB 23eec3c, the layernorm Work_Item under 'if not "
+     "enable_sequence_parallel'), on top of the DP all-gather (2P) and reduce-scatter (4P). Megatron "
+     "all-reduces layernorm gradients on TP only with SP, and only the layernorm parameters."),
+    ("extra_embedding_grad_allreduce", "embedding_grads all-reduce",
+     "The AIOB path writes an 'embedding_grads' row that all-reduces one activation (2bsh bytes) on TP once per "
+     "iteration when TP > 1. Megatron sends no such TP collective (its embedding-gradient all-reduce runs "
+     "between the first and last pipeline stage, with tied embeddings and PP > 1)."),
+    ("extra_embedding_bwd_allreduce", "embedding backward all-reduce",
+     "Without SP, the default path all-reduces the embedding's gradient on TP in every micro-batch's backward "
+     "pass. Megatron's embedding backward sends nothing on TP (the backward of its forward all-reduce is the "
+     "identity)."),
+    ("extra_embedding_norm_allreduce", "embedding_norm all-reduce of 2Vh",
+     "The default path writes an 'embedding_norm' row in every micro-batch that all-reduces 2 x vocabulary x "
+     "hidden bytes on TP in the forward pass. Megatron sends nothing of the kind."),
+    ("missing_wgrad_allgather", "weight-gradient all-gathers dropped",
+     "With SP, Megatron all-gathers the input of every column-parallel layer (linear_qkv, linear_fc1, the "
+     "output layer) again in the backward pass to compute its weight gradient. Neither AICB path writes it."),
+    ("zero_byte_reducescatter", "backward reduce-scatters of 0 bytes",
+     "With SP, Megatron reduce-scatters the input gradient of every column-parallel layer in the backward "
+     "pass. The AIOB path writes these reduce-scatters with size 0, so SimAI moves nothing."),
+    ("missing_bwd_tp_reducescatter", "backward TP reduce-scatters dropped",
+     "With SP, Megatron reduce-scatters the input gradient of every column-parallel layer in the backward "
+     "pass. The default path writes NONE there (the size sits in the NONE column), which SimAI skips."),
+    ("missing_bwd_tp_allgather", "backward TP all-gathers dropped",
+     "With SP, Megatron all-gathers the gradient in the backward pass wherever the forward pass "
+     "reduce-scattered or split the sequence (after linear_proj, linear_fc2 and the embedding). The path "
+     "writes NONE there, or no row, and SimAI skips a NONE."),
+    ("missing_fwd_tp_collective", "forward TP collective dropped",
+     "A forward collective Megatron issues on TP (with SP: the embedding's all-reduce) that the workload "
+     "writes as NONE, with its size in the NONE column; SimAI skips it."),
+    ("embedding_allreduce_for_reducescatter", "embedding all-reduce instead of reduce-scatter",
+     "With SP and rotary position embeddings, Megatron reduce-scatters the embedding's output on TP into the "
+     "sequence-parallel region (without them it all-reduces, then splits). AICB all-reduces it (AIOB path) or "
+     "writes NONE (default path): the reduce-scatter is missing, the all-reduce extra."),
+    ("module_on_every_stage", "embedding, output layer or loss on a stage without it",
+     "With PP > 1 AICB writes the embedding's, the output layer's and the cross entropy's collectives into "
+     "every stage's file; Megatron runs the embedding on the first pipeline stage only and the output layer "
+     "and loss on the last, so the stage this file describes has none of them."),
+    ("missing_sp_layernorm_grad_allreduce", "SP layernorm-gradient all-reduce dropped",
+     "With SP, Megatron all-reduces the gradients of the sequence-parallel parameters (the layernorms) on TP "
+     "once per iteration, after the backward pass. Neither AICB path writes it."),
+    ("cross_entropy_once_per_iteration", "cross-entropy all-reduces once, not per micro-batch",
+     "Megatron's vocabulary-parallel cross entropy all-reduces three b x s fp32 tensors on TP in every "
+     "micro-batch. AICB writes its three cross_entropy rows once per iteration, after the last micro-batch."),
+    ("optimizer_scalar_allreduce", "optimizer's 4-byte all-reduces",
+     "AICB writes four optimizer rows that all-reduce 4 bytes each on TP, which SimAI counts as 4096 bytes "
+     "(its smallest forward message). Megatron's optimizer step issues scalar all-reduces of this kind "
+     "(gradient norm, ...), which the Megatron schedule leaves out, so they count as extra here."),
+    ("dp_sync_sized_by_mock_params", "DP sync sized by AICB's parameter count",
+     "AICB sizes the DP gradient reduce-scatter (4P) and parameter all-gather (2P) by its mocked model's "
+     "parameter count P (a word embedding 4x too large, qkv always 3h wide, no swiglu doubling, ...). "
+     "Megatron's distributed optimizer moves the stage's real parameters."),
+    ("dp_allgather_on_tp", "DP all-gather run on TP",
+     "The default path writes the DP parameter all-gather (2P) in the forward column of its grad_norm row, "
+     "which SimAI runs on the TP group: the all-gather is missing on DP and extra on TP (sized by AICB's "
+     "parameter count)."),
+    ("recompute_doubled_fwd", "forward size doubled by recompute",
+     "With activation recomputation the default path doubles the attention rows' forward TP size (2u); the "
+     "Megatron schedule's forward collective moves u."),
+    ("size1_group", "TP collectives on a group of one GPU",
+     "At TP 1 AICB still writes TP collectives, on a group of one GPU, where Megatron issues none (or, for "
+     "the cross entropy, ones that move nothing). SimAI counts their bytes; in time, one GPU exchanges "
+     "nothing (SimAI itself prints an overflowed time there, see docs/simulate.md)."),
+    ("moe_grad_sync_on_dense_model", "MoE gradient sync on a dense model",
+     "AICB writes its two MoE gradient-sync rows (moe_grad_norm1/2, on DP_EP) whenever EP differs from DP, so "
+     "a dense model gets them with 0 bytes: no traffic, no time."),
+    ("size_in_none_column", "size written under NONE",
+     "A NONE column holding a size: SimAI skips a NONE collective entirely, size and all, so it adds no "
+     "bytes and no time. Listed for what it says about the file; the collective it stands for is counted "
+     "under its own cause."),
+    ("pipeline_send_bytes", "pipeline sends sized differently",
+     "SimAI derives the pipeline sends from the header (2 x vpp x ga messages of pp_comm bytes); the "
+     "header's pp_comm or vpp differs from Megatron's 1F1B sends of one activation per micro-batch."),
+    ("other_missing", "other missing collectives",
+     "A collective Megatron issues that the workload lacks, of no cause named above."),
+    ("other_extra", "other extra collectives",
+     "A collective Megatron does not issue, of no cause named above."),
+    ("other_size", "other size differences",
+     "The right collective with other bytes, of no cause named above."),
+    ("other_group", "other collectives on a wrong group or phase",
+     "A collective Megatron issues on another group or in another phase, of no cause named above: missing "
+     "where Megatron has it, extra where the workload has it."),
+    ("other_zero_bytes", "other collectives of 0 bytes",
+     "A collective of 0 bytes, of no cause named above."),
+    ("unattributed", "not accounted for by a finding",
+     "The part of the point's difference from Megatron that no audit finding accounts for: a defect of "
+     "commsweep; please report it."),
+)
+
+
+@dataclass(frozen=True)
+class Item:
+    """One audit finding (a row of ``audit.csv``), as ``classify`` sees it."""
+
+    row: int | None
+    unit: str  # e.g. mb0/layer3/attention, iteration/dp
+    phase: str
+    kind: str
+    expected_collective: str
+    expected_group: str
+    expected_bytes: int | None
+    found_collective: str
+    found_group: str
+    found_bytes: int | None
+
+    @property
+    def module(self) -> str:
+        """The unit's module kind: attention, mlp, embedding, output_layer, loss, dp, sp_grads, ..."""
+        return self.unit.rsplit("/", 1)[-1]
+
+    def expects(self, phase: str, collective: str, group: str = "TP") -> bool:
+        return self.phase == phase and self.expected_collective == collective and self.expected_group == group
+
+
+# Units whose column-parallel linear Megatron re-gathers for the weight gradient with SP.
+WGRAD_UNITS = ("attention", "mlp", "output_layer")
+
+@dataclass
+class Context:
+    """What a rule may know of the point's other findings."""
+
+    # Units where Megatron's forward reduce-scatter is missing (the embedding with RoPE and SP).
+    missing_fwd_reducescatter: set = field(default_factory=set)
+    # Units whose weight-gradient all-gather was already named.
+    wgrad_named: set = field(default_factory=set)
+    # The point's pipeline size: with pp > 1 a file holds one stage.
+    pp: int = 1
+
+    @classmethod
+    def of(cls, items: list[Item], pp: int = 1) -> Context:
+        return cls(missing_fwd_reducescatter={f.unit for f in items
+                                              if f.kind == "missing" and f.expects("fwd", "reducescatter")}, pp=pp)
+
+
+# (slug, rule): the first rule that holds names the finding's cause.
+Rule = Callable[[Item, Context], bool]
+
+
+def _first_wgrad_allgather(f: Item, ctx: Context) -> bool:
+    """A unit's first missing backward all-gather is its weight-gradient re-gather: Megatron
+    issues one per column-parallel unit (the other, where there is one, reverses the
+    forward reduce-scatter, and the AIOB path writes that one)."""
+    if f.kind == "missing" and f.expects("ig", "allgather") and f.module in WGRAD_UNITS and f.unit not in ctx.wgrad_named:
+        ctx.wgrad_named.add(f.unit)
+        return True
+    return False
+
+
+def _embedding_allreduce_for_reducescatter(f: Item, ctx: Context) -> bool:
+    if f.module != "embedding" or f.unit not in ctx.missing_fwd_reducescatter:
+        return False
+    return (f.kind == "missing" and f.expects("fwd", "reducescatter")) or (
+        f.kind == "extra" and f.phase == "fwd" and f.found_collective == "allreduce")
+
+
+RULES: tuple[tuple[str, Rule], ...] = (
+    ("pipeline_send_bytes", lambda f, s: f.phase == "pp"),
+    ("size_in_none_column", lambda f, s: f.kind == "none_with_size"),
+    ("extra_layernorm_grad_allreduce", lambda f, s: f.module == "sp_grads" and not f.expected_collective
+     and f.found_collective == "allreduce"),
+    ("missing_sp_layernorm_grad_allreduce", lambda f, s: f.module == "sp_grads" and f.kind == "missing"),
+    ("extra_embedding_norm_allreduce", lambda f, s: f.module == "embedding_norm" and not f.expected_collective),
+    ("extra_embedding_grad_allreduce", lambda f, s: f.module == "embedding_grads" and not f.expected_collective),
+    ("optimizer_scalar_allreduce", lambda f, s: f.module == "optimizer" and not f.expected_collective),
+    ("moe_grad_sync_on_dense_model", lambda f, s: f.module == "moe_dp" and f.kind == "zero_bytes"
+     and not f.expected_collective),
+    ("dp_allgather_on_tp", lambda f, s: f.module == "dp" and f.kind == "group" and f.expected_group == "DP"
+     and f.found_group == "TP"),
+    ("dp_sync_sized_by_mock_params", lambda f, s: f.module == "dp" and f.kind == "size"),
+    ("cross_entropy_once_per_iteration", lambda f, s: f.module == "loss" and f.kind == "missing"),
+    ("size1_group", lambda f, s: f.kind == "size1_group"),
+    ("embedding_allreduce_for_reducescatter", _embedding_allreduce_for_reducescatter),
+    ("extra_embedding_bwd_allreduce", lambda f, s: f.kind == "extra" and f.module == "embedding"
+     and f.phase == "ig" and f.found_collective == "allreduce"),
+    ("module_on_every_stage", lambda f, s: s.pp > 1 and not f.expected_collective and f.kind in ("extra", "zero_bytes")
+     and (f.module in ("output_layer", "loss") or (f.module == "embedding" and f.phase == "fwd"))),
+    ("recompute_doubled_fwd", lambda f, s: f.kind == "size" and f.phase == "fwd" and f.module == "attention"
+     and f.found_bytes == 2 * (f.expected_bytes or 0)),
+    ("zero_byte_reducescatter", lambda f, s: f.kind == "zero_bytes" and f.expects("ig", "reducescatter")),
+    ("missing_bwd_tp_allreduce", lambda f, s: f.kind == "missing" and f.expects("ig", "allreduce")),
+    ("missing_bwd_tp_reducescatter", lambda f, s: f.kind == "missing" and f.expects("ig", "reducescatter")),
+    ("missing_wgrad_allgather", _first_wgrad_allgather),
+    ("missing_bwd_tp_allgather", lambda f, s: f.kind == "missing" and f.expects("ig", "allgather")),
+    ("missing_fwd_tp_collective", lambda f, s: f.kind == "missing" and f.phase == "fwd" and f.expected_group == "TP"),
+)
+# A finding of no rule: by the audit's kind.
+FALLBACK = {"missing": "other_missing", "extra": "other_extra", "size": "other_size", "group": "other_group",
+            "zero_bytes": "other_zero_bytes", "size1_group": "size1_group", "none_with_size": "size_in_none_column"}
+
+
+def classify(items: Iterable[Item], pp: int = 1) -> list[str]:
+    """The cause of each of one point's findings, in order (findings in the audit's order;
+    ``pp``: the point's pipeline size)."""
+    items = list(items)
+    ctx = Context.of(items, pp)
+    out = []
+    for f in items:
+        slug = next((slug for slug, rule in RULES if rule(f, ctx)), None)
+        out.append(slug or FALLBACK.get(f.kind, "other_" + f.kind))
+    return out
+
+
+# -- reading a point's audit and simulations -----------------------------------------------
+
+
+def _int_or_none(text: str) -> int | None:
+    return int(text) if text != "" else None
+
+
+def read_items(path: Path) -> list[Item]:
+    """A point's audit.csv (``audit.COLUMNS``) as Items, naming the line of a bad field."""
+    rows = audit.read_csv(read_text(path), source=path)
+    out = []
+    for n, r in enumerate(rows, start=2):
+        try:
+            out.append(Item(
+                row=_int_or_none(r["row"]), unit=r["layer"], phase=r["phase"], kind=r["kind"],
+                expected_collective=r["expected_collective"], expected_group=r["expected_group"],
+                expected_bytes=_int_or_none(r["expected_bytes"]),
+                found_collective=r["found_collective"], found_group=r["found_group"],
+                found_bytes=_int_or_none(r["found_bytes"]),
+            ))
+        except ValueError as err:
+            raise InputError(f"expected integers in row and byte columns ({err})", file=path, line=n) from None
+    return out
+
+
+@dataclass
+class Simulated:
+    """What one point's simulation says, in whole ns: per collective, and in all.
+
+    A collective's time depends only on its phase, type, group and size (within one
+    point), so one lookup serves every row: ``by_collective[(phase, collective, group,
+    bytes)]`` with the bytes SimAI times it with (``engine.effective_size``)."""
+
+    by_collective: dict[tuple[str, str, str, int], int] = field(default_factory=dict)
+    exposed: int = 0  # all collectives' exposed time, plus the exposed pipeline time
+    pipeline: int = 0  # the exposed pipeline time
+
+    def exposed_of(self, phase: str, collective: str, group: str, size: int) -> int | None:
+        return self.by_collective.get((phase, collective, group, engine.effective_size(phase, size)))
+
+
+def read_simulated(results: Path, point: str) -> Simulated | None:
+    """A point's collectives.csv and times.csv, or None when it has no (complete) simulation."""
+    from ..simulate.collectives import COLUMNS as TIDY
+    from ..status import is_marker
+
+    coll_path, times_path = paths.collectives_file(results, point), paths.times_file(results, point)
+    if not coll_path.exists() or not times_path.exists() or is_marker(coll_path) or is_marker(times_path):
+        return None
+    times = sim_times.read(times_path)
+    if ("exposed_us", "PP") not in times.iteration:
+        return None  # SimAI's summary line is missing: the simulation was cut short
+    sim = Simulated()
+    sim.pipeline = sim_times.ns(times.iteration[("exposed_us", "PP")])
+    sim.exposed = sum(sim_times.ns(exposed) for _, exposed in times.collective.values()) + sim.pipeline
+    header, _, body = read_text(coll_path).partition("\n")
+    if header != ",".join(TIDY):
+        raise InputError(f"expected the header {','.join(TIDY)}", file=coll_path, line=1)
+    # Thousands of rows repeat a few dozen collectives: parse each distinct one once.
+    if '"' in body:  # a row name that needed quoting: the csv module's way
+        tails = {tuple(cells[2:]) for cells in csv.reader(io.StringIO(body)) if cells}
+    else:
+        tails = {tuple(line.split(",", 2)[2].split(",")) for line in body.split("\n") if line}
+    for cells in tails:
+        try:
+            phase, collective, group, _, size, _, exposed = cells
+            sim.by_collective[(phase, collective, group, int(size))] = sim_times.ns(exposed)
+        except ValueError:
+            raise InputError(f"expected a row of {','.join(TIDY)}, got {','.join(cells)!r}", file=coll_path) from None
+    return sim
+
+
+def payload_bytes(results: Path, workload: str) -> int:
+    """A workload's payload bytes per iteration, all phases (its volumes.csv)."""
+    from . import volumes
+
+    path = paths.volumes_file(results, workload)
+    return sum(v.payload_bytes for v in volumes.read_csv(read_text(path)))
+
+
+# -- one point's causes ----------------------------------------------------------------------
+
+
+@dataclass
+class Part:
+    """One finding's share of a cause: a collective in excess (+) or short (-)."""
+
+    cause: str
+    phase: str
+    collective: str
+    group: str
+    bytes: int
+    exposed_ns: int | None
+
+
+def _expected_phase(f: Item) -> str:
+    # A DP collective sits in SimAI's weight-gradient column; a finding of kind `group`
+    # carries the found side's phase only.
+    return "wg" if f.expected_group in ("DP", "DP_EP") else f.phase
+
+
+def _expected_exposed(f: Item, sim: Simulated | None) -> int | None:
+    if sim is None:
+        return None
+    return sim.exposed_of(_expected_phase(f), f.expected_collective, f.expected_group, f.expected_bytes or 0)
+
+
+def _found_exposed(f: Item, sim: Simulated | None) -> int | None:
+    if sim is None or f.phase == "pp":
+        return None
+    return sim.exposed_of(f.phase, f.found_collective, f.found_group, f.found_bytes or 0)
+
+
+def _sub(a: int | None, b: int | None) -> int | None:
+    return None if a is None or b is None else a - b
+
+
+def parts(items: list[Item], found_sim: Simulated | None, expected_sim: Simulated | None, pp: int = 1) -> list[Part]:
+    """Each finding's signed bytes and exposed time under its cause.
+
+    ``found_sim``: the AICB point's simulation; ``expected_sim``: its Megatron point's
+    (None: exposed times unknown). Bytes are what SimAI executes on each side.
+    """
+    timed = found_sim is not None and expected_sim is not None
+    fsim, esim = (found_sim, expected_sim) if timed else (None, None)
+    out = []
+    for f, cause in zip(items, classify(items, pp)):
+        found_bytes = wf.effective_size(f.phase, f.found_bytes or 0) if f.found_collective not in ("", "none") else 0
+        expected_bytes = wf.effective_size(_expected_phase(f), f.expected_bytes or 0) if f.expected_collective else 0
+        if f.phase == "pp":
+            # The header's pipeline sends: not a row; SimAI's exposed PP time.
+            pp = _sub(fsim.pipeline, esim.pipeline) if timed else None
+            out.append(Part(cause, "pp", "sendrecv", "PP", found_bytes - expected_bytes, pp))
+        elif f.kind == "none_with_size":
+            out.append(Part(cause, f.phase, "none", "", 0, 0 if timed else None))
+        elif f.kind == "missing":
+            exposed = _expected_exposed(f, esim)
+            out.append(Part(cause, f.phase, f.expected_collective, f.expected_group, -expected_bytes,
+                            None if exposed is None else -exposed))
+        elif not f.expected_collective:  # extra, size1_group, an unpaired zero_bytes
+            out.append(Part(cause, f.phase, f.found_collective, f.found_group, found_bytes, _found_exposed(f, fsim)))
+        elif f.kind == "group":
+            # Not netted: the collective is missing where Megatron has it, extra where the row has it.
+            out.append(Part(cause, f.phase, f.found_collective, f.found_group, found_bytes, _found_exposed(f, fsim)))
+            exposed = _expected_exposed(f, esim)
+            out.append(Part(cause, _expected_phase(f), f.expected_collective, f.expected_group, -expected_bytes,
+                            None if exposed is None else -exposed))
+        else:  # size, zero_bytes: the same collective with other bytes
+            out.append(Part(cause, f.phase, f.found_collective, f.found_group, found_bytes - expected_bytes,
+                            _sub(_found_exposed(f, fsim), _expected_exposed(f, esim))))
+    if timed and any(p.exposed_ns is None for p in out):
+        # A collective the Megatron simulation does not have: say so rather than guess.
+        for p in out:
+            if p.exposed_ns is None:
+                p.exposed_ns = 0
+    return out
+
+
+@dataclass(frozen=True)
+class CauseRow:
+    """A row of difference_by_cause.csv (without the point's columns)."""
+
+    cause: str
+    phase: str
+    collective: str
+    group: str
+    rows: int
+    bytes: int
+    exposed_ns: int | None
+
+
+_PHASES = ("fwd", "ig", "wg", "pp", "")
+_ORDER = {slug: i for i, slug in enumerate(CAUSES)}
+
+
+def aggregate(point_parts: list[Part], total_bytes: int | None = None, total_exposed_ns: int | None = None
+              ) -> list[CauseRow]:
+    """Parts summed per cause, phase, collective, group and sign (never netting + and -),
+    then, when the point's totals are given, the ``unattributed`` rest (if any)."""
+    acc: dict[tuple, list] = {}
+    for p in point_parts:
+        sign = (p.bytes > 0) - (p.bytes < 0)
+        if sign == 0 and p.exposed_ns:
+            sign = (p.exposed_ns > 0) - (p.exposed_ns < 0)
+        key = (p.cause, p.phase, p.collective, p.group, sign)
+        entry = acc.setdefault(key, [0, 0, 0 if p.exposed_ns is not None else None])
+        entry[0] += 1
+        entry[1] += p.bytes
+        if entry[2] is not None:
+            entry[2] = None if p.exposed_ns is None else entry[2] + p.exposed_ns
+    rows = [CauseRow(c, ph, coll, g, n, b, e) for (c, ph, coll, g, _), (n, b, e) in acc.items()]
+    rows.sort(key=lambda r: (_ORDER.get(r.cause, len(_ORDER)), _PHASES.index(r.phase) if r.phase in _PHASES
+                             else len(_PHASES), r.collective, r.group, -r.bytes))
+    if total_bytes is not None:
+        rest_bytes = total_bytes - sum(r.bytes for r in rows)
+        rest_ns = None
+        if total_exposed_ns is not None and all(r.exposed_ns is not None for r in rows):
+            rest_ns = total_exposed_ns - sum(r.exposed_ns for r in rows)
+        if rest_bytes or rest_ns:
+            rows.append(CauseRow("unattributed", "", "", "", 0, rest_bytes, rest_ns))
+    return rows
+
+
+# -- the sweep -----------------------------------------------------------------------------
+
+
+def setting_key(point: dict[str, str]) -> tuple:
+    """What an AICB point shares with its Megatron point: every axis but the schedule and
+    ``aiob`` (``compare.setting_of``)."""
+    from .compare import setting_of
+
+    return setting_of(point)
+
+
+def megatron_partners(points: list[dict[str, str]]) -> dict[str, str]:
+    """AICB point -> its Megatron point (same setting; same aiob, else the other one)."""
+    megatron: dict[tuple, dict[str, str]] = {}
+    for p in points:
+        if p["schedule"] == "megatron":
+            megatron[(setting_key(p), p["aiob"])] = p["point"]
+    out = {}
+    for p in points:
+        if p["schedule"] != "aicb":
+            continue
+        other = "False" if p["aiob"] == "True" else "True"
+        partner = megatron.get((setting_key(p), p["aiob"])) or megatron.get((setting_key(p), other))
+        if partner is not None:
+            out[p["point"]] = partner
+    return out
+
+
+def _us(ns: int | None) -> str:
+    if ns is None:
+        return ""
+    from ..simulate.collectives import ns_text
+
+    return ("-" if ns < 0 else "") + ns_text(abs(ns))
+
+
+@dataclass
+class PointCauses:
+    """One AICB point's causes and the totals they add up to (None: unknown)."""
+
+    point: dict[str, str]
+    partner: str | None
+    rows: list[CauseRow]
+    total_bytes: int | None
+    total_exposed_ns: int | None
+
+
+def point_causes(results: Path, point: dict[str, str], partner: dict[str, str] | None) -> PointCauses | None:
+    """An AICB point's causes against its Megatron point (None: the point has no audit)."""
+    from ..status import is_marker
+
+    audit_path = paths.audit_file(results, point["point"])
+    if not audit_path.exists() or is_marker(audit_path):
+        return None
+    items = read_items(audit_path)
+    # Times need both simulations; without a Megatron point only bytes are known.
+    found_sim = read_simulated(results, point["point"]) if partner else None
+    expected_sim = read_simulated(results, partner["point"]) if partner else None
+    total_bytes = total_ns = None
+    if partner is not None:
+        total_bytes = payload_bytes(results, point["workload"]) - payload_bytes(results, partner["workload"])
+        if found_sim is not None and expected_sim is not None:
+            total_ns = found_sim.exposed - expected_sim.exposed
+    rows = aggregate(parts(items, found_sim, expected_sim, int(point.get("pp") or 1)), total_bytes, total_ns)
+    return PointCauses(point, partner["point"] if partner else None, rows, total_bytes, total_ns)
+
+
+def sweep_causes(sweep_csv: Path, results: Path) -> list[PointCauses]:
+    """Every audited AICB point of a finished sweep whose stages succeeded, in table order."""
+    from ..status import failures
+    from .summary import read_points
+
+    points = read_points(sweep_csv)
+    ok = {p["point"]: p for p in points if not failures(results, p["workload"], p["point"])}
+    partners = megatron_partners(list(ok.values()))
+    out = []
+    for p in points:
+        if p["schedule"] != "aicb" or p["point"] not in ok:
+            continue
+        partner = ok.get(partners.get(p["point"], ""))
+        found = point_causes(results, p, partner)
+        if found is not None:
+            out.append(found)
+    return out
+
+
+def to_csv(found: Iterable[PointCauses]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    for pc in found:
+        p = pc.point
+        base = [p["point"], p["model"], p["tp"], p["sp"], p["aiob"], PATHS[p["aiob"] == "True"]]
+        for r in pc.rows:
+            writer.writerow(base + [r.cause, r.phase, r.collective, r.group, r.rows, r.bytes, _us(r.exposed_ns),
+                                    CAUSES[r.cause].explanation])
+    return buf.getvalue()
+
+
+def difference_by_cause(sweep_csv: Path, results: Path) -> str:
+    """``results/difference_by_cause.csv`` of a finished sweep."""
+    return to_csv(sweep_causes(sweep_csv, results))
+
+
+# -- reading the table back ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    """A row of difference_by_cause.csv, typed."""
+
+    point: str
+    model: str
+    tp: int
+    sp: bool
+    aiob: bool
+    path: str
+    cause: str
+    phase: str
+    collective: str
+    group: str
+    rows: int
+    bytes: int
+    exposed_us: float | None
+    explanation: str
+
+
+def read_csv(path: Path) -> list[Row]:
+    """difference_by_cause.csv as written by ``to_csv``, naming the line and field of anything else."""
+    text = read_text(path)
+    reader = csv.DictReader(io.StringIO(text))
+    if tuple(reader.fieldnames or ()) != COLUMNS:
+        raise InputError(f"expected the columns {','.join(COLUMNS)}", file=path, line=1)
+    out = []
+    for n, r in enumerate(reader, start=2):
+        try:
+            out.append(Row(
+                point=r["point"], model=r["model"], tp=int(r["tp"]), sp=r["sp"] == "True", aiob=r["aiob"] == "True",
+                path=r["path"], cause=r["cause"], phase=r["phase"], collective=r["collective"], group=r["group"],
+                rows=int(r["rows"]), bytes=int(r["bytes"]),
+                exposed_us=float(r["exposed_us"]) if r["exposed_us"] else None, explanation=r["explanation"],
+            ))
+        except ValueError as err:
+            raise InputError(f"bad number ({err})", file=path, line=n) from None
+    return out
+
+
+# -- per setting: what the figure and the landing page show ----------------------------------
+
+# The axes of a setting as the figure and the landing page show it (the network and the
+# TP overlap ratio only change times: those use the sweep's first of each).
+PANEL_AXES = ("model", "world_size", "tp", "pp", "ep", "sp", "micro_batch", "global_batch", "seq_length",
+              "recompute")
+_AXIS_LABELS = {"world_size": "world {}", "pp": "PP {}", "ep": "EP {}", "micro_batch": "micro-batch {}",
+                "global_batch": "global batch {}", "seq_length": "sequence {}"}
+
+
+@dataclass
+class Panel:
+    """One setting: each AICB path's point on the first network and its cause rows."""
+
+    setting: tuple
+    label: str
+    network: str
+    points: dict[str, str] = field(default_factory=dict)  # path -> point key
+    rows: dict[str, list[Row]] = field(default_factory=dict)  # path -> its rows
+
+    def total(self, path: str, what: str = "bytes") -> float:
+        """The path's net difference: bytes, or exposed us."""
+        return sum((r.bytes if what == "bytes" else (r.exposed_us or 0.0)) for r in self.rows.get(path, []))
+
+
+def setting_label(point: dict[str, str], varying: Iterable[str] = ()) -> str:
+    """'gpt-7b, TP 2, SP off', plus the other axes that vary across the sweep."""
+    parts = [point["model"], f"TP {point['tp']}", "SP on" if point["sp"] == "True" else "SP off"]
+    for axis in varying:
+        if axis in _AXIS_LABELS:
+            parts.append(_AXIS_LABELS[axis].format(point[axis]))
+        elif axis == "recompute":
+            parts.append("recompute" if point[axis] == "True" else "no recompute")
+    return ", ".join(parts)
+
+
+def panels(rows: list[Row], points: dict[str, dict[str, str]]) -> list[Panel]:
+    """The settings of the AICB points in ``rows`` (``points``: the points table by key),
+    ordered by model, SP and TP, each with its paths' rows on the first network."""
+    aicb = [points[p] for p in dict.fromkeys(r.point for r in rows) if p in points]
+    if not aicb:
+        return []
+    table = list(points.values())
+    network = table[0]["network"]
+    overlap = table[0].get("tp_overlap")
+    varying = [a for a in PANEL_AXES if a not in ("model", "tp", "sp") and len({p[a] for p in aicb}) > 1]
+    by_point: dict[str, list[Row]] = {}
+    for r in rows:
+        by_point.setdefault(r.point, []).append(r)
+    out: dict[tuple, Panel] = {}
+    for p in aicb:
+        if p["network"] != network or p.get("tp_overlap") != overlap:
+            continue
+        setting = tuple(p[a] for a in PANEL_AXES)
+        panel = out.setdefault(setting, Panel(setting, setting_label(p, varying), network))
+        path = PATHS[p["aiob"] == "True"]
+        panel.points[path] = p["point"]
+        panel.rows[path] = by_point.get(p["point"], [])
+
+    def order(panel: Panel) -> tuple:
+        values = dict(zip(PANEL_AXES, panel.setting))
+        rest = tuple(int(v) if v.isdigit() else v for a, v in values.items() if a not in ("model", "sp", "tp"))
+        return (values["model"], values["sp"], int(values["tp"]), rest)
+
+    return sorted(out.values(), key=order)
