@@ -36,6 +36,7 @@ include: "workflow/rules/summary.smk"
 include: "workflow/rules/trace.smk"
 include: "workflow/rules/audit.smk"
 include: "workflow/rules/answer.smk"
+include: "workflow/rules/moe.smk"
 
 
 rule all:

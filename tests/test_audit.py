@@ -294,9 +294,9 @@ def test_a_workload_of_another_setup_is_refused_naming_the_header_field():
     assert f"{path}:1: field 'model_parallel_NPU_group'" in str(err.value)
 
 
-def test_moe_is_refused_with_the_reason():
-    setup = TrainingSetup(model=PRESETS["mixtral-8x7b"], world_size=16, tp=2, ep=2, sp=True, global_batch=16)
-    with pytest.raises(ConfigError, match="dense models only"):
+def test_moe_without_sp_is_refused_with_megatrons_reason():
+    setup = TrainingSetup(model=PRESETS["mixtral-8x7b"], world_size=16, tp=2, ep=2, sp=False, global_batch=16)
+    with pytest.raises(ConfigError, match="megatron-core refuses MoE with tensor parallelism but without sequence"):
         audit.audit(megatron.schedule(SETUP).workload(), setup)
 
 

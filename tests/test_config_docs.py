@@ -45,7 +45,7 @@ def test_model_fields_carry_no_default():
 
 
 _TYPES = {"int": ["integer"], "int | None": ["integer", "null"], "bool": ["boolean"], "str": ["string"],
-          "str | None": ["string", "null"]}
+          "str | None": ["string", "null"], "float": ["number"]}
 
 
 def test_model_schema_mirrors_modelspec():

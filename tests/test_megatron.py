@@ -178,34 +178,6 @@ def test_profile_sets_compute_times(reference):
     assert all(r.fwd_compute == r.ig_compute == r.wg_compute == 0 for r in no_profile)
 
 
-def test_moe_is_refused():
-    setup = TrainingSetup(model=PRESETS["mixtral-8x7b"], world_size=16, tp=2, ep=2, sp=True, global_batch=8)
-    assert megatron.unsupported(setup) == ["the megatron schedule covers dense models only (MoE is not modelled)"]
-
-
-OPTION_CASES = [
-    pytest.param(model, tp, sp, pp, v, recompute, ddp, stage,
-                 id=f"{model.name}-tp{tp}-sp{int(sp)}-pp{pp}-v{v}-{recompute}-{ddp}-s{stage}")
-    for model, tp, sp, (pp, v), recompute, ddp in itertools.product(
-        (TINY_GPT, TINY_LLAMA), (1, 2), (False, True), ((1, 1), (2, 1), (2, 2)), ("selective", "full"),
-        ("distributed", "allreduce-fp32", "allreduce-fp16"),
-    )
-    for stage in sorted({0, pp - 1})
-]
-
-
-@pytest.mark.parametrize("model, tp, sp, pp, v, recompute, ddp, stage", OPTION_CASES)
-def test_recompute_interleaving_and_ddp_follow_ground_truth(model, tp, sp, pp, v, recompute, ddp, stage):
-    setup = TrainingSetup(model=model, world_size=tp * pp * 2, tp=tp, pp=pp, sp=sp, micro_batch=1, global_batch=8,
-                          seq_length=64, recompute=True, recompute_granularity=recompute, virtual_pipeline=v,
-                          distributed_optimizer=ddp == "distributed", grad_reduce_in_fp32=not ddp.endswith("fp16"))
-    assert setup.problems() == []
-    schedule = megatron.schedule(setup, stage=stage)
-    workload = schedule.workload()
-    assert wf.parse(workload.render()) == workload
-    assert measured(workload) == expected_volumes(setup, stage)
-    assert workload.header.vpp == v
-
 
 def test_full_recompute_rows_follow_the_layer_in_reverse():
     """SimAI runs rows backwards in backward: the recompute rows come right after the

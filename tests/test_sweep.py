@@ -58,7 +58,8 @@ def test_keys_name_their_values_and_share_work():
         ({"ep": [2]}, "ep=2 needs an MoE model"),
         ({"pp": [3], "world_size": [24]}, "pp=3 does not divide num_layers=32"),
         ({"model": ["mixtral-8x7b"], "ep": [3]}, "ep=3 does not divide the 8 experts"),
-        ({"model": ["mixtral-8x7b"], "schedule": ["megatron"]}, "dense models only"),
+        ({"model": ["mixtral-8x7b"], "schedule": ["megatron"], "tp": [2], "sp": [False]},
+         "megatron-core refuses MoE with tensor parallelism but without sequence parallelism"),
         ({"model": ["mixtral-8x7b"], "schedule": ["aicb"], "sp": [False]}, "AICB refuses MoE without sequence parallelism"),
     ],
 )

@@ -229,7 +229,9 @@ def test_one_trace_per_family_tp_pp_and_sp_of_a_sweep():
     setups = [point(m, tp, sp) for m in ("gpt-7b", "gpt-13b", "llama-70b", "mixtral-8x7b")
               for tp in (1, 2) for sp in (False, True)]
     traces = scale.trace_setups(setups)
+    # Mixtral at TP 2 without SP is left out: megatron refuses MoE there.
     assert sorted(traces) == ["gpt_tp1_pp1_sp0", "gpt_tp2_pp1_sp0", "gpt_tp2_pp1_sp1",
+                              "llama-gqa-moe-k2-aux_tp1_pp1_sp0_ep1", "llama-gqa-moe-k2-aux_tp2_pp1_sp1_ep1",
                               "llama-gqa_tp1_pp1_sp0", "llama-gqa_tp2_pp1_sp0", "llama-gqa_tp2_pp1_sp1"]
     assert [scale.pipeline_dp(traces[k]) for k in ("gpt_tp1_pp1_sp0", "gpt_tp2_pp1_sp1")] == [2, 2]
     assert scale.pipeline_dp(point("gpt-7b", 4, True)) == 1

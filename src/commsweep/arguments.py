@@ -82,6 +82,16 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     add_flag(x, "--position-embedding", choices=("learned", "rope"), default=None)
     x.add_argument("--normalization", choices=("layernorm", "rmsnorm"), default=None)
     add_flag(x, "--untie-embeddings", action="store_true", default=None)
+    add_flag(x, "--add-qkv-bias", action="store_true", default=None, help="biases on q, k and v only (Qwen)")
+    e = parser.add_argument_group("MoE beyond AICB's arguments (Megatron's spellings; docs/moe.md)")
+    add_flag(e, "--expert-tensor-parallel-size", type=int, default=None, help="expert TP (default: TP)")
+    add_flag(e, "--moe-ffn-hidden-size", type=int, default=None,
+             help="one expert's FFN width (default: --ffn_hidden_size)")
+    add_flag(e, "--moe-shared-expert-intermediate-size", type=int, default=None,
+             help="the shared experts' total FFN width (default: no shared expert)")
+    add_flag(e, "--moe-shared-expert-gate", action="store_true", default=None)
+    add_flag(e, "--moe-layer-freq", type=int, default=None, help="one MoE layer every N layers (default 1)")
+    add_flag(e, "--moe-aux-loss-coeff", type=float, default=None, help="load-balancing loss (default 0)")
 
 
 def add_stage_argument(parser: argparse.ArgumentParser) -> None:
@@ -133,11 +143,19 @@ def model_from_args(ns: argparse.Namespace) -> ModelSpec:
         # AICB's default (utils.get_params): 4h, or 2/3 of that rounded down to 64 for swiglu.
         ffn = int((4 * hidden * 2 / 3) / 64) * 64 if swiglu else 4 * hidden
     moe = bool(_pick(ns.moe_enable, base.is_moe if base else False))
+    moe_base = base if base is not None and base.is_moe else None
     if moe:
-        experts = _pick(ns.num_experts, base.num_experts if base and base.is_moe else 1)
-        topk = _pick(ns.moe_router_topk, base.moe_topk if base and base.is_moe else 1)
+        experts = _pick(ns.num_experts, moe_base.num_experts if moe_base else 1)
+        topk = _pick(ns.moe_router_topk, moe_base.moe_topk if moe_base else 1)
     else:
         experts, topk = None, 2
+
+    def moe_field(name: str, default):
+        """An MoE field: the argument, else the MoE preset's value, else megatron's default."""
+        if not moe:
+            return default
+        return _pick(getattr(ns, name), getattr(moe_base, name) if moe_base else default)
+
     llama_like = swiglu
     return ModelSpec(
         name=name,
@@ -154,9 +172,15 @@ def model_from_args(ns: argparse.Namespace) -> ModelSpec:
         position_embedding=_pick(ns.position_embedding, base.position_embedding if base else ("rope" if llama_like else "learned")),
         normalization=_pick(ns.normalization, base.normalization if base else ("rmsnorm" if llama_like else "layernorm")),
         add_bias_linear=bool(_pick(ns.add_bias_linear, base.add_bias_linear if base else False)),
+        add_qkv_bias=bool(_pick(ns.add_qkv_bias, base.add_qkv_bias if base else False)),
         tie_embeddings=not _pick(ns.untie_embeddings, (not base.tie_embeddings) if base else llama_like),
         num_experts=experts,
         moe_topk=topk,
+        moe_ffn_hidden_size=moe_field("moe_ffn_hidden_size", None),
+        moe_shared_expert_intermediate_size=moe_field("moe_shared_expert_intermediate_size", None),
+        moe_shared_expert_gate=bool(moe_field("moe_shared_expert_gate", False)),
+        moe_layer_freq=moe_field("moe_layer_freq", 1),
+        moe_aux_loss_coeff=moe_field("moe_aux_loss_coeff", 0.0),
     )
 
 
@@ -181,6 +205,9 @@ def setup_from_args(ns: argparse.Namespace) -> TrainingSetup:
         make_vocab_size_divisible_by=ns.make_vocab_size_divisible_by,
         recompute_granularity=getattr(ns, "recompute_granularity", None) or "selective",
         virtual_pipeline=getattr(ns, "virtual_pipeline", 1),
+        # Megatron's default expert TP is TP: the same setup, written one way.
+        etp=None if ns.expert_tensor_parallel_size in (None, ns.tensor_model_parallel_size)
+        else ns.expert_tensor_parallel_size,
     )
     return setup
 
@@ -209,7 +236,8 @@ def to_aicb_argv(setup: TrainingSetup) -> list[str]:
         f"--model_name={m.aicb_name or m.name}",
         f"--max_position_embeddings={m.max_position_embeddings}",
         f"--vocab_size={m.vocab_size}",
-        f"--ffn_hidden_size={m.ffn_hidden_size}",
+        # AICB's MoE layers take their experts' width from --ffn_hidden_size (it has no other).
+        f"--ffn_hidden_size={m.expert_ffn_hidden_size if m.is_moe else m.ffn_hidden_size}",
         "--use-distributed-optimizer",
     ]
     if setup.make_vocab_size_divisible_by != 128:
@@ -240,13 +268,28 @@ def to_commsweep_argv(setup: TrainingSetup) -> list[str]:
     Parsing the result with ``add_training_arguments`` gives back an equal setup.
     """
     m = setup.model
-    argv = to_aicb_argv(setup)
+    argv = [a for a in to_aicb_argv(setup) if not a.startswith("--ffn_hidden_size=")]
+    argv.append(f"--ffn_hidden_size={m.ffn_hidden_size}")
     if m.num_query_groups is not None:
         argv.append(f"--num-query-groups={m.num_query_groups}")
     argv.append(f"--position-embedding={m.position_embedding}")
     argv.append(f"--normalization={m.normalization}")
     if not m.tie_embeddings:
         argv.append("--untie-embeddings")
+    if m.add_qkv_bias:
+        argv.append("--add-qkv-bias")
+    if setup.etp is not None:
+        argv.append(f"--expert-tensor-parallel-size={setup.etp}")
+    if m.is_moe:
+        for name in ("moe_ffn_hidden_size", "moe_shared_expert_intermediate_size"):
+            if getattr(m, name) is not None:
+                argv.append(f"--{name.replace('_', '-')}={getattr(m, name)}")
+        if m.moe_shared_expert_gate:
+            argv.append("--moe-shared-expert-gate")
+        if m.moe_layer_freq != 1:
+            argv.append(f"--moe-layer-freq={m.moe_layer_freq}")
+        if m.moe_aux_loss_coeff:
+            argv.append(f"--moe-aux-loss-coeff={m.moe_aux_loss_coeff!r}")
     return argv
 
 

@@ -145,8 +145,8 @@ def cmd_trace(ns: argparse.Namespace) -> None:
     from .trace import compare, records, runner, scale, versions
 
     environment = versions.environment(versions.check_version(ns.megatron_core)) if ns.megatron_core else None
-    if ns.world_size is None:  # a trace needs no more processes than one model replica
-        ns.world_size = ns.tensor_model_parallel_size * ns.pipeline_model_parallel
+    if ns.world_size is None:  # a trace needs no more processes than one model replica (EP is carved out of DP)
+        ns.world_size = ns.tensor_model_parallel_size * ns.pipeline_model_parallel * ns.expert_model_parallel_size
     setup = setup_from_args(ns)
     if ns.scaled:
         setup = scale.scaled_setup(setup, dp=ns.scaled_dp)
@@ -461,8 +461,8 @@ def add_check_parser(sub) -> None:
 
 def add_plot_parser(sub) -> None:
     p = sub.add_parser("plot", help="draw a figure from the summary table")
-    p.add_argument("kind", choices=("volume-by-tp", "tp-bytes-by-phase", "exposed-by-group", "audit-by-kind",
-                                    "difference-by-cause", "exposed-tp-by-overlap"))
+    p.add_argument("kind", choices=("volume-by-tp", "volume-by-group", "tp-bytes-by-phase", "exposed-by-group",
+                                    "audit-by-kind", "difference-by-cause", "exposed-tp-by-overlap"))
     # audit-by-kind reads results/findings_by_kind.csv; difference-by-cause
     # results/difference_by_cause.csv; the others results/summary.csv
     p.add_argument("summary", help="results/summary.csv (results/findings_by_kind.csv for audit-by-kind, "

@@ -41,14 +41,30 @@ class ModelSpec:
     position_embedding: str = "learned"
     normalization: str = "layernorm"
     add_bias_linear: bool = True
+    add_qkv_bias: bool = False
     tie_embeddings: bool = True
     num_experts: int | None = None
     moe_topk: int = 2
+    moe_ffn_hidden_size: int | None = None
+    moe_shared_expert_intermediate_size: int | None = None
+    moe_shared_expert_gate: bool = False
+    moe_layer_freq: int = 1
+    moe_aux_loss_coeff: float = 0.0
     aicb_name: str | None = None
 
     @property
     def is_moe(self) -> bool:
         return self.num_experts is not None
+
+    @property
+    def expert_ffn_hidden_size(self) -> int:
+        """The FFN width of one routed expert (megatron's moe_ffn_hidden_size)."""
+        return self.moe_ffn_hidden_size or self.ffn_hidden_size
+
+    def is_moe_layer(self, layer: int) -> bool:
+        """Whether global layer ``layer`` (0-based) is an MoE layer: megatron's integer
+        ``moe_layer_freq`` N makes layers 0, N, 2N, ... MoE and the others dense."""
+        return self.is_moe and layer % self.moe_layer_freq == 0
 
     @property
     def kv_groups(self) -> int:

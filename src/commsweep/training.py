@@ -45,6 +45,8 @@ class TrainingSetup:
     # ... reduced in fp32 (--accumulate-allreduce-grads-in-fp32, which bf16 implies) or in
     # the 16-bit training type (fp16 without that flag, as Megatron-LM's 2021 runs did).
     grad_reduce_in_fp32: bool = True
+    # Megatron's expert tensor parallelism (--expert-tensor-parallel-size): None follows tp.
+    etp: int | None = None
 
     # -- derived sizes -------------------------------------------------------------
     @property
@@ -73,6 +75,11 @@ class TrainingSetup:
         return 2 * self.micro_batch * self.seq_length * self.model.hidden_size
 
     @property
+    def expert_tp(self) -> int:
+        """The expert tensor-parallel size: ``etp``, or t when it is not set (megatron's default)."""
+        return self.tp if self.etp is None else self.etp
+
+    @property
     def recompute_mode(self) -> str:
         """``none``, ``selective`` or ``full``."""
         return self.recompute_granularity if self.recompute else "none"
@@ -84,8 +91,8 @@ class TrainingSetup:
 
     @property
     def expert_dp(self) -> int:
-        """The expert-data-parallel size d / ep."""
-        return self.dp // self.ep
+        """The expert-data-parallel size world / (etp * ep * p): d / ep when etp = t."""
+        return self.world_size // (self.expert_tp * self.ep * self.pp)
 
     # -- validity ------------------------------------------------------------------
     def _below_one(self, names: tuple[str, ...]) -> list[str]:
@@ -115,8 +122,20 @@ class TrainingSetup:
             assert m.num_experts is not None
             if m.num_experts % self.ep:
                 out.append(f"ep={self.ep} does not divide the {m.num_experts} experts")
-        elif self.ep != 1:
-            out.append(f"ep={self.ep} needs an MoE model ({m.name} is dense)")
+            if m.moe_topk > m.num_experts:
+                out.append(f"moe_topk={m.moe_topk} exceeds the {m.num_experts} experts")
+            if self.expert_tp < 1:
+                out.append(f"etp must be at least 1 (got {self.expert_tp})")
+            elif m.expert_ffn_hidden_size % self.expert_tp:
+                out.append(f"etp={self.expert_tp} does not divide the experts' FFN width {m.expert_ffn_hidden_size}")
+            shared = m.moe_shared_expert_intermediate_size
+            if shared is not None and shared % t:
+                out.append(f"tp={t} does not divide the shared experts' FFN width {shared}")
+        else:
+            if self.ep != 1:
+                out.append(f"ep={self.ep} needs an MoE model ({m.name} is dense)")
+            if self.etp is not None and self.etp != t:
+                out.append(f"etp={self.etp} needs an MoE model ({m.name} is dense)")
         if self.recompute_granularity not in RECOMPUTE_GRANULARITIES:
             out.append(f"recompute_granularity must be one of {', '.join(RECOMPUTE_GRANULARITIES)}, "
                        f"got {self.recompute_granularity!r}")
@@ -153,4 +172,7 @@ class TrainingSetup:
             out.append(f"sequence parallelism needs tp={t} to divide seq_length={self.seq_length}")
         if m.is_moe and self.dp % self.ep:
             out.append(f"ep={self.ep} does not divide dp={self.dp}")
+        if m.is_moe and self.expert_tp >= 1 and self.world_size % (self.expert_tp * self.ep * p):
+            out.append(f"world_size={self.world_size} is not divisible by etp*ep*pp="
+                       f"{self.expert_tp * self.ep * p}")
         return out

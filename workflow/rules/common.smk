@@ -49,7 +49,12 @@ def final_outputs():
         f"{RESULTS}/plots/volume_by_tp.png",
         *audit_outputs(),
         *answer_outputs(),
-    ] + trace_outputs()
+    ] + trace_outputs() + moe_outputs()
+
+
+def moe_outputs():
+    """The MoE figure (moe.smk), for a sweep with an MoE point."""
+    return [f"{RESULTS}/plots/volume_by_group.png"] if any(p.setup.model.is_moe for p in POINTS) else []
 
 
 def answer_outputs():

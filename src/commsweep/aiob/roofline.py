@@ -21,7 +21,11 @@ What each section covers follows what AICB times (``AiobMegatron.py`` and
 * ``atten_linear``: AICB rearranges the context to ``[s, b, h/t]`` (a copy) inside the
   timed call, then the projection GEMM ``[b*s, h/t] x [h/t, h]``.
 * ``mlp_linear_1``/``mlp_linear_2``: the MLP GEMMs; fc1 is twice as wide with swiglu. MoE:
-  one GEMM per local expert on ``b*s*topk*ep/E`` tokens (AICB's SequentialMLP).
+  one GEMM per local expert on the tokens routed to it, ``b*s*topk*ep/E`` under balanced
+  routing (AICB's SequentialMLP; with an expert TP e other than t, e/t of that), at the
+  experts' own FFN width split over e; and what AICB's mock lacks and megatron runs: the
+  router's GEMM (on the rank's s/t tokens with SP) in ``mlp_linear_1`` and the shared
+  experts' MLP (over all b*s tokens) in the three MLP sections.
 * ``mlp_gelu``: the bias add (with biases), then gelu, or swiglu's silu and product.
 * ``logit_time``: the output GEMM ``[b*s, h] x [h, V'/t]`` (V' the padded vocabulary).
 * ``param_time``: AICB's ``Grad_param``: an in-place division of an fp32 buffer of
@@ -90,6 +94,9 @@ class Shard:
     experts: int | None
     topk: int
     ep: int
+    expert_ffn: int = 0  # one routed expert's FFN width (MoE)
+    etp: int = 1  # expert TP
+    shared_ffn: int = 0  # the shared experts' FFN width, 0 without
 
     @classmethod
     def of(cls, setup: TrainingSetup) -> "Shard":
@@ -100,6 +107,8 @@ class Shard:
             ffn=m.ffn_hidden_size, swiglu=m.swiglu, bias=m.add_bias_linear,
             vocab=setup.padded_vocab, sp=setup.sp and setup.tp > 1,
             layers=m.num_layers // setup.pp, experts=m.num_experts, topk=m.moe_topk, ep=setup.ep,
+            expert_ffn=m.expert_ffn_hidden_size, etp=setup.expert_tp,
+            shared_ffn=m.moe_shared_expert_intermediate_size or 0,
         )
 
     @property
@@ -117,8 +126,16 @@ class Shard:
 
     @property
     def fc1_width(self) -> int:
-        """fc1's output columns on this rank: twice the FFN width with swiglu (gate and up)."""
+        """fc1's output columns on this rank: twice the FFN width with swiglu (gate and up);
+        an expert's FFN width split over expert TP for an MoE model."""
+        if self.experts is not None:
+            return self.expert_ffn * (2 if self.swiglu else 1) // self.etp
         return self.ffn * (2 if self.swiglu else 1) // self.t
+
+    @property
+    def fc2_width(self) -> int:
+        """fc2's input columns on this rank (an expert's, for an MoE model)."""
+        return self.expert_ffn // self.etp if self.experts is not None else self.ffn // self.t
 
     @property
     def local_experts(self) -> int:
@@ -126,10 +143,12 @@ class Shard:
 
     @property
     def expert_tokens(self) -> int:
-        """Tokens per local expert in AICB's MoE layer: int(s*b*topk*ep/E)."""
+        """Tokens per local expert under balanced routing: AICB's int(s*b*topk*ep/E) (each of
+        the E/ep local experts gets its share of the b*s*topk routed tokens that expert TP
+        gathers), times e/t with an expert TP e other than t."""
         if self.experts is None:
             return self.tokens
-        return int(self.s * self.b * self.topk * self.ep / self.experts)
+        return int(self.s * self.b * self.topk * self.ep * self.etp / (self.experts * self.t))
 
 
 def check_shard(setup: TrainingSetup) -> Shard:
@@ -156,7 +175,8 @@ def aicb_model_param(setup: TrainingSetup) -> int:
     swiglu with biases, MoE and pp = 2.
     """
     sh = Shard.of(setup)
-    h, t, f, v = sh.h, sh.t, sh.ffn, sh.vocab
+    h, t, v = sh.h, sh.t, sh.vocab
+    f = sh.expert_ffn if sh.experts is not None else sh.ffn  # AICB's --ffn_hidden_size
     qkv_out = (sh.heads + 2 * sh.kv_groups) * sh.head_dim
     embedding = 4 * (v // t) * h + sh.s * h
     layer = h * (qkv_out // t) + h * (sh.heads * sh.head_dim // t) + 3 * h
@@ -244,16 +264,24 @@ def operators(setup: TrainingSetup) -> list[Operator]:
     ops.append(norm("layernorm2"))
 
     m_e, experts = sh.expert_tokens, sh.local_experts
-    fc1 = tuple(_gemm(f"fc1[{e}]" if sh.experts else "fc1", m_e, h, sh.fc1_width) for e in range(experts))
-    fc1_b = tuple(k for e in range(experts) for k in _gemm_backward("fc1", m_e, h, sh.fc1_width))
-    ops.append(Operator("mlp_linear_1", fc1, fc1_b))
+    # (name, tokens, fc1 width, fc2 width): the routed experts, then a shared expert's MLP.
+    mlps = [(f"fc1[{e}]" if sh.experts else "fc1", m_e, sh.fc1_width, sh.fc2_width) for e in range(experts)]
+    if sh.shared_ffn:
+        mlps.append(("shared_fc1", n, sh.shared_ffn * (2 if sh.swiglu else 1) // t, sh.shared_ffn // t))
+    fc1 = [_gemm(name, m, h, width) for name, m, width, _ in mlps]
+    fc1_b = [k for name, m, width, _ in mlps for k in _gemm_backward(name, m, h, width)]
+    if sh.experts is not None:
+        router_tokens = n // t if sh.sp else n
+        fc1.insert(0, _gemm("router", router_tokens, h, sh.experts))
+        fc1_b[:0] = _gemm_backward("router", router_tokens, h, sh.experts)
+    ops.append(Operator("mlp_linear_1", tuple(fc1), tuple(fc1_b)))
 
     act: list[Kernel] = []
     act_b: list[Kernel] = []
-    wide = m_e * sh.fc1_width  # fc1's output elements
-    for _ in range(experts):
+    for _, m, width, _ in mlps:
+        wide = m * width  # fc1's output elements
         if sh.bias:
-            act.append(_elementwise("bias_add", BF16 * wide + BF16 * sh.fc1_width, BF16 * wide, flops=wide))
+            act.append(_elementwise("bias_add", BF16 * wide + BF16 * width, BF16 * wide, flops=wide))
         if sh.swiglu:
             half = wide // 2
             act += [_elementwise("silu", BF16 * half, BF16 * half, flops=4 * half),
@@ -264,9 +292,8 @@ def operators(setup: TrainingSetup) -> list[Operator]:
             act_b.append(_elementwise("gelu.bwd", 2 * BF16 * wide, BF16 * wide, flops=12 * wide))
     ops.append(Operator("mlp_gelu", tuple(act), tuple(act_b)))
 
-    ffn_local = sh.ffn // t
-    fc2 = tuple(_gemm(f"fc2[{e}]" if sh.experts else "fc2", m_e, ffn_local, h) for e in range(experts))
-    fc2_b = tuple(k for e in range(experts) for k in _gemm_backward("fc2", m_e, ffn_local, h))
+    fc2 = tuple(_gemm(name.replace("fc1", "fc2"), m, width, h) for name, m, _, width in mlps)
+    fc2_b = tuple(k for name, m, _, width in mlps for k in _gemm_backward(name.replace("fc1", "fc2"), m, width, h))
     ops.append(Operator("mlp_linear_2", fc2, fc2_b))
     ops.append(norm("layernorm_post"))
     vocab_local = sh.vocab // t

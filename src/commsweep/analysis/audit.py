@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -68,7 +69,7 @@ COLUMNS = (
     "row", "layer", "phase", "kind",
     "expected_collective", "expected_group", "expected_bytes",
     "found_collective", "found_group", "found_bytes",
-    "delta_bytes", "delta_us",
+    "delta_bytes", "delta_us", "found_name", "expected_name",
 )
 PHASE_ORDER = ("fwd", "ig", "wg", "pp")
 ITERATION = "iteration"
@@ -79,11 +80,12 @@ ROW_KINDS: tuple[tuple[str, str], ...] = (
     (r"embedding_layer", "embedding"),
     (r"layer\d+_recompute_.*", "recompute"),
     (r"(layer\d+_)?attention(_.*)?", "attention"),
-    (r"(layer\d+_)?mlp(_.*)?", "mlp"),
+    (r"(layer\d+_)?mlp(_.*)?|layer\d+_moe_.*", "mlp"),
     (r"final_column|output_layer(_.*)?", "output_layer"),
     (r"cross_entropy.*", "loss"),
     (r"embedding_norm", "embedding_norm"),
     (r"embedding_grads", "embedding_grads"),
+    (r"dp_ep_.*", "moe_dp"),
     (r"grad_norm|grad_gather|grad_param_comm|grad_param_compute|dp_.*", "dp"),
     (r"layernorm|sp_grads_allreduce", "sp_grads"),
     (r"moe_grad_norm\d*", "moe_dp"),
@@ -115,7 +117,7 @@ def module_kind(module: str) -> str:
         return "embedding"
     if ".self_attention." in module:
         return "attention"
-    if ".mlp." in module:
+    if ".mlp." in module or module.endswith(".mlp"):
         return "mlp"
     if module.startswith("decoder.layers.") and module.endswith(".recompute"):
         return "recompute"
@@ -123,6 +125,8 @@ def module_kind(module: str) -> str:
         return "output_layer"
     if module.startswith("loss."):
         return "loss"
+    if module.startswith(("optimizer.expert_", "ddp.expert_")):
+        return "moe_dp"
     if module.startswith(("optimizer.", "ddp.")):
         return "dp"
     if module == "finalize_model_grads.sequence_parallel":
@@ -167,6 +171,9 @@ class Side:
     group: str  # TP | DP | EP | DP_EP | PP, "" for none
     bytes: int
     comm_type: str = ""  # the SimAI comm type (for timing)
+    # The expected side's row in the Megatron schedule (e.g. layer3_moe_dispatch_probs):
+    # which of Megatron's collectives it is.
+    name: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
@@ -246,7 +253,7 @@ def expected_units(schedule: megatron.Schedule) -> dict[Unit, list[Side]]:
             continue  # not expressible as a row (pipeline sends: see the header check)
         block = schedule.blocks[e.row]
         unit = Unit(block.micro_batch, block.layer, module_kind(block.module))
-        side = Side(e.phase, e.comm.collective, e.comm.group, e.comm.bytes, e.comm.comm_type())
+        side = Side(e.phase, e.comm.collective, e.comm.group, e.comm.bytes, e.comm.comm_type(), name=block.name)
         out.setdefault(unit, []).append(side)
     return out
 
@@ -359,13 +366,20 @@ def _audit_unit(
 
     left = list(expected)
 
-    def pair(same: Callable[[Side, Side], bool], kind_of: Callable[[Side, Side], str | None]) -> None:
+    def pair(same: Callable[[Side, Side], bool], kind_of: Callable[[Side, Side], str | None],
+             nearest: bool = False) -> None:
+        """Pair each found collective with the first expected one ``same`` accepts, or with
+        ``nearest`` the one closest in bytes (an MoE layer has several of one kind, e.g. the
+        token and probability gathers: a 1 KiB row stands for the small one)."""
         for index, side in list(found):
-            match = next((e for e in left if same(e, side)), None)
+            candidates = [e for e in left if same(e, side)]
+            if nearest and len(candidates) > 1:
+                candidates.sort(key=lambda e: abs(math.log((e.bytes + 1) / (side.bytes + 1))))
+            match = candidates[0] if candidates else None
             if match is None:
                 continue
             found.remove((index, side))
-            left.remove(match)
+            del left[next(i for i, e in enumerate(left) if e is match)]  # this one: equal sides may differ in name
             kind = kind_of(match, side)
             if kind is not None:
                 delta = wf.effective_size(side.phase, side.bytes) - match.bytes
@@ -378,7 +392,7 @@ def _audit_unit(
     # Pass 1: identical. Pass 2: same phase, collective and group, other bytes.
     # Pass 3: same collective and bytes, then same collective with any bytes, elsewhere.
     pair(lambda e, f: where(e) == where(f) and e.bytes == f.bytes, lambda e, f: None)
-    pair(lambda e, f: where(e) == where(f), lambda e, f: "zero_bytes" if f.bytes == 0 else "size")
+    pair(lambda e, f: where(e) == where(f), lambda e, f: "zero_bytes" if f.bytes == 0 else "size", nearest=True)
     pair(lambda e, f: e.collective == f.collective and e.bytes == f.bytes, lambda e, f: "group")
     pair(lambda e, f: e.collective == f.collective, lambda e, f: "group")
 
@@ -443,6 +457,8 @@ def _cells(f: Finding) -> list[str]:
         g.collective if g else "", g.group if g else "", str(g.bytes) if g else "",
         str(f.delta_bytes),
         "" if f.delta_us is None else f"{f.delta_us:.3f}",
+        f.row_name if g else "",
+        e.name if e else "",
     ]
 
 
@@ -467,7 +483,7 @@ def to_table(findings: list[Finding]) -> str:
         e, g = f.expected, f.found
         rows.append((
             "" if f.row is None else str(f.row), f.row_name, f.layer, f.phase, f.kind,
-            f"{e.collective} {e.group} {_mib(e.bytes)}" if e else "-",
+            f"{e.collective} {e.group} {_mib(e.bytes)} {e.name}".rstrip() if e else "-",
             f"{g.collective} {g.group} {_mib(g.bytes)}".replace("  ", " ") if g else "-",
             f"x{f.ratio:.3g}" if f.ratio is not None and f.kind in ("size", "zero_bytes", "group") else "",
             _mib(f.delta_bytes),
@@ -486,7 +502,36 @@ def to_table(findings: list[Finding]) -> str:
     for kind, (count, delta, us) in totals.items():
         time = "" if us is None else f", {us:,.1f} us"
         lines.append(f"{kind}: {count} finding(s), {_mib(delta)} MiB{time}")
+    moe = moe_causes(findings)
+    if moe:
+        lines += ["", "MoE causes (docs/moe.md):"]
+    for cause, (count, delta, us) in moe.items():
+        time = "" if us is None else f", {us:,.1f} us"
+        lines.append(f"  {cause.slug}: {count} finding(s), {_mib(delta)} MiB{time}: {cause.label}")
     return "\n".join(lines) + "\n"
+
+
+def moe_causes(findings: Iterable[Finding]) -> dict:
+    """Per MoE cause of one point's findings (``causes.MOE_CAUSES``): (findings, summed
+    delta_bytes, summed delta_us or None), in ``causes.CAUSES`` order."""
+    from . import causes
+
+    findings = list(findings)
+    slugs = causes.classify([causes.item(r) for r in as_rows(findings)])
+    acc: dict[str, list] = {}
+    for f, slug in zip(findings, slugs):
+        if slug in causes.MOE_CAUSES:
+            entry = acc.setdefault(slug, [0, 0, None])
+            entry[0] += 1
+            entry[1] += f.delta_bytes
+            if f.delta_us is not None:
+                entry[2] = (entry[2] or 0.0) + f.delta_us
+    return {c: tuple(acc[slug]) for slug, c in causes.CAUSES.items() if slug in acc}
+
+
+def as_rows(findings: Iterable[Finding]) -> list[dict[str, str]]:
+    """Findings as the rows of their CSV (``COLUMNS``), as ``read_csv`` gives them back."""
+    return [dict(zip(COLUMNS, _cells(f))) for f in findings]
 
 
 def summarize(findings: Iterable[Finding]) -> dict[str, tuple[int, int, float | None]]:

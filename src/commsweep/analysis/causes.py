@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,6 +143,47 @@ CAUSES: dict[str, Cause] = _causes(
     ("moe_grad_sync_on_dense_model", "MoE gradient sync on a dense model",
      "AICB writes its two MoE gradient-sync rows (moe_grad_norm1/2, on DP_EP) whenever EP differs from DP, so "
      "a dense model gets them with 0 bytes: no traffic, no time."),
+    # MoE models (docs/moe.md): AICB's five mlp_moelayer lines and moe_grad_norm rows against
+    # megatron-core's all-to-all token dispatcher (workload/megatron_moe.py).
+    ("moe_probs_alltoall_missing", "MoE routing probabilities' all-to-alls dropped",
+     "Megatron's all-to-all dispatcher sends every routed token's probability with it: a second all-to-all "
+     "over EP of T x k bf16 values (T the rank's tokens, k the top-k) beside the tokens', forward and "
+     "backward. AICB writes only the tokens' all-to-alls."),
+    ("moe_probs_gather_missing", "MoE probabilities' expert-TP gathers dropped",
+     "With expert TP above 1, Megatron all-gathers the routing probabilities over the expert-TP group with "
+     "the tokens (forward) and reduce-scatters their gradient (backward). AICB has no such collective; "
+     "where a row of its small token-count all-gather stands in that place, it is counted here too."),
+    ("moe_metadata_gather", "MoE token-count all-gather sized and placed by AICB",
+     "Before dispatching, Megatron all-gathers every rank's E token counts per expert (int64) over the "
+     "expert-TP x EP group: 8 x etp x ep x E bytes, on EP at TP 1 and on TP at EP 1 (SimAI has no TP x EP "
+     "group, so with both above 1 it is not in the Megatron workload). AICB's first mlp_moelayer line "
+     "all-gathers 2 x ep x E x t bytes on TP, whatever TP and EP are."),
+    ("moe_router_allreduce_missing", "MoE load-balancing all-reduce dropped",
+     "With a load-balancing loss (moe_aux_loss_coeff > 0), Megatron's router all-reduces each MoE layer's "
+     "E int64 token counts over TP in every micro-batch. AICB does not write it."),
+    ("moe_shared_expert_missing", "shared experts' TP collectives dropped",
+     "Megatron runs the shared experts as a dense MLP on TP with SP: an all-gather before linear_fc1 and a "
+     "reduce-scatter after linear_fc2 forward; two all-gathers (one reversing the reduce-scatter, one "
+     "re-gathering linear_fc1's input for its weight gradient) and a reduce-scatter backward. AICB has no "
+     "shared experts."),
+    ("moe_token_exchange", "MoE token all-to-alls and expert-TP gathers sized differently",
+     "The tokens' dispatch and combine all-to-alls (u x k / t bytes under balanced routing) and their "
+     "expert-TP all-gather and reduce-scatter (u x k x etp / t bytes). AICB sizes them from TP, not expert "
+     "TP, and writes them on every layer whatever EP and expert TP are."),
+    ("moe_layer_where_megatron_is_dense", "MoE lines on a dense layer",
+     "Megatron makes one layer in moe_layer_freq an MoE layer and the others dense; AICB writes its five "
+     "mlp_moelayer lines on every layer, so a dense layer's MLP collectives are missing and the MoE ones "
+     "extra."),
+    ("moe_expert_grads_sized_by_mock", "expert gradient sync sized by AICB's count",
+     "AICB sizes its expert gradient sync on DP_EP (moe_grad_norm1/2: 2 P_moe and 4 P_moe bytes) by its "
+     "mock's 2 x h x f x E/ep / t parameters per layer: no SwiGLU gate (Megatron's experts have 3 x h x f), "
+     "the expert FFN split over TP rather than expert TP."),
+    ("moe_experts_in_dp_sync", "DP gradient sync sized with the experts' parameters",
+     "AICB's default path sizes the DP gradient reduce-scatter (grad_norm, 4P) by a P that includes the "
+     "experts' P_moe, which it syncs again over DP_EP (moe_grad_norm2). Megatron syncs expert parameters "
+     "over DP_EP only (ep > 1); its DP sync moves the dense parameters. The finding's bytes also hold the "
+     "rest of AICB's mocked parameter count (a word embedding 4x too large, ...); the experts are most of "
+     "it. The all-gather (2P) runs on TP: a finding of its own."),
     ("size_in_none_column", "size written under NONE",
      "A NONE column holding a size: SimAI skips a NONE collective entirely, size and all, so it adds no "
      "bytes and no time. Listed for what it says about the file; the collective it stands for is counted "
@@ -180,6 +222,8 @@ class Item:
     found_collective: str
     found_group: str
     found_bytes: int | None
+    found_name: str = ""  # the workload's row (AICB's mlp_moelayer, ...)
+    expected_name: str = ""  # the Megatron schedule's row (layer3_moe_dispatch_probs, ...)
 
     @property
     def module(self) -> str:
@@ -188,6 +232,15 @@ class Item:
 
     def expects(self, phase: str, collective: str, group: str = "TP") -> bool:
         return self.phase == phase and self.expected_collective == collective and self.expected_group == group
+
+    @property
+    def megatron_row(self) -> str:
+        """The expected side's Megatron row kind, without its layer: ``moe_dispatch_probs``, ``mlp_fc1``."""
+        match = _LAYER_ROW.fullmatch(self.expected_name)
+        return match.group(1) if match else self.expected_name
+
+
+_LAYER_ROW = re.compile(r"layer\d+_(.*)")
 
 
 # Units whose column-parallel linear Megatron re-gathers for the weight gradient with SP.
@@ -203,11 +256,21 @@ class Context:
     wgrad_named: set = field(default_factory=set)
     # The point's pipeline size: with pp > 1 a file holds one stage.
     pp: int = 1
+    # An MoE model: Megatron's rows or AICB's name it (not AICB's moe_grad_norm rows, which
+    # it writes with 0 bytes for dense models too).
+    moe: bool = False
+    # Units where Megatron's MLP is dense (a model with MoE and dense layers).
+    dense_mlp_units: set = field(default_factory=set)
 
     @classmethod
     def of(cls, items: list[Item], pp: int = 1) -> Context:
-        return cls(missing_fwd_reducescatter={f.unit for f in items
-                                              if f.kind == "missing" and f.expects("fwd", "reducescatter")}, pp=pp)
+        return cls(
+            missing_fwd_reducescatter={f.unit for f in items if f.kind == "missing" and f.expects("fwd", "reducescatter")},
+            pp=pp,
+            moe=any(f.expected_name.startswith("dp_ep_") or "_moe_" in f.expected_name or f.found_name == "mlp_moelayer"
+                    for f in items),
+            dense_mlp_units={f.unit for f in items if f.megatron_row.startswith("mlp_")},
+        )
 
 
 # (slug, rule): the first rule that holds names the finding's cause.
@@ -231,9 +294,38 @@ def _embedding_allreduce_for_reducescatter(f: Item, ctx: Context) -> bool:
         f.kind == "extra" and f.phase == "fwd" and f.found_collective == "allreduce")
 
 
+def _moe(rule: Rule) -> Rule:
+    """An MoE rule: for an MoE point, and not for the kinds whose cause is the same for dense
+    and MoE models (a group of one GPU, a size under NONE)."""
+    return lambda f, s: s.moe and f.kind not in ("size1_group", "none_with_size") and rule(f, s)
+
+
+# What AICB gets wrong about MoE layers, by the Megatron row each finding stands for and
+# AICB's row (``Item.megatron_row``, ``found_name``); before the dense rules, which would
+# name some of these findings for the dense model's collectives of the same kind.
+MOE_RULES: tuple[tuple[str, Rule], ...] = (
+    ("moe_layer_where_megatron_is_dense", _moe(lambda f, s: f.unit in s.dense_mlp_units and (
+        f.megatron_row.startswith("mlp_") or f.found_name == "mlp_moelayer"))),
+    ("moe_probs_alltoall_missing", _moe(lambda f, s: f.megatron_row == "moe_dispatch_probs")),
+    ("moe_probs_gather_missing", _moe(lambda f, s: f.megatron_row == "moe_expert_probs_gather")),
+    ("moe_metadata_gather", _moe(lambda f, s: f.megatron_row == "moe_dispatch_metadata" or (
+        not f.expected_collective and f.found_name == "mlp_moelayer" and f.found_collective == "allgather"
+        and f.phase == "fwd" and (f.found_bytes or 0) < 1 << 20))),
+    ("moe_router_allreduce_missing", _moe(lambda f, s: f.megatron_row == "moe_router")),
+    ("moe_shared_expert_missing", _moe(lambda f, s: f.megatron_row.startswith("moe_shared_"))),
+    ("moe_token_exchange", _moe(lambda f, s: f.megatron_row in ("moe_dispatch", "moe_combine", "moe_expert_fc1",
+                                                                "moe_expert_fc2")
+                                or (not f.expected_collective and f.found_name == "mlp_moelayer"))),
+    ("moe_expert_grads_sized_by_mock", _moe(lambda f, s: f.module == "moe_dp" and f.kind == "size")),
+    ("moe_experts_in_dp_sync", _moe(lambda f, s: f.module == "dp" and f.found_name == "grad_norm"
+                                    and f.kind == "size")),
+)
+MOE_CAUSES = tuple(slug for slug, _ in MOE_RULES)
+
 RULES: tuple[tuple[str, Rule], ...] = (
     ("pipeline_send_bytes", lambda f, s: f.phase == "pp"),
     ("size_in_none_column", lambda f, s: f.kind == "none_with_size"),
+    *MOE_RULES,
     ("extra_layernorm_grad_allreduce", lambda f, s: f.module == "sp_grads" and not f.expected_collective
      and f.found_collective == "allreduce"),
     ("missing_sp_layernorm_grad_allreduce", lambda f, s: f.module == "sp_grads" and f.kind == "missing"),
@@ -285,19 +377,26 @@ def _int_or_none(text: str) -> int | None:
     return int(text) if text != "" else None
 
 
+def item(r: dict[str, str]) -> Item:
+    """One row of an audit CSV (``audit.read_csv``, ``audit.as_rows``) as an Item (ValueError
+    for a bad number)."""
+    return Item(
+        row=_int_or_none(r["row"]), unit=r["layer"], phase=r["phase"], kind=r["kind"],
+        expected_collective=r["expected_collective"], expected_group=r["expected_group"],
+        expected_bytes=_int_or_none(r["expected_bytes"]),
+        found_collective=r["found_collective"], found_group=r["found_group"],
+        found_bytes=_int_or_none(r["found_bytes"]),
+        found_name=r.get("found_name", ""), expected_name=r.get("expected_name", ""),
+    )
+
+
 def read_items(path: Path) -> list[Item]:
     """A point's audit.csv (``audit.COLUMNS``) as Items, naming the line of a bad field."""
     rows = audit.read_csv(read_text(path), source=path)
     out = []
     for n, r in enumerate(rows, start=2):
         try:
-            out.append(Item(
-                row=_int_or_none(r["row"]), unit=r["layer"], phase=r["phase"], kind=r["kind"],
-                expected_collective=r["expected_collective"], expected_group=r["expected_group"],
-                expected_bytes=_int_or_none(r["expected_bytes"]),
-                found_collective=r["found_collective"], found_group=r["found_group"],
-                found_bytes=_int_or_none(r["found_bytes"]),
-            ))
+            out.append(item(r))
         except ValueError as err:
             raise InputError(f"expected integers in row and byte columns ({err})", file=path, line=n) from None
     return out

@@ -454,6 +454,59 @@ def audit_by_kind(by_kind_csv: Path, output: Path) -> None:
     plt.close(fig)
 
 
+# -- payload per group, per model x EP (MoE sweeps) ----------------------------------------
+
+
+def volume_by_group(summary_csv: Path, output: Path) -> None:
+    """Payload bytes per iteration stacked by communication group (TP, DP, EP, DP_EP, PP),
+    one bar per generator, x axis TP; one panel per model (rows) and EP size (columns).
+
+    The MoE view: where the tokens' all-to-alls (EP) and the experts' gradients (DP_EP) go
+    beside TP and DP. The first network's rows are used (volumes do not depend on it);
+    points that share model, EP, TP and generator (other axes, e.g. SP) are averaged.
+    """
+    plt = _pyplot()
+    df = first_network_volumes(summary_csv)
+    if df is None:
+        message_figure(output, "No point of the sweep has volumes (see the status column of summary.csv).")
+        return
+    models, eps = sorted(df["model"].unique()), sorted(df["ep"].unique())
+    variants = [v for v in VARIANT_ORDER if v in set(df["variant"])]
+    groups = [g for g in GROUP_COLOURS if g in set(df["group"])]
+    per_point = df.groupby(["model", "ep", "tp", "variant", "point", "group"])["payload_bytes"].sum()
+    mean = per_point.groupby(["model", "ep", "tp", "variant", "group"]).mean()
+    fig, axes = plt.subplots(len(models), len(eps), figsize=(4.6 * len(eps) + 0.6, 3.6 * len(models) + 0.8),
+                             squeeze=False, sharey="row")
+    width = 0.8 / max(len(variants), 1)
+    for r, model in enumerate(models):
+        for c, ep in enumerate(eps):
+            ax = axes[r][c]
+            tps = sorted(df[(df["model"] == model) & (df["ep"] == ep)]["tp"].unique())
+            for k, var in enumerate(variants):
+                bottom = [0.0] * len(tps)
+                xs = bar_positions(len(tps), k, len(variants), width)
+                for group in groups:
+                    heights = [mean.get((model, ep, tp, var, group), 0.0) / GiB for tp in tps]
+                    ax.bar(xs, heights, width * 0.95, bottom=bottom, color=GROUP_COLOURS[group],
+                           hatch=VARIANT_HATCHES[var], edgecolor="black", linewidth=0.4)
+                    bottom = [b + h for b, h in zip(bottom, heights)]
+            ax.set_xticks(range(len(tps)), [str(t) for t in tps])
+            ax.set_xlabel("tensor parallel size (TP)")
+            if c == 0:
+                ax.set_ylabel("payload per iteration (GiB)")
+            ax.set_title(f"{model}, EP {ep}")
+            ax.grid(axis="y", alpha=0.3)
+    from matplotlib.patches import Patch
+
+    handles = [Patch(facecolor=GROUP_COLOURS[g], edgecolor="black", label=f"{g} group") for g in groups]
+    handles += hatch_handles(variants)
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False, fontsize=8)
+    fig.suptitle("Communication volume per iteration by group: EP and DP_EP beside TP and DP")
+    fig.tight_layout(rect=(0, 0.07, 1, 0.96))
+    save(fig, output)
+    plt.close(fig)
+
+
 # -- the difference from Megatron by cause ------------------------------------------------
 
 MAX_SETTINGS = 24
@@ -626,6 +679,7 @@ def exposed_tp_by_overlap(summary_csv: Path, output: Path, *, default_tp_overlap
 # The figures of the summary tables, by the name ``commsweep plot`` takes.
 PLOTS = {
     "volume-by-tp": volume_by_tp,
+    "volume-by-group": volume_by_group,
     "tp-bytes-by-phase": tp_bytes_by_phase,
     "exposed-by-group": exposed_by_group,
     "audit-by-kind": audit_by_kind,

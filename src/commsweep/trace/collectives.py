@@ -94,7 +94,7 @@ def install(on_call: Callable[[Call], None]) -> None:
         if original is None:
             continue
         _INSTALLED[name] = original
-        wrapped = _wrapper(name, original)
+        wrapped = _wrapper(name, original, _IMPLEMENTATIONS.get(name, lambda f: f)(original))
         setattr(dist, name, wrapped)
         if name in ("isend", "irecv"):
             setattr(c10d, name, wrapped)
@@ -103,16 +103,46 @@ def install(on_call: Callable[[Call], None]) -> None:
 _callback: Callable[[Call], None] = lambda call: None  # noqa: E731
 
 
+def uneven_all_gather(original: Callable) -> Callable:
+    """``all_gather`` into a list of outputs, also of different sizes, which gloo refuses
+    ("ProcessGroupGloo::allgather: invalid tensor size"; megatron's MoE dispatcher gathers
+    the tokens each expert-TP rank received, ``_gather_along_first_dim`` with split sizes):
+    each rank's input is padded to the largest output along the first dimension, gathered,
+    and cut to each output's size. Outputs of one size take the original call unchanged."""
+    import torch
+
+    def all_gather(tensor_list, tensor, group=None, async_op=False):
+        if len({t.shape for t in tensor_list}) <= 1:
+            return original(tensor_list, tensor, group=group, async_op=async_op)
+        rows = max(t.shape[0] for t in tensor_list)
+        padded = torch.zeros((rows, *tensor.shape[1:]), dtype=tensor.dtype)
+        padded[: tensor.shape[0]] = tensor
+        gathered = [torch.empty_like(padded) for _ in tensor_list]
+        original(gathered, padded, group=group)
+        for out, full in zip(tensor_list, gathered):
+            out.copy_(full[: out.shape[0]])
+        return None
+
+    return all_gather
+
+
+# What a wrapped function runs in place of torch's, where gloo lacks what megatron calls.
+_IMPLEMENTATIONS: dict[str, Callable[[Callable], Callable]] = {"all_gather": uneven_all_gather}
+
+
 _inside = threading.local()
 
 
-def _wrapper(name: str, original: Callable) -> Callable:
-    """The counting version of ``original``.
+def _wrapper(name: str, original: Callable, implementation: Callable | None = None) -> Callable:
+    """The counting version of ``original`` (which describes the call), running
+    ``implementation`` (default: ``original`` itself).
 
     A call made while another wrapped call runs is not counted again: ``send`` calls the
     (wrapped) ``isend`` of ``distributed_c10d``, and with a ``TorchFunctionMode`` active
     every function re-dispatches to itself through ``handle_torch_function``.
     """
+
+    run = implementation or original
 
     def wrapped(*args, **kwargs):
         if getattr(_inside, "depth", 0):
@@ -120,7 +150,7 @@ def _wrapper(name: str, original: Callable) -> Callable:
         _callback(describe(name, original, args, kwargs))
         _inside.depth = 1
         try:
-            return original(*args, **kwargs)
+            return run(*args, **kwargs)
         finally:
             _inside.depth = 0
 

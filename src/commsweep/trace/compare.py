@@ -28,7 +28,9 @@ the other end of a neighbour's send, which that stage's trace holds).
 bucket, padded (each parameter starts at a multiple of 64 elements, each bucket ends at a
 multiple of lcm(DP, 128)); the schedule writes one collective of the stage's parameters.
 The trace's DP collectives of one kind are summed into one row, and the buffer's padding
-(measured on the rank) is subtracted, so the row compares parameter counts exactly.
+(measured on the rank) is subtracted, so the row compares parameter counts exactly. MoE
+expert parameters (ep > 1) have buffers of their own, reduced and gathered over the
+expert-data-parallel group (``DP_EP``): the same, with the expert buffers' padding.
 
 Columns of the comparison CSV (``COLUMNS``), one row per key:
 
@@ -40,7 +42,8 @@ Columns of the comparison CSV (``COLUMNS``), one row per key:
 * ``status``: ``match`` (same count), ``count differs``, ``only in schedule``,
   ``only in trace``;
 * ``note``: why a row is special: not expressible in a SimAI workload (the schedule's
-  ``unexpressed`` reason), asynchronous in megatron, several DP buckets, buffer padding.
+  ``unexpressed`` reason), written with an assumption a SimAI row cannot state (balanced
+  MoE routing), asynchronous in megatron, several DP buckets, buffer padding.
 """
 
 from __future__ import annotations
@@ -72,6 +75,9 @@ TRACE_MODULES: tuple[tuple[str, str], ...] = (
     (r"\.(start_param_sync|_dispatch_gather_model_params)$", "optimizer.param_allgather"),
 )
 DP_MODULES = ("ddp.grad_reducescatter", "optimizer.param_allgather")
+# The same collectives on the expert buffers (group DP_EP), as the schedule names them.
+EXPERT_DP_MODULES = {"ddp.grad_reducescatter": "ddp.expert_grad_reducescatter",
+                     "optimizer.param_allgather": "optimizer.expert_param_allgather"}
 
 
 @dataclass(frozen=True)
@@ -95,11 +101,14 @@ class Row:
         return ["" if getattr(self, c) is None else getattr(self, c) for c in COLUMNS]
 
 
-def schedule_element_bytes(module: str) -> int:
+def schedule_element_bytes(module: str, comm: megatron.Comm | None = None) -> int:
     """The element size the schedule's byte count assumes for a collective.
 
     Activations and their gradients, pipeline messages and the parameter all-gather are
-    bf16 (2 bytes); the cross-entropy scalars and every gradient reduction fp32 (4)."""
+    bf16 (2 bytes); the cross-entropy scalars and every gradient reduction fp32 (4); a
+    collective whose ``Comm`` names its element size (MoE's int64 token counts) that size."""
+    if comm is not None and comm.element_bytes:
+        return comm.element_bytes
     if module.startswith(("loss.", "finalize_model_grads.", "ddp.")):
         return megatron.FP32
     return megatron.BF16
@@ -120,28 +129,45 @@ def trace_module(record: TraceRecord) -> str:
 
 
 def _group_size(setup: TrainingSetup, group: str) -> int:
-    return {"TP": setup.tp, "DP": setup.dp, "PP": setup.pp, "EMB": 2, "EP": setup.ep}.get(group, 0)
+    return {"TP": setup.tp, "DP": setup.dp, "PP": setup.pp, "EMB": 2, "EP": setup.ep, "DP_EP": setup.expert_dp,
+            "ETP": setup.expert_tp, "TP_EP": setup.expert_tp * setup.ep}.get(group, 0)
+
+
+def _phase(phase: str, module: str, micro_batch: int | None) -> str:
+    """The trace's phase of a schedule collective (see the module docstring)."""
+    if phase == "pp":
+        return "forward" if module == "pipeline.send_forward" else "backward"
+    if phase == "after" or micro_batch is None:
+        return "after_backward"
+    return "forward" if phase == "fwd" else "backward"
+
+
+def _elements(module: str, comm: megatron.Comm) -> int:
+    width = schedule_element_bytes(module, comm)
+    elements = comm.bytes // width
+    if elements * width != comm.bytes:
+        raise AssertionError(f"{module}: {comm.bytes} bytes is not a whole number of {width}-byte elements")
+    return elements
 
 
 def _schedule_side(setup: TrainingSetup, stage: int):
     sched = megatron.schedule(setup, stage=stage)
-    why = {(module, comm): reason for module, _, comm, reason in sched.unexpressed}
+    unexpressed = [megatron.as_unexpressed(u) for u in sched.unexpressed]
+    why = {(u.module, u.comm): u.why for u in unexpressed if not u.in_rows}
+    # Collectives written as rows whose row cannot say all (balanced routing, a DP_EP size).
+    caveats: dict[tuple, str] = {}
+    for u in unexpressed:
+        if u.in_rows:
+            key = (stage, _phase(u.phase, u.module, u.micro_batch), u.layer, u.module, u.comm.collective,
+                   u.comm.group, _elements(u.module, u.comm))
+            caveats[key] = u.why
     counts: dict[tuple, int] = defaultdict(int)
     info: dict[tuple, tuple[int, int, str]] = {}
     for e in sched.expected():
-        if e.phase == "pp":
-            phase = "forward" if e.module == "pipeline.send_forward" else "backward"
-        elif e.phase == "after" or e.micro_batch is None:
-            phase = "after_backward"
-        else:
-            phase = "forward" if e.phase == "fwd" else "backward"
-        width = schedule_element_bytes(e.module)
-        elements = e.comm.bytes // width
-        if elements * width != e.comm.bytes:
-            raise AssertionError(f"{e.module}: {e.comm.bytes} bytes is not a whole number of {width}-byte elements")
-        key = (stage, phase, e.layer, e.module, e.comm.collective, e.comm.group, elements)
+        phase = _phase(e.phase, e.module, e.micro_batch)
+        key = (stage, phase, e.layer, e.module, e.comm.collective, e.comm.group, _elements(e.module, e.comm))
         counts[key] += 1
-        note = ""
+        note = caveats.get(key, "")
         if e.row is None:
             note = "not in the workload file: " + why.get((e.module, e.comm), "unexpressed")
         info[key] = (_group_size(setup, e.comm.group), e.comm.bytes, note)
@@ -150,7 +176,9 @@ def _schedule_side(setup: TrainingSetup, stage: int):
 
 def _trace_side(trace: Trace, stage: int):
     rank = trace.first_rank_of_stage(stage)
-    padding = next((r.buffer_padding for r in trace.ranks if r.rank == rank), 0)
+    info_of_rank = next((r for r in trace.ranks if r.rank == rank), None)
+    paddings = {"DP": info_of_rank.buffer_padding if info_of_rank else 0,
+                "DP_EP": info_of_rank.expert_buffer_padding if info_of_rank else 0}
     counts: dict[tuple, int] = defaultdict(int)
     info: dict[tuple, tuple[int, int, str]] = {}
     asynchronous: set[tuple] = set()
@@ -160,6 +188,8 @@ def _trace_side(trace: Trace, stage: int):
             continue
         module = trace_module(r)
         if module in DP_MODULES:
+            if r.group == "DP_EP":
+                module = EXPERT_DP_MODULES[module]
             entry = dp_sums.setdefault((r.phase, module, r.collective, r.group, r.group_size), [0, 0, 0])
             entry[0] += r.elements
             entry[1] += r.bytes
@@ -172,6 +202,7 @@ def _trace_side(trace: Trace, stage: int):
         if r.async_op:
             asynchronous.add(key)
     for (phase, module, collective, group, size), (elements, nbytes, buckets) in dp_sums.items():
+        padding = paddings.get(group, 0)
         key = (stage, phase, None, module, collective, group, elements - padding)
         counts[key] += 1
         notes = []

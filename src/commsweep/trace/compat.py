@@ -12,9 +12,19 @@ Workarounds (release ranges as traced; see ``docs/megatron-versions.md``):
   model and the pipeline schedules import, imports Triton for its kernels, and a CPU
   torch has no Triton. The module that does is imported with a stand-in Triton whose
   kernels raise if launched (a dense model on the CPU never launches them).
-* ``cuda_stream_on_cpu`` (0.19): the DDP wrapper asks for the current CUDA stream
-  before each gradient reduction, to wait on CUDA-graph events there are none of; the
-  CPU's stream stands in (recorded only when megatron called it).
+* ``cuda_stream_on_cpu`` (0.19; MoE in every release): the DDP wrapper asks for the
+  current CUDA stream before each gradient reduction, to wait on CUDA-graph events there
+  are none of, and the MoE all-to-all dispatcher copies its split sizes to the host on a
+  side stream (0.12 and later) or synchronises the current one (before); a stream that
+  does nothing (``CpuStream``) stands in for all of them (recorded only when megatron
+  called one).
+* ``moe_te_functions_none`` (MoE, 0.12 to 0.16): ``moe_utils`` binds its Transformer
+  Engine functions only when TE imports, though megatron tests them for None; the names
+  its source imports that way are set to None (recorded with MoE traces).
+* ``moe_split_sizes_on_host`` (MoE, 0.12 and later): the dispatcher's
+  ``maybe_move_tensor_to_cpu`` leaves a CPU tensor a tensor where it gives numpy for a
+  CUDA one, and ``all_to_all_single`` takes no tensor of split sizes; a stand-in gives
+  numpy (recorded when called).
 * ``stale_parallel_state`` (0.8 to 0.12): ``destroy_model_parallel`` leaves the ranks
   of the position-embedding group set; a trace runs several setups in one process, so
   ranks left from an earlier setup are cleared once the next setup's groups are made.
@@ -27,6 +37,11 @@ Workarounds (release ranges as traced; see ``docs/megatron-versions.md``):
   wrapper, all-gathers the updated parameters, at the end of its step; the optimizer is
   built (torch's AdamW stands in for the fused Adam of apex or Transformer Engine) and
   its step run without gradient clipping, whose norm all-reduce no release's trace keeps.
+
+Where a release lacks an option a setup needs (an MoE option of ``TransformerConfig``,
+expert tensor parallelism), ``Unsupported`` says so, naming the release and the option;
+an option it lacks but whose value asked for is what the release does anyway (one MoE
+layer in every layer, no shared expert, ...) is simply left out.
 """
 
 from __future__ import annotations
@@ -41,6 +56,8 @@ import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from ..errors import CommsweepError
 
 # Files that import Triton at their top (the MoE paged stash: in 0.18 the stash itself,
 # from 0.19 its kernels' own module), which every GPT model imports.
@@ -62,12 +79,81 @@ def used_stand_in(name: str, function: Any) -> Any:
     return stand_in
 
 
+class CpuStream:
+    """A CUDA stream, event and stream context on the CPU: work is already in order, so
+    every wait, record and synchronisation does nothing."""
+
+    def wait_stream(self, stream: Any) -> None:
+        pass
+
+    def wait_event(self, event: Any) -> None:
+        pass
+
+    def record_event(self, event: Any = None) -> "CpuStream":
+        return self
+
+    def synchronize(self) -> None:
+        pass
+
+    def __enter__(self) -> "CpuStream":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+_CPU_STREAM = CpuStream()
+
+
 def cuda_stream_on_cpu() -> None:
-    """``torch.cuda.current_stream`` is the CPU's (whose waits do nothing): 0.19's DDP
-    waits on the current stream for CUDA-graph events before every gradient reduction."""
+    """``torch.cuda.Stream``, ``current_stream`` and ``stream`` give ``CpuStream`` (call
+    after megatron is imported; recorded when megatron calls one): 0.19's DDP waits on the
+    current stream for CUDA-graph events before every gradient reduction, and the MoE
+    all-to-all dispatcher copies its split sizes to the host on a side stream (0.12 and
+    later) or synchronises the current one (before)."""
     import torch
 
-    torch.cuda.current_stream = used_stand_in("cuda_stream_on_cpu", torch.cpu.current_stream)
+    torch.cuda.Stream = used_stand_in("cuda_stream_on_cpu", lambda *args, **kwargs: _CPU_STREAM)
+    torch.cuda.current_stream = used_stand_in("cuda_stream_on_cpu", lambda *args, **kwargs: _CPU_STREAM)
+    torch.cuda.stream = used_stand_in("cuda_stream_on_cpu", lambda stream=None: _CPU_STREAM)
+
+
+def moe_te_functions_none() -> str | None:
+    """Set to None the Transformer Engine functions that ``moe_utils`` imports in a
+    ``try`` block and so leaves unbound without TE (0.12 to 0.16), though its router and
+    permutation code test them for None (from 0.17 megatron sets them to None itself).
+    Found in the module's source; the name returned when any was set."""
+    from megatron.core.transformer.moe import moe_utils
+
+    tree = ast.parse(Path(moe_utils.__file__).read_bytes())
+    imported = {alias.asname or alias.name for node in tree.body if isinstance(node, ast.Try)
+                for statement in node.body if isinstance(statement, ast.ImportFrom)
+                and "transformer_engine" in (statement.module or "") for alias in statement.names}
+    unbound = sorted(name for name in imported if not hasattr(moe_utils, name))
+    for name in unbound:
+        setattr(moe_utils, name, None)
+    return "moe_te_functions_none" if unbound else None
+
+
+def _to_host(tensor: Any, as_numpy: bool = False, record_stream: bool = False) -> Any:
+    """megatron's ``maybe_move_tensor_to_cpu`` for tensors already on the CPU: what it gives
+    for a CUDA tensor (numpy for the all-to-all split sizes, which torch.distributed takes
+    as a sequence of ints; it returns a CPU tensor unchanged, which it does not)."""
+    import torch
+
+    if torch.is_tensor(tensor) and as_numpy:
+        return tensor.numpy()
+    return tensor
+
+
+def moe_split_sizes_on_host() -> None:
+    """The all-to-all dispatcher's ``maybe_move_tensor_to_cpu`` (0.12 and later) is
+    ``_to_host`` (recorded as ``moe_split_sizes_on_host`` when called). Before 0.12 the
+    dispatcher copies with ``.to("cpu").numpy()``, which a CPU tensor takes as it is."""
+    from megatron.core.transformer.moe import token_dispatcher
+
+    if hasattr(token_dispatcher, "maybe_move_tensor_to_cpu"):
+        token_dispatcher.maybe_move_tensor_to_cpu = used_stand_in("moe_split_sizes_on_host", _to_host)
 
 
 def megatron_version() -> str:
@@ -248,13 +334,83 @@ def cpu_rng_tracker() -> None:
     random._CUDA_RNG_STATE_TRACKER_INITIALIZED = True
 
 
-def local_layer_spec(normalization: str) -> tuple[Any, str | None]:
-    """megatron's local (non Transformer-Engine) GPT layer spec."""
+def moe_state_reset() -> Any:
+    """A function starting a new model's MoE bookkeeping (make it once megatron is imported,
+    before any trace; every release, not a workaround). megatron keeps the MoE losses it
+    logs in a module-level tracker sized by the model's layers, which its training loop only
+    zeroes: in ``parallel_state`` (0.8 to 0.12), ``moe_utils`` (0.13 to 0.17) or
+    ``moe_logging``'s metrics tracker (0.18 and later, where ``moe_utils``' one is a copy);
+    and the auxiliary-loss scale the schedule sets stays on ``MoEAuxLossAutoScaler``: it
+    goes back to what it was at import (None, or 0.8's 1.0)."""
+    from megatron.core import parallel_state
+    from megatron.core.transformer.moe import moe_utils
+
+    try:
+        from megatron.core.transformer.moe import moe_logging
+    except ImportError:
+        moe_logging = None
+    scaler = moe_utils.MoEAuxLossAutoScaler
+    scale = scaler.main_loss_backward_scale
+    scale = scale.clone() if scale is not None else None
+
+    def reset() -> None:
+        if moe_logging is not None:
+            moe_logging.get_moe_metrics_tracker().metrics.clear()
+        else:
+            holder = moe_utils if hasattr(moe_utils, "get_moe_layer_wise_logging_tracker") else parallel_state
+            holder.get_moe_layer_wise_logging_tracker().clear()
+        scaler.main_loss_backward_scale = scale.clone() if scale is not None else None
+
+    return reset
+
+
+def local_layer_spec(normalization: str, num_experts: int | None = None) -> tuple[Any, str | None]:
+    """megatron's local (non Transformer-Engine) GPT layer spec (with ``num_experts``
+    experts: its MoE layer's)."""
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
     if "normalization" in inspect.signature(get_gpt_layer_local_spec).parameters:
-        return get_gpt_layer_local_spec(normalization=normalization), None
-    return get_gpt_layer_local_spec(), "layer_spec_norm_default"
+        return get_gpt_layer_local_spec(num_experts=num_experts, normalization=normalization), None
+    return get_gpt_layer_local_spec(num_experts=num_experts), "layer_spec_norm_default"
+
+
+class Unsupported(CommsweepError):
+    """The megatron-core release cannot run what was asked for (an option it lacks)."""
+
+
+def _unsupported(what: str, why: str) -> Unsupported:
+    return Unsupported(f"megatron-core {megatron_version()} cannot trace {what}: {why}")
+
+
+def parallel_sizes(tp: int, pp: int, ep: int, expert_tp: int) -> dict[str, int]:
+    """``initialize_model_parallel``'s keywords. Releases before 0.10 have no expert tensor
+    parallelism of its own (``expert_tensor_parallel_size``): their experts split over TP,
+    which is what an expert TP equal to TP asks for, and nothing else can be traced."""
+    from megatron.core import parallel_state
+
+    sizes = dict(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, expert_model_parallel_size=ep)
+    if "expert_tensor_parallel_size" in inspect.signature(parallel_state.initialize_model_parallel).parameters:
+        return {**sizes, "expert_tensor_parallel_size": expert_tp}
+    if expert_tp != tp:
+        raise _unsupported(f"expert TP {expert_tp} under TP {tp}",
+                           "it has no expert tensor parallelism of its own (experts split over TP)")
+    return sizes
+
+
+def config_options(config_class: Any, options: dict[str, Any], implied: dict[str, Any]) -> dict[str, Any]:
+    """``options`` for ``TransformerConfig`` less those the release lacks, where the value
+    asked for is ``implied[option]``, what the release does without it (an older release
+    without ``moe_layer_freq`` makes every layer MoE, which 1 asks for); a lacking option
+    asked with another value cannot be traced with this release."""
+    import dataclasses
+
+    known = {f.name for f in dataclasses.fields(config_class)}
+    lacking = [name for name in options if name not in known]
+    refused = [f"{name}={options[name]!r}" for name in lacking if name not in implied or options[name] != implied[name]]
+    if refused:
+        raise _unsupported(f"this model ({', '.join(refused)})",
+                           f"its TransformerConfig has no {', '.join(n.split('=')[0] for n in refused)}")
+    return {name: value for name, value in options.items() if name in known}
 
 
 def _cpu_tensors_named_cuda():

@@ -18,15 +18,35 @@ What it takes to run megatron-core 0.16.1 on a CPU-only torch, and why:
 * torch's own LayerNorm/RMSNorm refuse sequence parallelism in megatron's wrapper
   (apex's FusedLayerNorm is what megatron uses there); ``SequenceParallelNorm`` is
   torch's norm with its parameters marked ``sequence_parallel``, which is what tells
-  ``finalize_model_grads`` to all-reduce their gradients over TP, as apex's does.
+  ``finalize_model_grads`` to all-reduce their gradients over TP, as apex's does;
+* MoE: megatron-core 0.16.1's router reads ``moe_utils.te_general_gemm`` (and its MoE
+  utilities other Transformer Engine functions), which it defines only when Transformer
+  Engine imports: ``compat.moe_te_functions_none`` sets them to None, what megatron tests for;
+* MoE: the all-to-all token dispatcher copies its split sizes to the host on a side CUDA
+  stream (``torch.cuda.Stream``, ``current_stream``, ``stream``, events): the stand-ins of
+  ``compat.cuda_stream_on_cpu`` take their place (a CPU tensor is already on the host), and
+  ``compat.moe_split_sizes_on_host`` that of its copy, which turns CUDA split sizes into
+  numpy but leaves CPU ones as tensors, which ``all_to_all_single`` refuses; the router is
+  megatron's ``TopKRouter`` with balanced routing (``BalancedRouter``), so that every
+  collective has the sizes the schedule assumes.
 
 What one megatron-core release needs beyond that is in ``compat`` (each workaround named;
-the names applied come back in the rank's ``meta``).
+the names applied come back in the rank's ``meta``; the MoE ones above are named there
+too, and recorded for the MoE traces that need them).
+
+What torch 2.13.0's gloo backend does with megatron's MoE collectives (measured,
+``tests/test_trace_moe.py``): ``all_to_all_single`` with and without split sizes, the
+list ``all_to_all``, ``reduce_scatter_tensor`` and the list ``reduce_scatter`` (uneven
+splits too) all work; the list ``all_gather`` refuses tensors of different sizes
+("ProcessGroupGloo::allgather: invalid tensor size"), and megatron calls it with the
+expert-TP split sizes of the tokens a rank received. With balanced routing every split is
+equal and gloo runs megatron's own call unchanged; for uneven splits (a router's own
+routing) ``collectives.uneven_all_gather`` gathers them the only way gloo can (padded to the
+largest, then cut) behind the counting wrapper, so that megatron's call is the one recorded.
 """
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import torch
@@ -44,7 +64,6 @@ torch.cuda.current_device = cpu_device  # megatron allocates its buffers there
 
 from . import compat  # noqa: E402
 
-compat.cuda_stream_on_cpu()
 with compat.megatron_imports() as IMPORT_WORKAROUNDS:
     from megatron.core import parallel_state as ps
     from megatron.core.distributed import (
@@ -54,11 +73,37 @@ with compat.megatron_imports() as IMPORT_WORKAROUNDS:
     )
     from megatron.core.models.gpt import GPTModel
     from megatron.core.pipeline_parallel import get_forward_backward_func
+    from megatron.core.transformer.moe.router import TopKRouter
     from megatron.core.transformer.transformer_block import TransformerBlockSubmodules
     from megatron.core.transformer.transformer_config import TransformerConfig
 
+compat.cuda_stream_on_cpu()  # the MoE dispatcher's side stream; 0.19's DDP waits on the current one
+compat.moe_split_sizes_on_host()
+# Applied to every trace, needed by MoE ones: recorded with those (see _trace_step).
+MOE_WORKAROUNDS = [w for w in (compat.moe_te_functions_none(),) if w]
+reset_moe_state = compat.moe_state_reset()
+
 from . import collectives  # noqa: E402
 from .attribution import Attribution  # noqa: E402
+
+
+class BalancedRouter(TopKRouter):
+    """megatron's top-k router with balanced routing: the k experts of a rank's i-th token
+    are (i*k + j) mod E, j < k, chosen by adding a large constant to their logits before
+    megatron's own top-k and softmax. Every expert then gets T*k/E tokens from every rank
+    (T a rank's tokens; the trace sizes keep E dividing T*k), so every all-to-all and
+    expert-TP gather has the size of balanced routing, and the router's weights still get
+    their gradient (the constant cancels in the softmax over the chosen experts)."""
+
+    BIAS = 1.0e4
+
+    def gating(self, input: torch.Tensor) -> torch.Tensor:
+        logits = super().gating(input)
+        tokens = logits.shape[0] * logits.shape[1] if logits.dim() == 3 else logits.shape[0]
+        k, experts = self.topk, self.config.num_moe_experts
+        chosen = (torch.arange(tokens).unsqueeze(1) * k + torch.arange(k)) % experts
+        mask = torch.zeros(tokens, experts, dtype=logits.dtype).scatter(1, chosen, self.BIAS)
+        return logits + mask.view(logits.shape)
 
 
 class CudaFactoriesOnCpu(TorchFunctionMode):
@@ -86,6 +131,34 @@ class SequenceParallelNorm:
         return norm
 
 
+def moe_config(setup: TrainingSetup) -> dict[str, Any]:
+    """megatron's MoE options for the setup (empty for a dense model): the all-to-all
+    dispatcher, dropless, no grouped GEMM or fusions. Options an older release lacks are
+    left out where the value asked for is what that release does anyway (see
+    ``compat.config_options``)."""
+    m = setup.model
+    if not m.is_moe:
+        return {}
+    options = dict(
+        num_moe_experts=m.num_experts,
+        moe_router_topk=m.moe_topk,
+        moe_ffn_hidden_size=m.expert_ffn_hidden_size,
+        moe_shared_expert_intermediate_size=m.moe_shared_expert_intermediate_size,
+        moe_shared_expert_gate=m.moe_shared_expert_gate,
+        moe_layer_freq=m.moe_layer_freq,
+        moe_aux_loss_coeff=float(m.moe_aux_loss_coeff),
+        moe_token_dispatcher_type="alltoall",
+        moe_router_pre_softmax=m.moe_topk == 1,  # megatron refuses top-1 softmax routing without it
+        expert_model_parallel_size=setup.ep,
+        expert_tensor_parallel_size=setup.expert_tp,
+    )
+    # What a release without the option does: experts as wide as the dense MLP, no shared
+    # expert, every layer MoE, experts split over TP.
+    implied = dict(moe_ffn_hidden_size=m.ffn_hidden_size, moe_shared_expert_intermediate_size=None,
+                   moe_shared_expert_gate=False, moe_layer_freq=1, expert_tensor_parallel_size=setup.tp)
+    return compat.config_options(TransformerConfig, options, implied)
+
+
 def transformer_config(setup: TrainingSetup) -> TransformerConfig:
     m = setup.model
     return TransformerConfig(
@@ -101,6 +174,7 @@ def transformer_config(setup: TrainingSetup) -> TransformerConfig:
         gated_linear_unit=m.swiglu,
         activation_func=torch.nn.functional.silu if m.swiglu else torch.nn.functional.gelu,
         add_bias_linear=m.add_bias_linear,
+        add_qkv_bias=m.add_qkv_bias,
         hidden_dropout=0.0,
         attention_dropout=0.0,
         use_cpu_initialization=True,
@@ -114,16 +188,30 @@ def transformer_config(setup: TrainingSetup) -> TransformerConfig:
         gradient_accumulation_fusion=False,
         batch_p2p_comm=False,  # batched p2p would call torch.cuda.synchronize
         recompute_granularity="selective" if setup.recompute else None,
+        **moe_config(setup),
     )
 
 
-def layer_spec(config: TransformerConfig, layers: int, applied: list[str]) -> TransformerBlockSubmodules:
-    """The local layer spec with ``SequenceParallelNorm`` for the norms."""
-    spec, workaround = compat.local_layer_spec(config.normalization)
-    applied += [workaround] if workaround else []
-    spec.submodules.input_layernorm = SequenceParallelNorm
-    spec.submodules.pre_mlp_layernorm = SequenceParallelNorm
-    return TransformerBlockSubmodules(layer_specs=[spec] * layers, layer_norm=SequenceParallelNorm)
+def layer_spec(config: TransformerConfig, layers: int, model=None, first_layer: int = 0,
+               applied: list[str] | None = None) -> TransformerBlockSubmodules:
+    """The local layer spec with ``SequenceParallelNorm`` for the norms, for the stage's
+    ``layers`` layers from global layer ``first_layer``: MoE layers (``model.is_moe_layer``,
+    megatron's ``moe_layer_freq`` pattern) get the MoE spec with ``BalancedRouter``.
+    ``applied`` hears the workaround ``compat.local_layer_spec`` needed, if any."""
+
+    def spec_of(moe: bool):
+        spec, workaround = compat.local_layer_spec(config.normalization, config.num_moe_experts if moe else None)
+        if applied is not None and workaround and workaround not in applied:
+            applied.append(workaround)
+        spec.submodules.input_layernorm = SequenceParallelNorm
+        spec.submodules.pre_mlp_layernorm = SequenceParallelNorm
+        if moe:
+            spec.submodules.mlp.submodules.router = BalancedRouter
+        return spec
+
+    dense, moe = spec_of(False), spec_of(True) if config.num_moe_experts else None
+    specs = [moe if model is not None and model.is_moe_layer(first_layer + i) else dense for i in range(layers)]
+    return TransformerBlockSubmodules(layer_specs=specs, layer_norm=SequenceParallelNorm)
 
 
 def group_namer() -> Any:
@@ -139,20 +227,39 @@ def group_namer() -> Any:
         ("POS_EMB", lambda: ps.get_position_embedding_group()),
         ("EP", lambda: ps.get_expert_model_parallel_group()),
         ("DP_EP", lambda: ps.get_expert_data_parallel_group()),
+        ("DP_EP", lambda: ps.get_expert_data_parallel_group(partial_expert_data_parallel=True)),
         ("MP", lambda: ps.get_model_parallel_group()),
         ("TP_DP", lambda: ps.get_tensor_and_data_parallel_group()),
     ]
+    # MoE's own groups take the name of the group above with the same ranks (the expert-TP
+    # group is TP at megatron's default; expert TP x EP is EP without expert TP), else
+    # their own (no SimAI group has them).
+    aliases = [
+        ("ETP", lambda: ps.get_expert_tensor_parallel_group(), ("TP",)),
+        ("TP_EP", lambda: ps.get_expert_tensor_and_model_parallel_group(), ("EP", "TP")),
+        ("TP", lambda: ps.get_tensor_and_context_parallel_group(), ("TP",)),
+    ]
     by_id: dict[int, str] = {}
     by_ranks: dict[tuple[int, ...], str] = {}
-    for name, get in candidates:
-        try:
-            group = get()
-        except (AssertionError, AttributeError, RuntimeError, TypeError):  # not in this release
-            continue
-        if group is None or isinstance(group, list):
-            continue
+
+    def groups(listed):
+        for name, get, *preferred in listed:
+            try:
+                group = get()
+            except (AssertionError, AttributeError, RuntimeError, TypeError):  # not in this release
+                continue
+            if group is None or isinstance(group, list):
+                continue
+            yield name, group, tuple(dist.get_process_group_ranks(group)), (preferred or [()])[0]
+
+    ranks_of: dict[str, tuple[int, ...]] = {}
+    for name, group, ranks, _ in groups(candidates):
         by_id.setdefault(id(group), name)
-        by_ranks.setdefault(tuple(dist.get_process_group_ranks(group)), name)
+        by_ranks.setdefault(ranks, name)
+        ranks_of.setdefault(name, ranks)
+    for name, group, ranks, preferred in groups(aliases):
+        same = next((known for known in preferred if ranks_of.get(known) == ranks), None)
+        by_id.setdefault(id(group), same or name)
 
     def name(group) -> tuple[str, int]:
         if group is None or group is dist.group.WORLD:
@@ -177,11 +284,11 @@ def trace_step(setup: TrainingSetup, *, seed: int = 1234) -> tuple[list, dict]:
 
 def _trace_step(setup: TrainingSetup, seed: int) -> tuple[list, dict]:
     rank = dist.get_rank()
-    ps.initialize_model_parallel(
-        tensor_model_parallel_size=setup.tp, pipeline_model_parallel_size=setup.pp,
-        expert_model_parallel_size=setup.ep,
-    )
+    reset_moe_state()  # a new model starts a new MoE loss tracker and scale (see compat)
+    compat.USED.clear()  # what this setup's step calls (a launch traces several setups)
+    ps.initialize_model_parallel(**compat.parallel_sizes(setup.tp, setup.pp, setup.ep, setup.expert_tp))
     applied = list(IMPORT_WORKAROUNDS) + [w for w in (compat.stale_parallel_state(),) if w]
+    applied += MOE_WORKAROUNDS if setup.model.is_moe else []
     try:
         compat.cpu_rng_tracker()
         torch.manual_seed(seed)
@@ -191,7 +298,8 @@ def _trace_step(setup: TrainingSetup, seed: int) -> tuple[list, dict]:
         m = setup.model
         model = GPTModel(
             config=config,
-            transformer_layer_spec=layer_spec(config, setup.layers_per_stage, applied),
+            transformer_layer_spec=layer_spec(
+                config, setup.layers_per_stage, m, stage * setup.layers_per_stage, applied),
             vocab_size=setup.padded_vocab,
             max_sequence_length=m.max_position_embeddings,
             pre_process=first,
@@ -257,13 +365,22 @@ def _trace_step(setup: TrainingSetup, seed: int) -> tuple[list, dict]:
         attribution.after_backward = True
         param_gather()  # what the distributed optimizer's step issues
         attribution.enabled = False
+        # What each gradient buffer pads its parameters with (the DP and DP_EP collectives carry it).
+        padding = {}
+        for group, buffers in (("DP", ddp.buffers), ("DP_EP", ddp.expert_parallel_buffers)):
+            # (a bucket's params: 0.8's buffers do not list theirs)
+            params = sum(p.numel() for buffer in buffers for bucket in buffer.buckets for p in bucket.params)
+            buffered = sum(bucket.grad_data.numel() for buffer in buffers for bucket in buffer.buckets)
+            padding[group] = buffered - params
         parameters = sum(p.numel() for p in model.parameters())
-        buffered = sum(bucket.grad_data.numel() for buffer in ddp.buffers for bucket in buffer.buckets)
-        meta = {"rank": rank, "stage": stage, "parameters": parameters, "buffer_padding": buffered - parameters,
+        meta = {"rank": rank, "stage": stage, "parameters": parameters, "buffer_padding": padding["DP"],
+                "expert_buffer_padding": padding["DP_EP"],
                 "megatron_core": compat.megatron_version(), "workarounds": applied + sorted(compat.USED)}
+        collectives.install(lambda call: None)
+        dist.barrier()  # every rank done before the groups go
         return attribution.records, meta
     finally:
+        # On an error no barrier: the other ranks would wait in theirs (or in the step) and
+        # the error would never be seen; this process exits and the runner stops the rest.
         collectives.install(lambda call: None)
-        with contextlib.suppress(Exception):
-            dist.barrier()
         ps.destroy_model_parallel()

@@ -58,13 +58,15 @@ class TraceRecord:
 @dataclass(frozen=True)
 class RankInfo:
     """Facts about one traced rank: its pipeline stage, its parameter count, the
-    padding megatron's gradient buffer adds to it (carried by the DP collectives), the
-    megatron-core version that ran, and the workarounds it needed (``trace/compat.py``)."""
+    padding megatron's gradient buffers add to it (carried by the DP collectives; the
+    expert buffers' by the DP_EP ones), the megatron-core version that ran, and the
+    workarounds it needed (``trace/compat.py``)."""
 
     rank: int
     stage: int
     parameters: int
     buffer_padding: int
+    expert_buffer_padding: int = 0
     megatron_core: str = ""
     workarounds: tuple[str, ...] = ()
 

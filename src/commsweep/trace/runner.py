@@ -117,6 +117,9 @@ def _launch(world: int, setups: list[TrainingSetup], *, timeout: float,
             rank, code = failed
             if rank < 0:
                 raise TraceError(f"trace of {world} process(es) timed out after {timeout:.0f} s")
+            said = tmpdir / f"rank{rank}.json.error"  # what the release cannot run, in a line
+            if said.exists():
+                raise TraceError(said.read_text())
             tail = (tmpdir / f"rank{rank}.log").read_text(errors="replace")[-3000:]
             raise TraceError(f"trace process {rank} of {world} exited with status {code}:\n{tail}")
         per_rank = [json.loads((tmpdir / f"rank{r}.json").read_text()) for r in range(world)]
@@ -155,7 +158,11 @@ def _worker(job_path: str, rank: int, store: str, out: str) -> None:
         results = []
         for argv in job["setups"]:
             setup = setup_from_args(parser.parse_args(argv))
-            records, meta = model.trace_step(setup)
+            try:
+                records, meta = model.trace_step(setup)
+            except CommsweepError as err:  # e.g. compat.Unsupported: the parent says it as it is
+                write_text(out + ".error", str(err))
+                raise
             results.append({"records": [r.to_dict() for r in records], "meta": meta})
         write_text(out, json.dumps(results))
     finally:

@@ -6,6 +6,12 @@ small model with the same structure (TP, SP, PP, position embedding, norm, MLP k
 biases, tied embeddings, GQA) therefore checks every collective of the schedule, and the
 schedule generated for the same small dimensions gives the sizes to compare with.
 Points that share a structure share one trace (``family`` names it).
+
+MoE models keep their MoE structure (top-k, shared experts and their gate, the pattern of
+MoE and dense layers, the load-balancing loss, EP and expert TP) with a few experts: at
+least two per EP rank and k, their number dividing a rank's routed tokens T*k so that the
+trace's balanced router gives every expert the same tokens (the sequence grows until it
+does).
 """
 
 from __future__ import annotations
@@ -28,7 +34,9 @@ def _gqa(model: ModelSpec) -> bool:
 
 
 def family(model: ModelSpec) -> str:
-    """The structural family of a model: ``gpt``, ``llama``, ``llama-gqa``, or its traits."""
+    """The structural family of a model: ``gpt``, ``llama``, ``llama-gqa``, or its traits;
+    then qkv biases and the MoE traits (``-moe-k<topk>``, ``-shared``, ``-gate``,
+    ``-freq<N>``, ``-aux``) where the model has them."""
     traits = (
         model.position_embedding, model.normalization, "swiglu" if model.swiglu else "gelu",
         "bias" if model.add_bias_linear else "nobias", "tied" if model.tie_embeddings else "untied",
@@ -39,26 +47,52 @@ def family(model: ModelSpec) -> str:
         ("rope", "rmsnorm", "swiglu", "nobias", "untied", "mha"): "llama",
         ("rope", "rmsnorm", "swiglu", "nobias", "untied", "gqa"): "llama-gqa",
     }
-    return known.get(traits, "-".join(traits))
+    name = known.get(traits, "-".join(traits))
+    if model.add_qkv_bias and not model.add_bias_linear:
+        name += "-qkvbias"
+    if model.is_moe:
+        name += f"-moe-k{model.moe_topk}"
+        if model.moe_shared_expert_intermediate_size is not None:
+            name += "-shared" + ("-gate" if model.moe_shared_expert_gate else "")
+        if model.moe_layer_freq != 1:
+            name += f"-freq{model.moe_layer_freq}"
+        if model.moe_aux_loss_coeff > 0:
+            name += "-aux"
+    return name
 
 
 def trace_key(setup: TrainingSetup) -> str:
     """The name of the trace covering this setup: family, TP, PP and SP."""
     sp = int(setup.sp and setup.tp > 1)
-    return f"{family(setup.model)}_tp{setup.tp}_pp{setup.pp}_sp{sp}"
+    key = f"{family(setup.model)}_tp{setup.tp}_pp{setup.pp}_sp{sp}"
+    if setup.model.is_moe:
+        key += f"_ep{setup.ep}" + (f"_etp{setup.expert_tp}" if setup.expert_tp != setup.tp else "")
+    return key
 
 
 def scaled_setup(setup: TrainingSetup, *, dp: int = 1) -> TrainingSetup:
     """``setup``'s structure with tiny sizes: 2 heads of 16 per TP rank (one key/value
     group per rank with GQA), FFN 4h, 2 layers per stage, sequence 16, micro batch 2, one
     micro-batch per DP rank (two with PP, so that the 1F1B schedule has a steady state),
-    and a vocabulary that megatron pads. It depends only on ``trace_key(setup)`` and ``dp``."""
+    and a vocabulary that megatron pads. It depends only on ``trace_key(setup)`` and ``dp``
+    (at least EP for an MoE model: megatron carves the EP group out of DP)."""
     m, t, p = setup.model, setup.tp, setup.pp
     heads = HEADS_PER_RANK * t
     hidden = HEAD_DIM * heads
     ffn = 4 * hidden  # the MLP's width moves no bytes; a fixed one keeps the trace a function of the key
     seq = max(SEQ_LENGTH, t)
     seq = -(-seq // t) * t
+    moe: dict = {"num_experts": None}
+    if m.is_moe:
+        dp = max(dp, setup.ep)
+        experts = setup.ep * max(2, -(-m.moe_topk // setup.ep))
+        while (MICRO_BATCH * seq // t * m.moe_topk) % experts:  # balanced routing needs E | T*k
+            seq += t
+        moe = {
+            "num_experts": experts,
+            "moe_ffn_hidden_size": 2 * hidden,
+            "moe_shared_expert_intermediate_size": None if m.moe_shared_expert_intermediate_size is None else ffn,
+        }
     model = dataclasses.replace(
         m,
         name=f"{family(m)}-scaled",
@@ -69,28 +103,33 @@ def scaled_setup(setup: TrainingSetup, *, dp: int = 1) -> TrainingSetup:
         ffn_hidden_size=ffn,
         vocab_size=128 * t - 28,  # padded by megatron to 128 * t
         max_position_embeddings=seq,
-        num_experts=None,
         aicb_name=None,
+        **moe,
     )
     micro_batches = 2 if p > 1 else 1
     return TrainingSetup(
-        model=model, world_size=t * p * dp, tp=t, pp=p, ep=1, sp=setup.sp and t > 1,
+        model=model, world_size=t * p * dp, tp=t, pp=p, ep=setup.ep if m.is_moe else 1, sp=setup.sp and t > 1,
         micro_batch=MICRO_BATCH, global_batch=MICRO_BATCH * dp * micro_batches, seq_length=seq,
+        etp=setup.etp if m.is_moe else None,
     )
 
 
 def pipeline_dp(setup: TrainingSetup) -> int:
     """The DP size the pipeline traces a key with: 2 where a model replica has at most 2
     ranks (so the DP reduce-scatter and all-gather are checked for at most 4 processes),
-    else 1 (TP and PP collectives only; DP ones on a group of one move nothing)."""
-    return 2 if setup.tp * setup.pp <= 2 else 1
+    else 1 (TP and PP collectives only; DP ones on a group of one move nothing); at least
+    EP for an MoE model."""
+    dp = 2 if setup.tp * setup.pp <= 2 else 1
+    return max(dp, setup.ep) if setup.model.is_moe else dp
 
 
 def trace_setups(setups) -> dict[str, TrainingSetup]:
-    """One setup per trace key among ``setups`` (first seen), MoE models left out: the
-    megatron schedule, which a trace checks, covers dense models only."""
+    """One setup per trace key among ``setups`` (first seen), leaving out what the megatron
+    schedule, which a trace checks, cannot describe."""
+    from ..workload import megatron
+
     out: dict[str, TrainingSetup] = {}
     for setup in setups:
-        if not setup.model.is_moe:
+        if not megatron.unsupported(setup):
             out.setdefault(trace_key(setup), setup)
     return out

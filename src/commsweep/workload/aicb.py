@@ -83,7 +83,7 @@ def problems(
         "pipeline_model_parallel": setup.pp, "expert_model_parallel_size": setup.ep,
         "micro_batch": setup.micro_batch, "global_batch": setup.global_batch,
         "seq_length": setup.seq_length, "num_layers": m.num_layers, "hidden_size": m.hidden_size,
-        "num_attention_heads": m.num_attention_heads, "ffn_hidden_size": m.ffn_hidden_size,
+        "num_attention_heads": m.num_attention_heads, "ffn_hidden_size": _ffn(m),
         "vocab_size": m.vocab_size, "make_vocab_size_divisible_by": setup.make_vocab_size_divisible_by,
     }
     if m.is_moe:
@@ -121,14 +121,20 @@ def problems(
         elif q % t:
             out.append(f"AICB's attention output layer needs tp={t} to divide {q} (heads x (hidden // heads))")
         elif m.is_moe:
-            width = m.ffn_hidden_size * (m.num_experts // setup.ep)
+            width = _ffn(m) * (m.num_experts // setup.ep)
             if width % t:
                 out.append(
                     f"AICB's MoE layer needs tp={t} to divide ffn_hidden_size x local experts = {width}"
                 )
-        elif m.ffn_hidden_size % t:
-            out.append(f"AICB's MLP needs tp={t} to divide ffn_hidden_size={m.ffn_hidden_size}")
+        elif _ffn(m) % t:
+            out.append(f"AICB's MLP needs tp={t} to divide ffn_hidden_size={_ffn(m)}")
     return out
+
+
+def _ffn(m) -> int:
+    """AICB's ``--ffn_hidden_size`` for this model (``arguments.to_aicb_argv``): for an MoE
+    model its experts' width, the only FFN AICB's MoE layers have."""
+    return m.expert_ffn_hidden_size if m.is_moe else m.ffn_hidden_size
 
 
 def unsupported(setup: TrainingSetup) -> list[str]:
@@ -179,7 +185,7 @@ def modules(setup: TrainingSetup) -> list[Module]:
     if setup.sp:
         if m.is_moe:
             assert m.num_experts is not None
-            expert_width = m.ffn_hidden_size * (m.num_experts // setup.ep) // t
+            expert_width = _ffn(m) * (m.num_experts // setup.ep) // t
             mlp = [Module("mlp_moelayer", 2 * h * expert_width)]
         else:
             mlp = [Module("mlp_column", fc1), Module("mlp_row", fc2)]

@@ -39,6 +39,12 @@ schedule: stage i holds chunks i, i+p, ... of L/(p*v) layers each), so that SimA
 Full recompute (``recompute_granularity="full"``) re-runs each layer's forward, collectives
 included, at the start of its backward pass: rows after the layer's own (``_recompute_blocks``).
 
+MoE layers (``ModelSpec.is_moe_layer``) replace the dense MLP's rows with those of
+megatron-core's all-to-all token dispatcher (``megatron_moe.py``: shared experts, router,
+dispatch and combine all-to-alls on EP, expert-TP gathers and scatters, balanced routing);
+expert parameters are then reduced and gathered over the expert-data-parallel group
+(``DP_EP``) when ep > 1.
+
 Compute times: the kernel model's (``aiob/megatron_kernels.py``) when given, else the AIOB
 profile's (see ``_compute_times``), else 0 everywhere.
 """
@@ -52,6 +58,7 @@ from typing import TYPE_CHECKING
 
 from ..aiob.profile_file import AiobProfile
 from ..training import TrainingSetup
+from . import megatron_moe
 from .format import Header, Row, Workload
 
 if TYPE_CHECKING:
@@ -69,8 +76,13 @@ class Comm:
     """One collective: operation, group and size of the whole tensor in bytes."""
 
     collective: str  # allreduce | allgather | reducescatter | alltoall | sendrecv
-    group: str  # TP | DP | EP | DP_EP | PP | EMB (first and last pipeline stage)
+    # TP | DP | EP | DP_EP | PP | EMB (first and last pipeline stage); MoE's ETP (an expert
+    # TP other than TP) and TP_EP (expert TP x EP) have no SimAI group.
+    group: str
     bytes: int
+    # The element size when it is not the schedule's convention for the module (see
+    # trace.compare.schedule_element_bytes): 8 for megatron's int64 token counts.
+    element_bytes: int | None = None
 
     def comm_type(self) -> str:
         return self.collective.upper() + GROUP_OF_PHASE_SUFFIX[self.group]
@@ -108,12 +120,38 @@ class Expected:
 
 
 @dataclass(frozen=True)
+class Unexpressed:
+    """A collective the SimAI format cannot carry, or cannot carry as megatron issues it.
+
+    ``in_rows`` marks a collective that is written as a row all the same, with what the
+    row cannot say in ``why`` (the sizes of balanced routing, for one); it is not listed
+    again by ``Schedule.expected``. Unpacks as ``(module, phase, comm, why)``.
+    """
+
+    module: str
+    phase: str  # fwd | ig | wg | pp | after
+    comm: Comm
+    why: str
+    layer: int | None = None
+    micro_batch: int | None = None
+    in_rows: bool = False
+
+    def __iter__(self):
+        return iter((self.module, self.phase, self.comm, self.why))
+
+
+def as_unexpressed(item) -> Unexpressed:
+    """An ``Unexpressed`` from itself or from a plain (module, phase, comm, why) tuple."""
+    return item if isinstance(item, Unexpressed) else Unexpressed(*item)
+
+
+@dataclass(frozen=True)
 class Schedule:
     setup: TrainingSetup
     stage: int
     blocks: tuple[Block, ...]
-    # Collectives the SimAI format cannot carry: (module, phase, comm, why).
-    unexpressed: tuple[tuple[str, str, Comm, str], ...] = field(default=())
+    # What the SimAI format cannot carry (``Unexpressed``, or (module, phase, comm, why)).
+    unexpressed: tuple[Unexpressed, ...] = field(default=())
 
     pp_scatter_gather: bool = False
 
@@ -157,8 +195,9 @@ class Schedule:
             if (comm := b.comm(phase)) is not None
         ]
         out += [
-            Expected(phase=phase, comm=comm, module=module, layer=None, micro_batch=None, row=None)
-            for module, phase, comm, _ in self.unexpressed
+            Expected(phase=u.phase, comm=u.comm, module=u.module, layer=u.layer, micro_batch=u.micro_batch, row=None)
+            for u in map(as_unexpressed, self.unexpressed)
+            if not u.in_rows
         ]
         return out
 
@@ -181,7 +220,10 @@ def stage_layers(setup: TrainingSetup, stage: int) -> list[int]:
 def unsupported(setup: TrainingSetup) -> list[str]:
     """Why the Megatron schedule cannot describe this setup (empty when it can)."""
     if setup.model.is_moe:
-        return ["the megatron schedule covers dense models only (MoE is not modelled)"]
+        out = megatron_moe.problems(setup)
+        if setup.recompute_mode == "full":
+            out.append("the megatron schedule does not model full recompute of MoE layers")
+        return out
     return []
 
 
@@ -189,7 +231,22 @@ def unsupported(setup: TrainingSetup) -> list[str]:
 
 
 def local_parameters(setup: TrainingSetup, stage: int = 0) -> int:
-    """Parameters one TP rank of pipeline stage ``stage`` holds (what DP reduces)."""
+    """Parameters one TP rank of pipeline stage ``stage`` holds."""
+    return dense_parameters(setup, stage) + expert_parameters(setup, stage)
+
+
+def expert_parameters(setup: TrainingSetup, stage: int = 0) -> int:
+    """The routed experts' parameters on one rank of the stage when ep > 1 (reduced over
+    DP_EP); 0 with ep = 1, where megatron reduces them over DP with the dense ones."""
+    if setup.ep == 1:
+        return 0
+    moe_layers = sum(setup.model.is_moe_layer(layer) for layer in stage_layers(setup, stage))
+    return moe_layers * megatron_moe.expert_parameters(setup)
+
+
+def dense_parameters(setup: TrainingSetup, stage: int = 0) -> int:
+    """Parameters one TP rank of pipeline stage ``stage`` holds outside ``expert_parameters``
+    (what DP reduces)."""
     m, t = setup.model, setup.tp
     h, f = m.hidden_size, m.ffn_hidden_size
     first, last = stage == 0, stage == setup.pp - 1
@@ -197,14 +254,25 @@ def local_parameters(setup: TrainingSetup, stage: int = 0) -> int:
     fc1_out = f * (2 if m.swiglu else 1)
     norm = 2 * h if m.normalization == "layernorm" else h
     bias = 1 if m.add_bias_linear else 0
-    per_layer = (
-        h * (h + 2 * kv) // t + bias * (h + 2 * kv) // t  # linear_qkv
+    qkv_bias = 1 if m.add_bias_linear or m.add_qkv_bias else 0
+    attention = (
+        h * (h + 2 * kv) // t + qkv_bias * (h + 2 * kv) // t  # linear_qkv
         + h * h // t + bias * h  # linear_proj (a row-parallel bias is whole on every rank)
-        + h * fc1_out // t + bias * fc1_out // t  # linear_fc1
-        + f * h // t + bias * h  # linear_fc2
         + 2 * norm  # input and pre-MLP norms
     )
-    total = setup.layers_per_stage * per_layer
+    dense_mlp = (
+        h * fc1_out // t + bias * fc1_out // t  # linear_fc1
+        + f * h // t + bias * h  # linear_fc2
+    )
+    total = 0
+    for layer in stage_layers(setup, stage):
+        total += attention
+        if not m.is_moe_layer(layer):
+            total += dense_mlp
+        else:
+            total += megatron_moe.router_parameters(setup) + megatron_moe.shared_parameters(setup)
+            if setup.ep == 1:
+                total += megatron_moe.expert_parameters(setup)
     word = setup.padded_vocab * h // t
     if first:
         total += word
@@ -222,8 +290,13 @@ def sequence_parallel_parameters(setup: TrainingSetup, stage: int = 0) -> int:
     linear_proj and linear_fc2 (replicated across TP ranks but fed sequence shards)."""
     m, h = setup.model, setup.model.hidden_size
     norm = 2 * h if m.normalization == "layernorm" else h
-    per_layer = 2 * norm + (2 * h if m.add_bias_linear else 0)
-    total = setup.layers_per_stage * per_layer
+    total = 0
+    for layer in stage_layers(setup, stage):
+        total += 2 * norm
+        if m.is_moe_layer(layer):  # the router's weights and a shared experts' gate (no MLP biases)
+            total += megatron_moe.sequence_parallel_parameters(setup) + (h if m.add_bias_linear else 0)
+        else:
+            total += 2 * h if m.add_bias_linear else 0
     if stage == setup.pp - 1:
         total += norm
     return total
@@ -311,16 +384,21 @@ def schedule(setup: TrainingSetup, profile: AiobProfile | None = None, *, stage:
         return {"fwd_compute": fwd, "ig_compute": ig, "wg_compute": wg, **kw}
 
     blocks: list[Block] = []
-    unexpressed: list[tuple[str, str, Comm, str]] = []
+    unexpressed: list[Unexpressed] = []
 
     # Once per iteration; SimAI runs rows backwards in backward, so these come last.
-    psi = local_parameters(setup, stage)
+    psi = dense_parameters(setup, stage)
+    experts = expert_parameters(setup, stage)  # reduced over DP_EP (ep > 1)
     dp = setup.dp > 1
+    expert_dp = experts > 0 and setup.expert_dp > 1
     if setup.distributed_optimizer:
         blocks.append(
             Block("dp_param_allgather", "optimizer.param_allgather",
                   wg=Comm("allgather", "DP", BF16 * psi) if dp else None, **timed("optimizer"))
         )
+        if expert_dp:
+            blocks.append(Block("dp_ep_param_allgather", "optimizer.expert_param_allgather",
+                                wg=Comm("allgather", "DP_EP", BF16 * experts)))
     else:
         blocks.append(Block("optimizer", "optimizer.step", **timed("optimizer")))
     if sp:
@@ -333,8 +411,21 @@ def schedule(setup: TrainingSetup, profile: AiobProfile | None = None, *, stage:
                             wg=Comm("reducescatter", "DP", grad_bytes * psi)))
     elif dp:
         blocks.append(Block("dp_grad_allreduce", "ddp.grad_allreduce", wg=Comm("allreduce", "DP", grad_bytes * psi)))
+    if expert_dp:
+        if setup.distributed_optimizer:
+            expert_comms = [("ddp.expert_grad_reducescatter", Comm("reducescatter", "DP_EP", grad_bytes * experts)),
+                            ("optimizer.expert_param_allgather", Comm("allgather", "DP_EP", BF16 * experts))]
+        else:
+            expert_comms = [("ddp.expert_grad_allreduce", Comm("allreduce", "DP_EP", grad_bytes * experts))]
+        blocks.append(Block(f"dp_ep_grad_{expert_comms[0][1].collective}", expert_comms[0][0], wg=expert_comms[0][1]))
+        if setup.expert_tp != setup.tp:
+            for module, comm in expert_comms:
+                unexpressed.append(Unexpressed(
+                    module, "wg", comm,
+                    f"megatron's expert-data-parallel group has world/(etp*ep*pp) = {setup.expert_dp} ranks; "
+                    f"SimAI sizes DP_EP as dp/ep = {setup.dp // setup.ep}", in_rows=True))
     if setup.pp > 1 and m.tie_embeddings and (first or last):
-        unexpressed.append((
+        unexpressed.append(Unexpressed(
             "finalize_model_grads.embedding", "after",
             Comm("allreduce", "EMB", FP32 * setup.padded_vocab * m.hidden_size // t),
             "the word-embedding gradient all-reduce between the first and last stage has no SimAI group",
@@ -352,6 +443,12 @@ def schedule(setup: TrainingSetup, profile: AiobProfile | None = None, *, stage:
             blocks.append(Block("embedding_layer", "embedding", micro_batch=mb, fwd=fwd, ig=ig, **timed("embedding")))
         for layer in layer_ids:
             for part, column, row in (("attention", "qkv", "proj"), ("mlp", "fc1", "fc2")):
+                if part == "mlp" and m.is_moe_layer(layer):
+                    blocks += megatron_moe.layer_blocks(
+                        setup, layer, mb, block=Block, comm=lambda c, g, n, w=None: Comm(c, g, n, w),
+                        timed=timed, unexpressed=lambda *a, **kw: unexpressed.append(Unexpressed(*a, **kw)),
+                    )
+                    continue
                 col_kind, row_kind = f"{part}_{column}", f"{part}_{row}"
                 col_module = f"decoder.layers.{layer}.{'self_attention' if part == 'attention' else 'mlp'}.linear_{column}"
                 row_module = f"decoder.layers.{layer}.{'self_attention' if part == 'attention' else 'mlp'}.linear_{row}"
@@ -389,9 +486,9 @@ def schedule(setup: TrainingSetup, profile: AiobProfile | None = None, *, stage:
             # stage's earlier chunks send to the first.
             for chunk in range(setup.virtual_pipeline):
                 if not last or chunk < setup.virtual_pipeline - 1:
-                    unexpressed.append(("pipeline.send_forward", "pp", Comm("sendrecv", "PP", pp_bytes), why))
+                    unexpressed.append(Unexpressed("pipeline.send_forward", "pp", Comm("sendrecv", "PP", pp_bytes), why))
                 if not first or chunk > 0:
-                    unexpressed.append(("pipeline.send_backward", "pp", Comm("sendrecv", "PP", pp_bytes), why))
+                    unexpressed.append(Unexpressed("pipeline.send_backward", "pp", Comm("sendrecv", "PP", pp_bytes), why))
     return Schedule(setup=setup, stage=stage, blocks=tuple(blocks), unexpressed=tuple(unexpressed),
                     pp_scatter_gather=pp_scatter_gather)
 
