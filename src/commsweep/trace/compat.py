@@ -12,25 +12,18 @@ Workarounds (release ranges as traced; see ``docs/megatron-versions.md``):
   model and the pipeline schedules import, imports Triton for its kernels, and a CPU
   torch has no Triton. The module that does is imported with a stand-in Triton whose
   kernels raise if launched (a dense model on the CPU never launches them).
-* ``cuda_stream_on_cpu`` (0.19; MoE in every release): the DDP wrapper asks for the
-  current CUDA stream before each gradient reduction, to wait on CUDA-graph events there
-  are none of, and the MoE all-to-all dispatcher copies its split sizes to the host on a
-  side stream (0.12 and later) or synchronises the current one (before); a stream that
-  does nothing (``CpuStream``) stands in for all of them (recorded only when megatron
-  called one).
-* ``moe_te_functions_none`` (MoE, 0.12 to 0.16): ``moe_utils`` binds its Transformer
-  Engine functions only when TE imports, though megatron tests them for None; the names
-  its source imports that way are set to None (recorded with MoE traces).
-* ``moe_split_sizes_on_host`` (MoE, 0.12 and later): the dispatcher's
-  ``maybe_move_tensor_to_cpu`` leaves a CPU tensor a tensor where it gives numpy for a
-  CUDA one, and ``all_to_all_single`` takes no tensor of split sizes; a stand-in gives
-  numpy (recorded when called).
+* ``cuda_stream_on_cpu`` (0.19; MoE from 0.9): the DDP wrapper asks for the current
+  CUDA stream before each gradient reduction, to wait on CUDA-graph events there are none
+  of, and the MoE all-to-all dispatcher copies its split sizes to the host on a side
+  stream (0.12 and later) or synchronises the current one (before); a stream that does
+  nothing (``CpuStream``) stands in for all of them (recorded only when megatron called one).
 * ``stale_parallel_state`` (0.8 to 0.12): ``destroy_model_parallel`` leaves the ranks
   of the position-embedding group set; a trace runs several setups in one process, so
   ranks left from an earlier setup are cleared once the next setup's groups are made.
-* ``cpu_rng_tracker`` (every release): megatron's model-parallel RNG tracker saves and
-  restores CUDA RNG states. 0.16 offers an inference tracker that does not; 0.8 has none,
-  so the same do-nothing tracker is installed directly (dropout is off: no draw is made).
+* ``cpu_rng_tracker`` (every release, not recorded): megatron's model-parallel RNG
+  tracker saves and restores CUDA RNG states. 0.16 offers an inference tracker that does
+  not; 0.8 has none, so the same do-nothing tracker is installed directly (dropout is
+  off: no draw is made).
 * ``layer_spec_norm_default`` (0.8 to 0.11): ``get_gpt_layer_local_spec`` takes no
   ``normalization``; the norms are replaced by ``SequenceParallelNorm`` either way.
 * ``param_gather_in_optimizer`` (0.8): the distributed optimizer, not the DDP
@@ -38,10 +31,30 @@ Workarounds (release ranges as traced; see ``docs/megatron-versions.md``):
   built (torch's AdamW stands in for the fused Adam of apex or Transformer Engine) and
   its step run without gradient clipping, whose norm all-reduce no release's trace keeps.
 
+MoE only (recorded with MoE traces; a dense trace never needs them):
+
+* ``moe_te_functions_none`` (0.9 to 0.16): ``moe_utils`` (and 0.10's GPT layer specs)
+  bind Transformer Engine names only when TE imports, though megatron tests them for
+  None; the names their source imports that way are set to None.
+* ``moe_split_sizes_on_host`` (0.12 and later): the dispatcher's
+  ``maybe_move_tensor_to_cpu`` leaves a CPU tensor a tensor where it gives numpy for a
+  CUDA one, and ``all_to_all_single`` takes no tensor of split sizes; a stand-in gives
+  numpy (recorded when called).
+* ``moe_router_by_name`` (0.8 to 0.15): the MoE layer builds megatron's ``TopKRouter``
+  itself, not from its spec; the trace's balanced router takes that name in
+  ``moe_layer`` (from 0.16 the spec names the router).
+* ``experts_as_wide_as_ffn`` (0.8 to 0.11): before 0.10 there is no
+  ``moe_ffn_hidden_size`` (experts are ``ffn_hidden_size`` wide), and 0.10 and 0.11's
+  experts without grouped GEMM refuse any other width; where every layer is MoE nothing
+  else reads ``ffn_hidden_size``, which takes the experts' width.
+* ``integer_histc`` (0.9): the router and dispatcher count tokens per expert with
+  ``torch.histc`` of integer indices, which the CPU refuses; they are counted in float.
+
 Where a release lacks an option a setup needs (an MoE option of ``TransformerConfig``,
 expert tensor parallelism), ``Unsupported`` says so, naming the release and the option;
-an option it lacks but whose value asked for is what the release does anyway (one MoE
-layer in every layer, no shared expert, ...) is simply left out.
+an option it lacks but whose value asked for is what the release does anyway (every
+layer MoE, no shared expert, ...) is simply left out. ``moe_state_reset`` (every release,
+not a workaround) starts each traced model's MoE bookkeeping afresh.
 """
 
 from __future__ import annotations
@@ -118,21 +131,49 @@ def cuda_stream_on_cpu() -> None:
     torch.cuda.stream = used_stand_in("cuda_stream_on_cpu", lambda stream=None: _CPU_STREAM)
 
 
-def moe_te_functions_none() -> str | None:
-    """Set to None the Transformer Engine functions that ``moe_utils`` imports in a
-    ``try`` block and so leaves unbound without TE (0.12 to 0.16), though its router and
-    permutation code test them for None (from 0.17 megatron sets them to None itself).
-    Found in the module's source; the name returned when any was set."""
-    from megatron.core.transformer.moe import moe_utils
+# Modules that import Transformer Engine names in a ``try`` block, leaving them unbound
+# without TE, though the MoE code reads them (0.10's MoE spec tests
+# ``TEColumnParallelGroupedLinear is not None``; 0.12 to 0.16's router ``te_general_gemm``).
+TE_NAMES_IN_TRY = ("megatron.core.transformer.moe.moe_utils", "megatron.core.models.gpt.gpt_layer_specs")
 
-    tree = ast.parse(Path(moe_utils.__file__).read_bytes())
-    imported = {alias.asname or alias.name for node in tree.body if isinstance(node, ast.Try)
-                for statement in node.body if isinstance(statement, ast.ImportFrom)
-                and "transformer_engine" in (statement.module or "") for alias in statement.names}
-    unbound = sorted(name for name in imported if not hasattr(moe_utils, name))
-    for name in unbound:
-        setattr(moe_utils, name, None)
+
+def moe_te_functions_none() -> str | None:
+    """Set to None the Transformer Engine names that the modules of ``TE_NAMES_IN_TRY``
+    import in a top-level ``try`` block and so leave unbound without TE: megatron tests
+    them for None (from 0.17 it sets them to None itself). Found in each module's source;
+    the name returned when any was set."""
+    import importlib
+
+    unbound = []
+    for name in TE_NAMES_IN_TRY:
+        module = importlib.import_module(name)
+        tree = ast.parse(Path(module.__file__).read_bytes())
+        imported = {alias.asname or alias.name for node in tree.body if isinstance(node, ast.Try)
+                    for statement in node.body if isinstance(statement, ast.ImportFrom)
+                    and "transformer_engine" in (statement.module or "") for alias in statement.names}
+        for te_name in sorted(imported):
+            if not hasattr(module, te_name):
+                setattr(module, te_name, None)
+                unbound.append(te_name)
     return "moe_te_functions_none" if unbound else None
+
+
+def integer_histc() -> None:
+    """``torch.histc`` of an integer tensor counts in float and gives the input's type:
+    CUDA counts integers, the CPU refuses them ("histogram_cpu" not implemented for
+    'Long'), and 0.9's MoE router and dispatcher count tokens per expert that way (their
+    expert indices: whole numbers, counted exactly). Recorded when called with integers."""
+    import torch
+
+    histc = torch.histc
+
+    def stand_in(input: Any, bins: int = 100, min: float = 0, max: float = 0, **kwargs: Any) -> Any:
+        if input.dtype.is_floating_point or kwargs:
+            return histc(input, bins=bins, min=min, max=max, **kwargs)
+        USED.add("integer_histc")
+        return histc(input.float(), bins=bins, min=min, max=max).to(input.dtype)
+
+    torch.histc = stand_in
 
 
 def _to_host(tensor: Any, as_numpy: bool = False, record_stream: bool = False) -> Any:
@@ -411,6 +452,66 @@ def config_options(config_class: Any, options: dict[str, Any], implied: dict[str
         raise _unsupported(f"this model ({', '.join(refused)})",
                            f"its TransformerConfig has no {', '.join(n.split('=')[0] for n in refused)}")
     return {name: value for name, value in options.items() if name in known}
+
+
+def _experts_need_ffn_width() -> bool:
+    """Whether the release's ``SequentialMLP`` (the experts without grouped GEMM) refuses
+    ``moe_ffn_hidden_size`` other than ``ffn_hidden_size`` (0.10 and 0.11 assert it)."""
+    path = _megatron_file("core/transformer/moe/experts.py")
+    return path is not None and b"moe_ffn_hidden_size == self.config.ffn_hidden_size" in path.read_bytes()
+
+
+def experts_as_wide_as_ffn(config_class: Any, options: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """Releases before 0.10 have no ``moe_ffn_hidden_size``: their experts are
+    ``ffn_hidden_size`` wide; 0.10 and 0.11 have it but their experts (``SequentialMLP``,
+    the CPU's: no grouped GEMM) refuse any other width. Where every layer is MoE, only the
+    experts read ``ffn_hidden_size`` (a shared expert takes its own width), so it takes the
+    experts' width and the model is the one asked for. A model with dense layers of another
+    width cannot be traced with 0.10 or 0.11 (before 0.10 ``config_options`` refuses it:
+    ``moe_layer_freq`` is lacking too)."""
+    import dataclasses
+
+    known = {f.name for f in dataclasses.fields(config_class)}
+    if "moe_ffn_hidden_size" not in options or ("moe_ffn_hidden_size" in known and not _experts_need_ffn_width()):
+        return options, None
+    if options["moe_ffn_hidden_size"] == options["ffn_hidden_size"]:
+        return {k: v for k, v in options.items() if k in known or k != "moe_ffn_hidden_size"}, None
+    if options.get("moe_layer_freq", 1) != 1:
+        if "moe_ffn_hidden_size" not in known:
+            return options, None  # config_options names what is lacking
+        raise _unsupported(
+            f"experts {options['moe_ffn_hidden_size']} wide beside dense layers {options['ffn_hidden_size']} wide",
+            "its experts without grouped GEMM (SequentialMLP) must be as wide as the dense MLP")
+    options = dict(options)
+    options["ffn_hidden_size"] = options["moe_ffn_hidden_size"]
+    if "moe_ffn_hidden_size" not in known:
+        del options["moe_ffn_hidden_size"]
+    return options, "experts_as_wide_as_ffn"
+
+
+def moe_router(mlp: Any, router: type) -> str | None:
+    """Have the MoE layer of the spec ``mlp`` route with ``router`` (a ``TopKRouter``).
+    From 0.16 the spec names the router (``MoESubmodules.router``; from 0.18 the spec is a
+    builder, ``functools.partial``, holding those submodules); before, ``MoELayer`` builds
+    megatron's ``TopKRouter`` by name, and that name in its module becomes ``router``
+    (``moe_router_by_name``: every MoE layer of the process then routes with it)."""
+    import dataclasses
+    import functools
+
+    if isinstance(mlp, functools.partial):
+        submodules = mlp.keywords.get("submodules")
+    else:
+        submodules = getattr(mlp, "submodules", None)
+    if dataclasses.is_dataclass(submodules) and "router" in {f.name for f in dataclasses.fields(submodules)}:
+        submodules.router = router
+        return None
+    from megatron.core.transformer.moe import moe_layer
+
+    if not hasattr(moe_layer, "TopKRouter"):
+        raise _unsupported("an MoE layer with balanced routing",
+                           "its MoE layer neither takes a router nor builds TopKRouter")
+    moe_layer.TopKRouter = router
+    return "moe_router_by_name"
 
 
 def _cpu_tensors_named_cuda():

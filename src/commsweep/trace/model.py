@@ -79,6 +79,7 @@ with compat.megatron_imports() as IMPORT_WORKAROUNDS:
 
 compat.cuda_stream_on_cpu()  # the MoE dispatcher's side stream; 0.19's DDP waits on the current one
 compat.moe_split_sizes_on_host()
+compat.integer_histc()
 # Applied to every trace, needed by MoE ones: recorded with those (see _trace_step).
 MOE_WORKAROUNDS = [w for w in (compat.moe_te_functions_none(),) if w]
 reset_moe_state = compat.moe_state_reset()
@@ -133,13 +134,11 @@ class SequenceParallelNorm:
 
 def moe_config(setup: TrainingSetup) -> dict[str, Any]:
     """megatron's MoE options for the setup (empty for a dense model): the all-to-all
-    dispatcher, dropless, no grouped GEMM or fusions. Options an older release lacks are
-    left out where the value asked for is what that release does anyway (see
-    ``compat.config_options``)."""
+    dispatcher, dropless, no grouped GEMM or fusions."""
     m = setup.model
     if not m.is_moe:
         return {}
-    options = dict(
+    return dict(
         num_moe_experts=m.num_experts,
         moe_router_topk=m.moe_topk,
         moe_ffn_hidden_size=m.expert_ffn_hidden_size,
@@ -152,16 +151,14 @@ def moe_config(setup: TrainingSetup) -> dict[str, Any]:
         expert_model_parallel_size=setup.ep,
         expert_tensor_parallel_size=setup.expert_tp,
     )
-    # What a release without the option does: experts as wide as the dense MLP, no shared
-    # expert, every layer MoE, experts split over TP.
-    implied = dict(moe_ffn_hidden_size=m.ffn_hidden_size, moe_shared_expert_intermediate_size=None,
-                   moe_shared_expert_gate=False, moe_layer_freq=1, expert_tensor_parallel_size=setup.tp)
-    return compat.config_options(TransformerConfig, options, implied)
 
 
-def transformer_config(setup: TrainingSetup) -> TransformerConfig:
+def transformer_config(setup: TrainingSetup, applied: list[str] | None = None) -> TransformerConfig:
+    """megatron's configuration of the setup's model. MoE options an older release lacks
+    are left out where what is asked is what the release does without them, else refused
+    (``compat.config_options``); ``applied`` hears a workaround needed, if any."""
     m = setup.model
-    return TransformerConfig(
+    options = dict(
         num_layers=m.num_layers,
         hidden_size=m.hidden_size,
         num_attention_heads=m.num_attention_heads,
@@ -190,6 +187,16 @@ def transformer_config(setup: TrainingSetup) -> TransformerConfig:
         recompute_granularity="selective" if setup.recompute else None,
         **moe_config(setup),
     )
+    if m.is_moe:
+        options, workaround = compat.experts_as_wide_as_ffn(TransformerConfig, options)
+        if applied is not None and workaround:
+            applied.append(workaround)
+        # What a release without the option does: no shared expert, every layer MoE,
+        # experts split over TP.
+        implied = dict(moe_shared_expert_intermediate_size=None, moe_shared_expert_gate=False, moe_layer_freq=1,
+                       expert_tensor_parallel_size=setup.tp)
+        options = compat.config_options(TransformerConfig, options, implied)
+    return TransformerConfig(**options)
 
 
 def layer_spec(config: TransformerConfig, layers: int, model=None, first_layer: int = 0,
@@ -206,7 +213,9 @@ def layer_spec(config: TransformerConfig, layers: int, model=None, first_layer: 
         spec.submodules.input_layernorm = SequenceParallelNorm
         spec.submodules.pre_mlp_layernorm = SequenceParallelNorm
         if moe:
-            spec.submodules.mlp.submodules.router = BalancedRouter
+            workaround = compat.moe_router(spec.submodules.mlp, BalancedRouter)
+            if applied is not None and workaround and workaround not in applied:
+                applied.append(workaround)
         return spec
 
     dense, moe = spec_of(False), spec_of(True) if config.num_moe_experts else None
@@ -228,6 +237,7 @@ def group_namer() -> Any:
         ("EP", lambda: ps.get_expert_model_parallel_group()),
         ("DP_EP", lambda: ps.get_expert_data_parallel_group()),
         ("DP_EP", lambda: ps.get_expert_data_parallel_group(partial_expert_data_parallel=True)),
+        ("DP_EP", lambda: ps.get_data_modulo_expert_parallel_group()),  # its name before 0.10
         ("MP", lambda: ps.get_model_parallel_group()),
         ("TP_DP", lambda: ps.get_tensor_and_data_parallel_group()),
     ]
@@ -237,6 +247,7 @@ def group_namer() -> Any:
     aliases = [
         ("ETP", lambda: ps.get_expert_tensor_parallel_group(), ("TP",)),
         ("TP_EP", lambda: ps.get_expert_tensor_and_model_parallel_group(), ("EP", "TP")),
+        ("TP_EP", lambda: ps.get_tensor_and_expert_parallel_group(), ("EP", "TP")),  # its name before 0.10
         ("TP", lambda: ps.get_tensor_and_context_parallel_group(), ("TP",)),
     ]
     by_id: dict[int, str] = {}
@@ -292,7 +303,7 @@ def _trace_step(setup: TrainingSetup, seed: int) -> tuple[list, dict]:
     try:
         compat.cpu_rng_tracker()
         torch.manual_seed(seed)
-        config = transformer_config(setup)
+        config = transformer_config(setup, applied)
         stage = ps.get_pipeline_model_parallel_rank()
         first, last = ps.is_pipeline_first_stage(), ps.is_pipeline_last_stage()
         m = setup.model
