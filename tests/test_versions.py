@@ -325,3 +325,76 @@ def test_trace_command_runs_the_release_asked_for(tmp_path):
     assert {(phase, op) for phase, group, _, op, *_ in table if group == "TP"} == {
         ("forward", "all_reduce"), ("backward", "all_reduce")}  # TP 2 without SP
     assert {op for _, group, _, op, *_ in table if group == "DP"} == {"_all_gather_base", "_reduce_scatter_base"}
+
+
+# -- MoE with the oldest and the newest traced release ----------------------------------
+
+MOE_CASES = {  # scaled Mixtral (every layer MoE, top-2, no shared expert): what 0.8.0 can build
+    "mixtral_tp1_ep4": (1, 4),
+    "mixtral_tp2_sp1_ep2": (2, 2),
+}
+
+
+@pytest.fixture(scope="module")
+def moe_release_traces():
+    """Both MoE cases traced by the oldest and the newest traced release (one launch each)."""
+    from test_trace_moe import MIXTRAL, point
+
+    setups = {name: scale.scaled_setup(point(MIXTRAL, tp, ep)) for name, (tp, ep) in MOE_CASES.items()}
+    out = {}
+    for release in (OLDEST, NEWEST):
+        env = _make(release, versions.cache_root())
+        out[release] = dict(zip(setups, runner.run(list(setups.values()), timeout=900, environment=env)))
+    return out
+
+
+def _per_layer(rows: list[tally.Row], release: str, case: str) -> dict[tuple, int]:
+    """(phase, module, collective, group) -> count, over the layer collectives of a case."""
+    out: dict[tuple, int] = {}
+    for r in rows:
+        if r.megatron_core == release and r.case == case and r.scope == "layer":
+            key = (r.phase, r.module, r.collective, r.group)
+            out[key] = out.get(key, 0) + r.count
+    return out
+
+
+@pytest.mark.trace
+@pytest.mark.skipif(MISSING is not None, reason=f"cannot trace: {MISSING}")
+def test_the_newest_release_matches_the_moe_schedule_and_the_oldest_differs_in_the_moe_layer_only(moe_release_traces):
+    for case, trace in moe_release_traces[NEWEST].items():
+        rows = compare.compare(trace)
+        assert compare.differences(rows) == [], f"{NEWEST} {case}:\n{compare.summary(rows)}"
+    assert set().union(*(t.workarounds for t in moe_release_traces[NEWEST].values())) == {
+        "cuda_stream_on_cpu", "moe_split_sizes_on_host", "paged_stash_without_triton"}
+    assert set().union(*(t.workarounds for t in moe_release_traces[OLDEST].values())) == {
+        "experts_as_wide_as_ffn", "layer_spec_norm_default", "moe_router_by_name", "moe_te_functions_none",
+        "param_gather_in_optimizer"}
+
+    rows = [r for v, traces in moe_release_traces.items() for case, t in traces.items()
+            for r in tally.tally(v, case, tally.stages_of(t))]
+    differing = tally.differences(rows)
+    assert differing and all(d.key[3] == "layer" and d.key[4].startswith("mlp") for d in differing)
+    for case in MOE_CASES:
+        old, new = _per_layer(rows, OLDEST, case), _per_layer(rows, NEWEST, case)
+        # Tokens out and back; from 0.12 also their routing probabilities (docs/megatron-versions.md).
+        assert old[("forward", "mlp", "alltoall", "EP")] == 2 and new[("forward", "mlp", "alltoall", "EP")] == 3
+        assert old[("backward", "mlp", "alltoall", "EP")] == 2 and new[("backward", "mlp", "alltoall", "EP")] == 3
+    old, new = _per_layer(rows, OLDEST, "mixtral_tp2_sp1_ep2"), _per_layer(rows, NEWEST, "mixtral_tp2_sp1_ep2")
+    # 0.8 routes the whole sequence on every TP rank and moves tokens between them with all-to-alls.
+    assert old[("forward", "mlp.router", "allgather", "TP")] == 1 and ("forward", "mlp.router", "allgather", "TP") not in new
+    assert old[("forward", "mlp", "alltoall", "TP")] == 2 and ("forward", "mlp", "alltoall", "TP") not in new
+
+
+@pytest.mark.trace
+@pytest.mark.skipif(MISSING is not None, reason=f"cannot trace: {MISSING}")
+def test_an_moe_model_the_oldest_release_cannot_build_is_refused_in_one_line():
+    _make(OLDEST, versions.cache_root())
+    result = subprocess.run(
+        [sys.executable, "-m", "commsweep", "trace", "--megatron-core", OLDEST, "--model", "qwen1.5-moe-a2.7b",
+         "--expert_model_parallel_size", "2", "--scaled"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()  # one line, no traceback
+    assert line.startswith(f"commsweep trace: error: megatron-core {OLDEST} cannot trace this model (")
+    assert line.endswith("its TransformerConfig has no moe_shared_expert_intermediate_size, moe_shared_expert_gate")

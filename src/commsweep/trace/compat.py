@@ -33,9 +33,10 @@ Workarounds (release ranges as traced; see ``docs/megatron-versions.md``):
 
 MoE only (recorded with MoE traces; a dense trace never needs them):
 
-* ``moe_te_functions_none`` (0.9 to 0.16): ``moe_utils`` (and 0.10's GPT layer specs)
-  bind Transformer Engine names only when TE imports, though megatron tests them for
-  None; the names their source imports that way are set to None.
+* ``moe_te_functions_none`` (0.8 to 0.16): ``moe_utils`` and the GPT layer specs bind
+  Transformer Engine names only when TE imports, though megatron tests them for None
+  (0.10's MoE spec, 0.12 to 0.16's router); the names their source imports that way are
+  set to None.
 * ``moe_split_sizes_on_host`` (0.12 and later): the dispatcher's
   ``maybe_move_tensor_to_cpu`` leaves a CPU tensor a tensor where it gives numpy for a
   CUDA one, and ``all_to_all_single`` takes no tensor of split sizes; a stand-in gives
