@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 CORES ?= 2
+# The sweep of `make run` and `make report`: make run CONFIG=my.yaml runs another one.
+CONFIG ?= config/config.yaml
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 # Installed: the package and its dependencies (run), and the test extras (test).
 BASE := $(VENV)/.base-installed
@@ -28,15 +30,19 @@ $(EXTRAS): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[test,torch,megatron,slurm]"
 	touch $@ $(BASE)
 
-## run: the default sweep end to end (config/config.yaml) into results/, then its HTML report
+## run: a sweep end to end (CONFIG, default config/config.yaml) into results/, then its HTML report
+# The config is checked first by commsweep itself: a mistake is named with its file, line
+# and column (or key), exit status 2, before Snakemake starts.
 run: $(BASE)
 	$(COMPILE)
-	$(BIN)/snakemake --cores $(CORES)
-	$(BIN)/snakemake --cores $(CORES) --report results/report.html
+	$(BIN)/commsweep sweep --check $(CONFIG)
+	$(BIN)/snakemake --cores $(CORES) --configfile $(CONFIG)
+	$(BIN)/snakemake --cores $(CORES) --configfile $(CONFIG) --report results/report.html
 
-## report: the HTML report of the last run (results/report.html)
+## report: the HTML report of the last run of CONFIG (results/report.html); refuses results of another sweep
 report: $(BASE)
-	$(BIN)/snakemake --cores $(CORES) --report results/report.html
+	$(BIN)/commsweep sweep --check $(CONFIG) --made results/run.json
+	$(BIN)/snakemake --cores $(CORES) --configfile $(CONFIG) --report results/report.html
 
 ## test: the whole test suite
 test: $(EXTRAS)

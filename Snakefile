@@ -5,9 +5,10 @@
 #   snakemake --cores 2 --configfile my.yaml  # another sweep
 #
 # Rules are thin: each calls the `commsweep` command line, whose logic lives in
-# src/commsweep/ and is tested there.
+# src/commsweep/ and is tested there. The settings of a run (keep-going, rerun-incomplete,
+# ...) are in profiles/default, which Snakemake loads by itself.
 
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 min_version("9.27")
 
@@ -18,10 +19,6 @@ min_version("9.27")
 if not workflow.overwrite_configfiles:
 
     configfile: "config/config.yaml"
-
-
-
-validate(config, "workflow/schemas/config.schema.yaml")
 
 
 # The report's front page: the sweep's answer (results/answer.rst, made by rule answer).
@@ -42,5 +39,17 @@ include: "workflow/rules/moe.smk"
 rule all:
     input:
         final_outputs(),
-        f"{RESULTS}/status.txt",
+        L.verdict(),
     default_target: True
+
+
+onstart:
+    pipeline.on_start(workflow, L)
+
+
+onsuccess:
+    pipeline.on_success(L)
+
+
+onerror:
+    pipeline.on_error()

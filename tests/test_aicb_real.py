@@ -165,4 +165,4 @@ def test_sweep_with_the_users_aicb(tmp_path):
         key = f"gpt-13b_ws16_tp2_pp1_ep1_sp{sp}_mb1_gb8_seq2048_aicb"
         setup = TrainingSetup(model=PRESETS["gpt-13b"], world_size=16, tp=2, sp=bool(sp), global_batch=8)
         assert (tmp_path / "results" / "workloads" / key / "workload.txt").read_text() == aicb.generate(setup).render()
-        assert "workload save in" in (tmp_path / "results" / "logs" / "workload" / f"{key}.log").read_text()
+        assert "workload save in" in (tmp_path / "results" / "logs" / "generate" / f"{key}.log").read_text()

@@ -14,37 +14,24 @@ from commsweep.workload import format as wf
 
 from conftest import REPO
 
-TINY_MODEL = (
-    "models:\n  tiny: {base: gpt-7b, num_layers: 2, hidden_size: 64, num_attention_heads: 4,"
-    " ffn_hidden_size: 256, vocab_size: 1000}\n"
-)
-
-
 def test_default_sweep_makes_roofline_profiles(tmp_path):
     result = snakemake(tmp_path, "--configfile", str(REPO / "config" / "config.yaml"), "--dry-run")
-    assert "aiob_roofline" in result.stdout
+    assert "profile_roofline" in result.stdout
     points, _ = sweep.points_from_config(sweep.load_config(REPO / "config" / "config.yaml"))
     keys = {p.profile_key for p in points if p.aiob}
     # Two networks and two values of aiob, one profile per TP and SP.
     assert len(keys) == 8 < len(points)
-    assert result.stdout.count("rule aiob_roofline:") == len(keys)
+    assert result.stdout.count("rule profile_roofline:") == len(keys)
 
 
 def test_unknown_gpu_fails_before_any_job(tmp_path):
-    sweeps.fails_before_any_job(tmp_path, "sweep:\n  aiob: [true]\naiob:\n  gpu: V100\n",
-                                "aiob.gpu: unknown GPU type 'V100'; known: A100-40GB")
+    sweeps.fails_before_any_job(tmp_path, "bad-gpu", "aiob.gpu: unknown GPU type 'V100'; known: A100-40GB")
 
 
 @pytest.mark.slow
 def test_torch_profiles_feed_the_workloads(tmp_path):
     pytest.importorskip("torch", reason="PyTorch is not installed (pip install '.[torch]')")
-    cfg = tmp_path / "torch.yaml"
-    cfg.write_text(
-        TINY_MODEL
-        + "sweep:\n  model: [tiny]\n  world_size: [4, 8]\n  tp: [2]\n  sp: [true]\n  aiob: [true]\n"
-        "  global_batch: [8]\n  seq_length: [128]\n  network: [netA]\n"
-        "aiob:\n  backend: torch\n  gpu: H100-SXM\n"
-    )
+    cfg = sweeps.write_config(tmp_path, "torch")
     snakemake(tmp_path, "--configfile", str(cfg))
     results = tmp_path / "results"
     profiles = sorted((results / "aiob" / "torch").glob("*.txt"))
@@ -52,8 +39,8 @@ def test_torch_profiles_feed_the_workloads(tmp_path):
     assert [p.name for p in profiles] == ["tiny_H100-SXM_tp2_ep1_sp1_mb1_seq128.txt"]
     profile = pf.read(profiles[0], require_standard=True)
     assert profiles[0].with_suffix(".csv").exists()
-    assert list((results / "logs" / "aiob" / "torch").glob("*.log"))
-    assert list((results / "benchmarks" / "aiob" / "torch").glob("*.tsv"))
+    assert list((results / "logs" / "profile_torch").glob("*.log"))
+    assert list((results / "benchmarks" / "profile_torch").glob("*.tsv"))
     for workload in (results / "workloads").glob("*_aiob/workload.txt"):
         rows = {r.name: r for r in wf.read(workload).rows}
         emb_ns = round(float(profile.get("Emb").avg) * 1000)
@@ -65,16 +52,12 @@ def test_torch_profiles_feed_the_workloads(tmp_path):
 @pytest.mark.slow
 def test_file_backend_takes_one_file_per_profile(reference, tmp_path):
     example = reference("aicb", "aiob_inputs", "Example.txt")
-    mine = tmp_path / "mine"
+    mine = tmp_path / "profiles"
     mine.mkdir()
     keys = ["gpt-7b_A100-80GB_tp1_ep1_sp0_mb1_seq2048", "gpt-7b_A100-80GB_tp2_ep1_sp0_mb1_seq2048"]
     for key in keys:
         shutil.copy(example, mine / f"{key}.txt")
-    cfg = tmp_path / "file.yaml"
-    cfg.write_text(
-        "sweep:\n  tp: [1, 2]\n  aiob: [true]\n  network: [netA]\n"
-        f"aiob:\n  backend: file\n  gpu: A100-80GB\n  file: '{mine}/{{profile}}.txt'\n"
-    )
+    cfg = sweeps.write_config(tmp_path, "aiob-example")
     snakemake(tmp_path, "--configfile", str(cfg))
     for key in keys:
         assert (tmp_path / "results" / "aiob" / "file" / f"{key}.txt").read_bytes() == example.read_bytes()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from commsweep import cli, sweep
+from commsweep import cli, paths, sweep
 from commsweep.analysis import answer, causes
 from test_causes import default_config, run_sweep
 
@@ -168,7 +168,7 @@ def test_a_sweep_without_aicb_points_still_has_its_page_and_figures(tmp_path):
 
     results = tmp_path / "results"
     run_sweep(results, default_config(tp=[2], schedule=["megatron"], network=["netA"]))
-    (results / "summary.csv").write_text(summary.summarize(results / "sweep.csv", results))
+    (results / "summary.csv").write_text(summary.summarize(results / "sweep.csv", paths.PointFiles.under(results)))
     assert cli.main(["causes", "--sweep", str(results / "sweep.csv"), "--results", str(results),
                      "-o", str(results / "difference_by_cause.csv")]) == 0
     assert (results / "difference_by_cause.csv").read_text() == ",".join(causes.COLUMNS) + "\n"

@@ -20,19 +20,13 @@ def test_dry_run_plans_an_audit_per_point_and_the_figures(tmp_path):
 
 
 def test_an_unknown_timeline_point_fails_before_any_job(tmp_path):
-    config = "sweep:\n  tp: [2]\n  global_batch: [8]\nanalysis:\n  timeline_point: nowhere\n"
-    sweeps.fails_before_any_job(tmp_path, config, "analysis.timeline_point: 'nowhere' is not a point of this sweep",
+    sweeps.fails_before_any_job(tmp_path, "bad-timeline-point", "analysis.timeline_point: 'nowhere' is not a point of this sweep",
                                 "--dry-run")
 
 
 @pytest.mark.slow
 def test_small_sweep_audits_compares_and_reports(tmp_path):
-    cfg = tmp_path / "small.yaml"
-    cfg.write_text(
-        "sweep:\n  model: [gpt-13b]\n  world_size: [16]\n  sp: [false, true]\n  global_batch: [16]\n"
-        "  tp: [1, 2]\n  network: [netA]\n"
-        "analysis:\n  timeline_point: gpt-13b_ws16_tp2_pp1_ep1_sp1_mb1_gb16_seq2048_megatron__netA\n"
-    )
+    cfg = sweeps.write_config(tmp_path, "audit")
     snakemake(tmp_path, "--configfile", str(cfg))
     results = tmp_path / "results"
     audits = sorted(results.glob("points/*/audit.csv"))

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import sweeps
 from commsweep import cli, paths, sweep
 from commsweep.aiob.backends import profile_setup
 from commsweep.analysis import causes
@@ -107,7 +108,7 @@ POINT = "gpt-7b_ws16_tp2_pp1_ep1_sp0_mb1_gb16_seq2048_aicb_aiob__netA"
 
 def test_the_aiob_path_drops_130_backward_allreduces_at_tp2(tp2):
     """Issue 14's numbers: gpt-7b, TP 2, SP off, the AIOB path, from the default sweep's point."""
-    found = causes.sweep_causes(tp2 / "sweep.csv", tp2)
+    found = causes.sweep_causes(tp2 / "sweep.csv", paths.PointFiles.under(tp2))
     mine = by_cause(found, POINT)
     [missing] = mine["missing_bwd_tp_allreduce"]
     assert (missing.phase, missing.collective, missing.group) == ("ig", "allreduce", "TP")
@@ -154,7 +155,7 @@ def point_totals(results: Path, point: dict[str, str], partner: dict[str, str]) 
 def check_sums(results: Path) -> list[causes.PointCauses]:
     """Every AICB point's causes add up to its difference from Megatron, in bytes and time."""
     points = {p["point"]: p for p in run_points(results)}
-    found = causes.sweep_causes(results / "sweep.csv", results)
+    found = causes.sweep_causes(results / "sweep.csv", paths.PointFiles.under(results))
     assert found
     for pc in found:
         partner = points[pc.partner]
@@ -182,22 +183,9 @@ def test_causes_add_up_on_every_point_of_the_default_settings(tp2):
         assert pc.partner.replace("_megatron", "_aicb") == pc.point["point"]
 
 
-@pytest.mark.parametrize("text", [
-    # LLaMA (swiglu, GQA), pipeline parallel, recompute, two micro-batches, TP 1 and 4.
-    "sweep: {model: [llama-7b], world_size: [16], tp: [1, 4], pp: [2], sp: [false, true], aiob: [false, true],"
-    " schedule: [aicb, megatron], global_batch: [16], micro_batch: [2], recompute: [true], network: [netB]}\n"
-    "networks: {netB: {gpus_per_server: 8, nics_per_server: 4, nvlink_gbps: 200, nic_gbps: 25}}\n"
-    "simulator: {overlap: {tp: 0.3, dp: 0.5, pp: 0.5}}\n",
-    # GPT-13B and LLaMA-70B at TP 8 with a tp_overlap axis, the last pipeline stage.
-    "sweep: {model: [gpt-13b, llama-70b], world_size: [32], tp: [8], pp: [2], sp: [false, true],"
-    " aiob: [true, false], schedule: [aicb, megatron], global_batch: [8], tp_overlap: [0, 1]}\n"
-    "generator: {megatron_pp_stage: last}\n",
-    # RoPE with SP (the embedding's reduce-scatter), recompute on and off.
-    "sweep: {model: [llama-13b, gpt-22b], world_size: [32], tp: [4], sp: [false, true], aiob: [true, false],"
-    " schedule: [aicb, megatron], global_batch: [32], micro_batch: [2], recompute: [true, false]}\n",
-], ids=["llama-pp2-recompute", "tp8-last-stage-overlap", "rope-recompute"])
-def test_causes_add_up_on_other_setups(tmp_path, text):
-    run_sweep(tmp_path / "results", config_of(text))
+@pytest.mark.parametrize("name", ["causes-llama-pp2-recompute", "causes-tp8-last-stage", "causes-rope-recompute"])
+def test_causes_add_up_on_other_setups(tmp_path, name):
+    run_sweep(tmp_path / "results", config_of(sweeps.text(name)))
     found = check_sums(tmp_path / "results")
     slugs = {r.cause for pc in found for r in pc.rows}
     # Every finding of these setups has a named cause (no fallback by the audit's kind).
@@ -207,7 +195,7 @@ def test_causes_add_up_on_other_setups(tmp_path, text):
 def test_without_a_megatron_point_bytes_stand_and_time_is_unknown(tmp_path):
     results = tmp_path / "results"
     run_sweep(results, default_config(tp=[2], sp=[False], aiob=[True], schedule=["aicb"], network=["netA"]))
-    [pc] = causes.sweep_causes(results / "sweep.csv", results)
+    [pc] = causes.sweep_causes(results / "sweep.csv", paths.PointFiles.under(results))
     assert pc.partner is None and pc.total_bytes is None
     assert all(r.exposed_ns is None for r in pc.rows)
     assert sum(r.bytes for r in pc.rows if r.cause == "missing_bwd_tp_allreduce") == -2_181_038_080

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import sweeps
 from commsweep.workload import format as wf
 
 
@@ -41,8 +42,7 @@ def test_aiob_without_profile_is_explained():
 
 
 def test_sweep_lists_points(tmp_path):
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text("sweep:\n  tp: [1, 2, 3]\nskip_invalid: true\n")
+    cfg = sweeps.path("skip-invalid")
     result = run("sweep", str(cfg))
     assert result.stdout.startswith("2 valid point(s), 1 invalid combination(s)")
     table = tmp_path / "t.csv"
@@ -50,9 +50,8 @@ def test_sweep_lists_points(tmp_path):
     assert "skipped: tp=3 does not divide the 32 attention heads" in table.read_text()
 
 
-def test_sweep_reports_bad_config(tmp_path):
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text("sweep:\n  tp: [one]\n")
+def test_sweep_reports_bad_config():
+    cfg = sweeps.path("bad-type")
     result = run("sweep", str(cfg), check=False)
     assert result.returncode == 2
     assert f"{cfg}: sweep.tp[0]: 'one' is not of type 'integer'" in result.stderr

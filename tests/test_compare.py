@@ -105,14 +105,14 @@ def sweep(tmp_path_factory):
     for p in points:
         writer.writerow({**p, "status": "ok"})
     (results / "sweep.csv").write_text(buf.getvalue())
-    (results / "summary.csv").write_text(summary.summarize(results / "sweep.csv", results))
+    (results / "summary.csv").write_text(summary.summarize(results / "sweep.csv", paths.PointFiles.under(results)))
     return results
 
 
 def _tables_text(results: Path) -> tuple[str, str, str, str]:
     """(findings.csv, comparison.csv, verdicts.csv, findings_by_kind.csv)."""
     findings = io.StringIO()
-    tables = compare.compare(results / "sweep.csv", results / "summary.csv", results, findings)
+    tables = compare.compare(results / "sweep.csv", results / "summary.csv", paths.PointFiles.under(results), findings)
     return findings.getvalue(), tables.comparison, tables.verdicts, tables.by_kind
 
 
@@ -217,7 +217,7 @@ def test_a_damaged_audit_is_an_error_naming_its_line(sweep, tmp_path):
     lines[2] = ",".join(cells)
     path.write_text("\n".join(lines))
     with pytest.raises(compare.InputError, match=rf"{re.escape(str(path))}:3: field 'delta_bytes': expected an integer"):
-        compare.compare(copy / "sweep.csv", copy / "summary.csv", copy, io.StringIO())
+        compare.compare(copy / "sweep.csv", copy / "summary.csv", paths.PointFiles.under(copy), io.StringIO())
     # A layer name that must be quoted takes the csv module's path; the row is copied as it was.
     cells = lines[1].split(",")
     cells[audit.COLUMNS.index("layer")] = 'a "quoted", layer'
@@ -225,7 +225,7 @@ def test_a_damaged_audit_is_an_error_naming_its_line(sweep, tmp_path):
     lines[2] = lines[1]
     path.write_text("\n".join(lines))
     out = io.StringIO()
-    compare.compare(copy / "sweep.csv", copy / "summary.csv", copy, out)
+    compare.compare(copy / "sweep.csv", copy / "summary.csv", paths.PointFiles.under(copy), out)
     rows = [r for r in csv.DictReader(io.StringIO(out.getvalue())) if r["point"] == point]
     assert rows[0]["layer"] == rows[1]["layer"] == 'a "quoted", layer'
     assert [list(r.values())[1:] for r in rows] == [list(r.values()) for r in audit.read_csv(path.read_text())]
@@ -327,7 +327,7 @@ def test_a_summary_without_volume_columns_is_refused(sweep, tmp_path):
     bad = tmp_path / "summary.csv"
     bad.write_text("point,phase\nx,fwd\n")
     with pytest.raises(Exception, match="missing column"):
-        compare.compare(sweep / "sweep.csv", bad, sweep)
+        compare.compare(sweep / "sweep.csv", bad, paths.PointFiles.under(sweep))
 
 
 # -- figures ---------------------------------------------------------------------------

@@ -76,16 +76,9 @@ def _aiob_seeds() -> list[str]:
 
 
 def _config_seeds() -> list[str]:
-    readme_model = (
-        "models:\n  gpt-7b-8layers: {base: gpt-7b, num_layers: 8}\nsweep:\n  model: [gpt-7b-8layers]\n"
-    )
-    custom = (
-        "models:\n  tiny: {num_layers: 4, hidden_size: 256, num_attention_heads: 8, ffn_hidden_size: 1024,"
-        " vocab_size: 1000, num_query_groups: 4, swiglu: true}\n"
-        "sweep:\n  model: [tiny, llama-7b]\n  tp: [1, 2]\n  pp: [1, 2]\n  sp: [false, true]\n"
-        "  schedule: [megatron, aicb]\n  network: [netA]\nskip_invalid: true\n"
-    )
-    return [(REPO / "config" / "config.yaml").read_text(), readme_model, custom]
+    import sweeps
+
+    return [(REPO / "config" / "config.yaml").read_text(), sweeps.text("custom-models"), sweeps.text("partial")]
 
 
 WORKLOADS = _workload_seeds()
@@ -418,8 +411,8 @@ def test_found_not_utf8_names_the_line(tmp_path):
         ("models:\n  &a gpt-x: {base: gpt-7b}\n  ? !!null ''\n  : {base: gpt-7b}\n",
          "models.None: model names must be strings"),
         ("sweep:\n  model: [nope]\n", "sweep.model: unknown model 'nope'"),
-        ("sweep:\n  tp: [1]\n\x00\n", "c.yaml:3: invalid YAML: unacceptable character #x0000"),
-        ("sweep:\n  tp: [" + "9" * 5000 + "]\n", "c.yaml:2: invalid YAML: a number with thousands of digits"),
+        ("sweep:\n  tp: [1]\n\x00\n", "c.yaml:3:1: invalid YAML: unacceptable character #x0000"),
+        ("sweep:\n  tp: [" + "9" * 5000 + "]\n", "c.yaml:2:8: invalid YAML: a number with thousands of digits"),
         ("- 1\n", "<top level>: the config must be a mapping"),
     ],
 )

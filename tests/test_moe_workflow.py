@@ -27,12 +27,7 @@ def test_moe_sweep_plans_an_audit_for_every_point_and_the_group_figure(tmp_path)
 
 @pytest.mark.slow
 def test_small_moe_sweep_runs_end_to_end(tmp_path):
-    cfg = tmp_path / "moe.yaml"
-    cfg.write_text(
-        "models:\n  mixtral-2l: {base: mixtral-8x7b, num_layers: 2}\n"
-        "sweep:\n  model: [mixtral-2l]\n  world_size: [16]\n  tp: [1, 2]\n  ep: [2]\n  sp: [true]\n"
-        "  schedule: [aicb, megatron]\n  global_batch: [16]\n  network: [netA]\n"
-    )
+    cfg = sweeps.write_config(tmp_path, "moe")
     sweeps.run(tmp_path, "--configfile", str(cfg))
     results = tmp_path / "results"
     assert (results / "status.txt").read_text().startswith("all 4 point(s) ok")

@@ -1,9 +1,11 @@
-"""A sweep loses nothing: not to one bad point, not to a kill, and it repeats byte for byte."""
+"""A sweep loses nothing: not to one bad point or step, not to a kill, and it repeats byte for byte."""
 
 from __future__ import annotations
 
 import csv
+import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -12,43 +14,15 @@ from pathlib import Path
 import pytest
 
 import sweeps
-from commsweep import sweep
-from commsweep.aiob import profile_file as pf
 from commsweep.workload import format as wf
 
 # -- one bad point never loses the others ----------------------------------------------
 
-# gpt-huge passes the sweep's validation, but its sizes do not fit the 64-bit fields of a
-# SimAI workload, which generation finds at run time. The user's AIOB file for gpt-7b
-# with tp=2 is corrupted below (min > max), which the AIOB stage finds when it checks it.
-BAD_SWEEP = """\
-models:
-  gpt-huge: {base: gpt-7b, num_layers: 2, hidden_size: 4294967296, ffn_hidden_size: 4294967296}
-aiob: {backend: file, file: "profiles/{profile}.txt"}
-sweep:
-  model: [gpt-7b, gpt-huge]
-  world_size: [16]
-  tp: [1, 2]
-  aiob: [false, true]
-  global_batch: [16]
-  network: [netA]
-"""
-GOOD_SWEEP = BAD_SWEEP.replace("model: [gpt-7b, gpt-huge]", "model: [gpt-7b]")
-CORRUPT_PROFILE = "train_iter:10\nEmb:\n    time_gpu_max: 5\n    time_gpu_min: 7\n    time_gpu_avg: 6\n"
-PER_POINT_RULES = ("aiob_file", "workload", "volumes", "simulate", "audit")
-
-
-def place_profiles(workdir: Path, config: Path, corrupt: str | None = None) -> None:
-    """The user's AIOB files (aiob.file) for the points with aiob on."""
-    good = pf.AiobProfile(sections=tuple((n, pf.OpTime(max=12, min=10, avg=11)) for n in pf.STANDARD_SECTIONS))
-    points, _ = sweep.points_from_config(sweep.load_config(config))
-    for key in {p.profile_key for p in points if p.aiob}:
-        path = workdir / "profiles" / f"{key}.txt"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if key == corrupt:
-            path.write_text(CORRUPT_PROFILE)
-        else:
-            pf.write(good, path)
+# failing.yaml's gpt-huge passes the sweep's validation, but its sizes do not fit the 64-bit
+# fields of a SimAI workload, which generation finds at run time. The user's AIOB file for
+# gpt-7b with tp=2 is corrupted below (min > max), which the AIOB stage finds when it checks it.
+PER_POINT_RULES = ("profile_file", "generate", "volumes", "simulate", "audit")
+HUGE_POINT = "gpt-huge_ws16_tp1_pp1_ep1_sp0_mb1_gb16_seq2048_megatron__netA"
 
 
 def summary_rows(workdir: Path) -> list[dict[str, str]]:
@@ -56,9 +30,9 @@ def summary_rows(workdir: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
-def jobs_to_run(workdir: Path, config: Path) -> dict[str, int]:
+def jobs_to_run(workdir: Path, config: Path, *args: str) -> dict[str, int]:
     """Snakemake's dry-run job counts (rule -> jobs)."""
-    out = sweeps.run(workdir, "--configfile", str(config), "--dry-run").stdout
+    out = sweeps.run(workdir, "--configfile", str(config), "--dry-run", *args).stdout
     counts: dict[str, int] = {}
     lines = out.split("Job stats:")[1].splitlines() if "Job stats:" in out else []
     for line in lines[3:]:
@@ -70,26 +44,38 @@ def jobs_to_run(workdir: Path, config: Path) -> dict[str, int]:
 
 
 @pytest.mark.slow
-def test_failed_points_leave_the_others_intact_and_are_retried(tmp_path):
+def test_failed_points_and_steps_leave_the_others_intact_and_are_retried(tmp_path):
     corrupt = "gpt-7b_H100-SXM_tp2_ep1_sp0_mb1_seq2048"
     bad_point = "gpt-7b_ws16_tp2_pp1_ep1_sp0_mb1_gb16_seq2048_megatron_aiob__netA"
 
     # The reference: only the good points, every profile valid.
     ref = tmp_path / "ref"
-    ref_config = sweeps.write_config(ref, GOOD_SWEEP)
-    place_profiles(ref, ref_config)
+    ref_config = sweeps.write_config(ref, "aiob-file")
+    sweeps.place_aiob_files(ref, ref_config)
     sweeps.run(ref, "--configfile", str(ref_config))
+    assert (ref / "results" / "status.txt").read_text().startswith("all 4 point(s) ok")
 
+    # The same folder, then the failing sweep, its timeline drawn from a point that fails
+    # (analysis given with --config, as YAML): no verdict, table or figure of the good run
+    # may survive as this run's.
     run = tmp_path / "run"
-    config = sweeps.write_config(run, BAD_SWEEP)
-    place_profiles(run, config, corrupt=corrupt)
-    first = sweeps.run(run, "--configfile", str(config), check=False)
-    # The run fails, at the very end, naming the failed points.
+    shutil.copytree(ref, run, symlinks=True)
+    config = sweeps.write_config(run, "failing")
+    sweeps.place_aiob_files(run, config, corrupt=corrupt)
+    first = sweeps.run(run, "--configfile", str(config), "--config", f"analysis={{timeline_point: {HUGE_POINT}}}",
+                       check=False)
+    # The run fails, at the very end, naming the failed points and steps, on the terminal too.
     assert first.returncode != 0
-    check_log = (run / "results" / "logs" / "check.log").read_text()
-    assert "5 of 8 point(s) failed" in check_log and bad_point in check_log
+    verdict = (run / "results" / "status.txt").read_text()
+    assert verdict.startswith("failed: 5 of 8 point(s) failed (run ")
+    assert bad_point in verdict and HUGE_POINT in verdict
+    assert "failed: 1 sweep-wide step(s) failed" in verdict
+    assert "  plot_timeline: generate: arguments: the model is too large for a SimAI workload" in verdict
+    assert verdict in first.stderr
 
     rows = summary_rows(run)
+    run_id = verdict.split("(run ")[1].split(")")[0]
+    assert {r["run"] for r in rows} == {run_id} != {r["run"] for r in summary_rows(ref)}
     failed = {r["point"]: r["status"] for r in rows if r["status"] != "ok"}
     assert len(failed) == 5
     reason = failed.pop(bad_point)
@@ -107,12 +93,14 @@ def test_failed_points_leave_the_others_intact_and_are_retried(tmp_path):
     good_workloads = {r["workload"] for r in summary_rows(ref)} - {bad_point.split("__")[0]}
     assert len(good_workloads) == 3
     for w in good_workloads:
-        for name in ("workload.txt", "volumes.csv", "workload.status", "volumes.status"):
+        for name in ("workload.txt", "volumes.csv"):
             assert run_files[f"workloads/{w}/{name}"] == ref_files[f"workloads/{w}/{name}"]
-    ok_rows = [r for r in rows if r["status"] == "ok"]
-    assert ok_rows == [r for r in summary_rows(ref) if r["point"] != bad_point]
+    ok_rows = [{**r, "run": ""} for r in rows if r["status"] == "ok"]
+    assert ok_rows == [{**r, "run": ""} for r in summary_rows(ref) if r["point"] != bad_point]
     for name in ("volume_by_tp.png", "tp_bytes_by_phase.png", "exposed_by_group.png"):
-        assert (run / "results" / "plots" / name).exists()
+        assert (run / "results" / "plots" / name).read_bytes()[:4] == b"\x89PNG"
+    # The timeline of the failed point is a marker, not the good run's figure.
+    assert (run / "results" / "plots" / "timeline.png").read_text().startswith("commsweep: no result: generate:")
     verdicts = (run / "results" / "verdicts.csv").read_text()
     assert bad_point not in verdicts and "gpt-huge" not in verdicts  # failed points carry no verdict
 
@@ -123,17 +111,22 @@ def test_failed_points_leave_the_others_intact_and_are_retried(tmp_path):
         wf.read(marker)
 
     # The next run retries exactly the failed jobs: the corrupt profile and, for each of
-    # the 5 failed points, its workload, volumes, simulation and audit; then the tables.
-    todo = jobs_to_run(run, config)
+    # the 5 failed points, its workload, volumes, simulation and audit; then the steps.
+    todo = jobs_to_run(run, config, "--config", f"analysis={{timeline_point: {HUGE_POINT}}}")
     assert {rule: todo.get(rule, 0) for rule in PER_POINT_RULES} == {
-        "aiob_file": 1, "workload": 5, "volumes": 5, "simulate": 5, "audit": 5,
+        "profile_file": 1, "generate": 5, "volumes": 5, "simulate": 5, "audit": 5,
     }
-    assert todo["summary"] == todo["check"] == 1
+    assert todo["summarize"] == todo["plot_timeline"] == todo["check"] == 1
     # Fixed input and the model dropped: everything runs, equal to the clean run.
-    place_profiles(run, config)
-    config.write_text(GOOD_SWEEP)
+    sweeps.place_aiob_files(run, config)
+    config.write_text(sweeps.text("aiob-file"))
     final = sweeps.run(run, "--configfile", str(config))
-    assert "all 4 point(s) ok" in (run / "results" / "status.txt").read_text()
+    verdict = (run / "results" / "status.txt").read_text().splitlines()
+    assert verdict[0] == (ref / "results" / "status.txt").read_text().rstrip("\n")
+    # gpt-huge's folders are left from the failing sweep: listed, never read.
+    assert verdict[1].startswith("ignored: 10 output(s) of points not in this sweep")
+    assert all("gpt-huge" in line for line in verdict[2:]) and len(verdict) == 12
+    assert "commsweep: 10 output(s) of points not in this sweep are ignored" in final.stderr
     assert (run / "results" / "summary.csv").read_bytes() == (ref / "results" / "summary.csv").read_bytes()
     assert jobs_to_run(run, config) == {}, final.stdout
 
@@ -179,63 +172,96 @@ def running_job(session: int) -> bool:
     return False
 
 
-INTERRUPTED_SWEEP = """\
-sweep:
-  model: [gpt-7b, llama-7b]
-  world_size: [16]
-  tp: [1, 2, 4, 8]
-  sp: [false, true]
-  network: [netA]
-"""
+def start_mid_sweep(folder: Path, config: Path) -> subprocess.Popen:
+    """Snakemake on ``config`` in ``folder``, one job at a time, in its own session; returns
+    once a few workloads are done and a job is running (so an interruption lands mid-sweep)."""
+    proc = subprocess.Popen(
+        sweeps.command(folder, "--configfile", str(config), "--cores", "1"),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=sweeps.env(), start_new_session=True,
+    )
+    workloads = folder / "results" / "workloads"
+    deadline = time.monotonic() + 300
+    while len(list(workloads.glob("*/volumes.status"))) < 3 or not running_job(proc.pid):
+        assert proc.poll() is None, "the sweep ended before it could be interrupted"
+        assert time.monotonic() < deadline, "the sweep did not start"
+        time.sleep(0.01)
+    return proc
+
+
+def without_temporaries(files: dict[str, bytes]) -> dict[str, bytes]:
+    return {rel: data for rel, data in files.items()
+            if not (Path(rel).name.startswith(".") and Path(rel).name.endswith(".tmp"))}
 
 
 @pytest.mark.slow
-def test_sigkill_mid_sweep_then_rerun_gives_identical_results(tmp_path):
-    ref, run = tmp_path / "ref", tmp_path / "run"
-    ref_config = sweeps.write_config(ref, INTERRUPTED_SWEEP)
-    config = sweeps.write_config(run, INTERRUPTED_SWEEP)
+def test_sigkill_mid_sweep_then_make_run_gives_identical_results(tmp_path):
+    ref = tmp_path / "ref"
+    ref_config = sweeps.write_config(ref, "interrupted")
     sweeps.run(ref, "--configfile", str(ref_config))
     reference = sweeps.result_files(ref)
 
-    # One job at a time, so the kill lands mid-sweep: after some jobs, before the summary.
-    proc = subprocess.Popen(
-        sweeps.command(run, "--configfile", str(config), "--cores", "1"),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=sweeps.env(), start_new_session=True,
-    )
-    workloads = run / "results" / "workloads"
-    deadline = time.monotonic() + 300
-    # Kill while a job runs (a `commsweep guard` in the session), after a few are done.
-    while len(list(workloads.glob("*/volumes.status"))) < 3 or not running_job(proc.pid):
-        assert proc.poll() is None, "the sweep ended before it could be killed"
-        assert time.monotonic() < deadline, "the sweep did not start"
-        time.sleep(0.01)
-    # The whole session: Snakemake and the job it is running, as a crash would.
+    # Killed as a crash would be: Snakemake and the job it runs (the whole session).
+    run = sweeps.project(tmp_path / "run")
+    config = sweeps.write_config(run, "interrupted")
+    proc = start_mid_sweep(run, config)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     assert not (run / "results" / "summary.csv").exists()
-    # The kill cut a job short: Snakemake had marked its outputs incomplete.
+    # The kill cut a job short: Snakemake had marked its outputs incomplete, and its lock stays.
     assert list((run / ".snakemake" / "incomplete").iterdir())
+    assert list((run / ".snakemake" / "locks").iterdir())
 
     # What the kill left: every finished output is complete (equal to the reference).
     # A job cut short leaves at most a hidden temporary file, or outputs without a status
     # that Snakemake marks incomplete and makes again.
-    partial = sweeps.result_files(run)
-    for rel, data in partial.items():
-        name = Path(rel).name
-        if name.startswith(".") and name.endswith(".tmp"):
-            continue
+    for rel, data in without_temporaries(sweeps.result_files(run)).items():
         assert data == reference[rel], f"{rel} differs from the uninterrupted run"
 
-    # Snakemake's lock survives a SIGKILL; the rerun unlocks, then finishes the sweep.
-    locked = sweeps.run(run, "--configfile", str(config), check=False)
-    assert locked.returncode != 0 and "unlock" in (locked.stdout + locked.stderr).lower()
-    sweeps.run(run, "--configfile", str(config), "--unlock")
-    sweeps.run(run, "--configfile", str(config))
-    final = {
-        rel: data for rel, data in sweeps.result_files(run).items()
-        if not (Path(rel).name.startswith(".") and Path(rel).name.endswith(".tmp"))
-    }
-    assert sweeps.differences(reference, final) == []
+    # A plain `make run` clears the stale lock, remakes the incomplete job and finishes.
+    result = sweeps.make(run, "run", "CONFIG=sweep.yaml")
+    assert "commsweep: cleared a stale lock left by Snakemake PID" in result.stderr
+    final = without_temporaries(sweeps.result_files(run))
+    assert (run / "results" / "report.html").exists()
+    assert sweeps.differences(reference, {k: v for k, v in final.items() if k != "report.html"}) == []
+
+
+@pytest.mark.slow
+def test_ctrl_c_mid_sweep_then_make_run_finishes_it(tmp_path):
+    """Ctrl-C (SIGINT to Snakemake): the next plain `make run` finishes the sweep. A second
+    Snakemake on the same folder meanwhile is refused, naming the live run's PID."""
+    run = sweeps.project(tmp_path / "run")
+    config = sweeps.write_config(run, "interrupted")
+    proc = start_mid_sweep(run, config)
+    # Paused (still a live process) so that it cannot finish the sweep meanwhile, however slow
+    # the machine: the second run is refused, naming it.
+    os.kill(proc.pid, signal.SIGSTOP)
+    second = sweeps.run(run, "--configfile", str(config), check=False)
+    assert second.returncode != 0
+    assert f"another Snakemake is running in {run.resolve()} (PID {proc.pid}:" in second.stderr
+    assert "its lock is never broken" in second.stderr
+    os.kill(proc.pid, signal.SIGCONT)
+    os.kill(proc.pid, signal.SIGINT)
+    proc.wait(timeout=120)
+    assert proc.returncode != 0
+    # No verdict and no tables: the run did not end.
+    assert not (run / "results" / "status.txt").exists() and not (run / "results" / "summary.csv").exists()
+
+    # Under umask 022, as on most machines: everything a run writes is readable by colleagues.
+    result = sweeps.make(run, "run", "CONFIG=sweep.yaml", umask=0o022)
+    assert "IncompleteFilesException" not in result.stdout + result.stderr
+    assert (run / "results" / "status.txt").read_text().startswith("all 16 point(s) ok (run ")
+    modes = {oct(p.stat().st_mode & 0o777) for p in (run / "results").rglob("*") if p.is_file()}
+    assert modes == {"0o644"}
+
+    # The report of another sweep's results is refused, naming the config they came from;
+    # the report of this one names its run.
+    run_id = json.loads((run / "results" / "run.json").read_text())["run"]
+    refused = sweeps.make(run, "report", check=False)
+    assert refused.returncode != 0
+    assert f"results/run.json is run {run_id}, made from another config (sweep.yaml)" in refused.stderr
+    (run / "results" / "report.html").unlink()
+    sweeps.make(run, "report", "CONFIG=sweep.yaml")
+    assert run_id in (run / "results" / "report.html").read_text(errors="replace")
 
 
 # -- determinism -----------------------------------------------------------------------

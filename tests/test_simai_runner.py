@@ -1,6 +1,7 @@
 """Running a user's SimAI: parsing its real outputs, spotting its silent failures.
 
-SimAI itself is not built here (its build needs a SimCCL submodule that is not public).
+SimAI is not built in CI: its build needs SimCCL's NCCL mock, which the public SimCCL lacks
+(docs/simulate.md, "Speed", says how it was built by hand for the comparison).
 The parsers and checks run on SimAI's recorded outputs in ../shared/reference; the
 runner's plumbing (working directory, flags, exit statuses) runs against a stand-in
 binary that replays those recorded outputs; the real end-to-end comparison runs when

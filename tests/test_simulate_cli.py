@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import simai_runs
+import sweeps
 from commsweep.cli import main
 from commsweep.workload import format as wf
 from conftest import REPO
@@ -107,15 +108,10 @@ def test_one_simulate_job_per_point(tmp_path):
 
 @pytest.mark.slow
 def test_simulated_times_join_the_summary(tmp_path):
-    cfg = tmp_path / "small.yaml"
-    cfg.write_text(
-        "sweep:\n  tp: [2]\n  sp: [true]\n  network: [netA, netB]\n"
-        "networks:\n  netA: {gpus_per_server: 8, nics_per_server: 8, nvlink_gbps: 360, nic_gbps: 48.5}\n"
-        "  netB: {gpus_per_server: 8, nics_per_server: 4, nvlink_gbps: 200, nic_gbps: 25}\n"
-        f"simulator:\n  ratio_dir: {simai_runs.RATIO_DIR}\n  overlap: {{dp: 0.5}}\n"
-    )
     if not simai_runs.RATIO_DIR.exists():
         pytest.skip("SimAI's ratio tables not found")
+    cfg = sweeps.write_config(tmp_path, "networks")
+    assert f"ratio_dir: {simai_runs.RATIO_DIR}\n" in cfg.read_text()
     snakemake(tmp_path, "--configfile", str(cfg))
     results = tmp_path / "results"
     with open(results / "summary.csv", newline="") as fh:

@@ -1,4 +1,4 @@
-"""The sweep through a real Slurm (workflow/profiles/slurm): same results as a local run.
+"""The sweep through a real Slurm (profiles/slurm): same results as a local run.
 
 A single-node Slurm is started on this machine for the module (tests/slurm_cluster.py)
 and stopped by PID afterwards. Without the Debian packages (or without root) the tests
@@ -89,7 +89,7 @@ def test_slurm_profile_plans_the_sweep_without_a_cluster(tmp_path):
     pytest.importorskip("snakemake_executor_plugin_slurm", reason="pip install -e '.[slurm]'")
     config = sweeps.write_config(tmp_path)
     result = sweeps.run(tmp_path, "--configfile", str(config), "--dry-run", profile="slurm")
-    stages = ("workload", "volumes", "simulate", "audit")
+    stages = ("generate", "volumes", "simulate", "audit")
     counts = dict(line.split() for line in result.stdout.splitlines() if line.startswith(tuple(s + " " for s in stages)))
     assert counts == {stage: "4" for stage in stages}
     # One group job holds the 16 per-point jobs of the 4 points (group-components: 50),

@@ -8,9 +8,10 @@ import sys
 
 import pytest
 
-from commsweep import status
+import sweeps
+from commsweep import paths, status
 from commsweep.analysis import summary
-from commsweep.errors import CommsweepError, InputError
+from commsweep.errors import InputError
 from commsweep.workload import format as wf
 
 GENERATE = ["generate", "--schedule", "megatron", "--model", "gpt-7b", "--world_size=16",
@@ -120,9 +121,7 @@ def make_results(tmp_path):
 
     results = tmp_path / "results"
     table = tmp_path / "sweep.csv"
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text("sweep:\n  tp: [2, 4]\n  global_batch: [16]\n")
-    commsweep("sweep", str(cfg), "--table", str(table))
+    commsweep("sweep", str(sweeps.path("two-points")), "--table", str(table))
     points = summary.read_points(table)
     for p, pp in zip(points, (1, 5)):  # tp*pp = 20 does not divide the world size
         wdir = results / "workloads" / p["workload"]
@@ -138,7 +137,7 @@ def make_results(tmp_path):
 
 def test_summary_lists_the_failed_point_and_check_fails(tmp_path):
     table, results, points = make_results(tmp_path)
-    text = summary.summarize(table, results)
+    text = summary.summarize(table, paths.PointFiles.under(results))
     rows = list(csv.DictReader(text.splitlines()))
     good = [r for r in rows if r["point"] == points[0]["point"]]
     bad = [r for r in rows if r["point"] == points[1]["point"]]
@@ -149,25 +148,28 @@ def test_summary_lists_the_failed_point_and_check_fails(tmp_path):
     )
     assert bad[0]["tp"] == "4" and bad[0]["phase"] == ""
 
-    with pytest.raises(CommsweepError) as err:
-        status.check(points, results)
-    assert str(err.value).startswith("1 of 2 point(s) failed")
-    assert f"{points[1]['point']}: generate: arguments: pp=5 does not divide num_layers=32; world_size=16 is not divisible" in str(err.value)
-    assert status.check(points[:1], results) == "all 1 point(s) ok\n"
+    ok, text = status.check(points, paths.PointFiles.under(results))
+    assert not ok and text.startswith("failed: 1 of 2 point(s) failed")
+    assert f"{points[1]['point']}: generate: arguments: pp=5 does not divide num_layers=32; world_size=16 is not divisible" in text
+    assert status.check(points[:1], paths.PointFiles.under(results)) == (True, "all 1 point(s) ok\n")
 
-    # Through the CLI: a non-zero exit with the list, nothing written to -o.
-    result = commsweep("check", "--sweep", str(table), "--results", str(results), "-o", str(tmp_path / "ok.txt"),
-                       check=False)
+    # Through the CLI: a non-zero exit with the list, which -o records too (the verdict of this run).
+    verdict = tmp_path / "status.txt"
+    verdict.write_text("all 2 point(s) ok\n")  # an earlier run's
+    result = commsweep("check", "--sweep", str(table), "--results", str(results), "-o", str(verdict), check=False)
     assert result.returncode == 2 and "1 of 2 point(s) failed" in result.stderr
-    assert not (tmp_path / "ok.txt").exists()
+    assert verdict.read_text() == text
+    # As the pipeline runs it: the verdict written, exit 0 (the run itself fails afterwards).
+    result = commsweep("check", "--sweep", str(table), "--results", str(results), "-o", str(verdict), "--exit-zero")
+    assert verdict.read_text() == text
 
 
 def test_check_counts_a_point_without_any_status_as_failed(tmp_path):
     table, results, points = make_results(tmp_path)
     for f in (results / "workloads" / points[0]["workload"]).glob("*.status"):
         f.unlink()
-    with pytest.raises(CommsweepError, match="no status file: its jobs never ran"):
-        status.check(points[:1], results)
+    ok, text = status.check(points[:1], paths.PointFiles.under(results))
+    assert not ok and "no status file: its jobs never ran" in text
 
 
 def test_guard_records_an_unreadable_upstream_status_as_a_failure(tmp_path):

@@ -137,7 +137,8 @@ def test_default_config_is_valid():
 def test_load_config_reports_yaml_errors(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("sweep:\n  tp: [1, 2\n")
-    with pytest.raises(ConfigError, match=r"c\.yaml:\d+: invalid YAML"):
+    # The file, line and column where YAML found the problem.
+    with pytest.raises(ConfigError, match=r"c\.yaml:3:1: invalid YAML: expected ',' or ']', but got '<stream end>'"):
         sweep.load_config(path)
     path.write_text("- 1\n- 2\n")
     with pytest.raises(ConfigError, match="mapping at the top level"):

@@ -240,9 +240,9 @@ def test_one_trace_per_family_tp_pp_and_sp_of_a_sweep():
 def test_measured_reference_plans_one_trace_job_per_key(tmp_path):
     from test_workflow import snakemake
 
-    cfg = tmp_path / "m.yaml"
-    cfg.write_text("sweep:\n  model: [gpt-7b, gpt-13b]\n  tp: [1, 2]\n  sp: [false, true]\n  network: [netA]\n"
-                   "reference: measured\n")
+    import sweeps
+
+    cfg = sweeps.write_config(tmp_path, "measured")
     result = snakemake(tmp_path, "--configfile", str(cfg), "--dry-run")
     planned = {line.split()[1].strip(",") for line in result.stdout.splitlines() if line.strip().startswith("output: results/traces/")}
     assert planned == {f"results/traces/{k}.csv" for k in ("gpt_tp1_pp1_sp0", "gpt_tp2_pp1_sp0", "gpt_tp2_pp1_sp1")}

@@ -237,9 +237,9 @@ def test_trace_check_names_each_release_of_a_trace(tmp_path):
 def test_the_sweep_traces_each_listed_release(tmp_path):
     from test_workflow import snakemake
 
-    cfg = tmp_path / "m.yaml"
-    cfg.write_text("sweep:\n  model: [gpt-7b]\n  tp: [1, 2]\n  sp: [true]\n  network: [netA]\n"
-                   "reference: measured\nmegatron_core: [0.8.0, 0.19.2]\n")
+    import sweeps
+
+    cfg = sweeps.write_config(tmp_path, "measured-releases")
     result = snakemake(tmp_path, "--configfile", str(cfg), "--dry-run")
     planned = {line.split()[1].strip(",") for line in result.stdout.splitlines()
                if line.strip().startswith("output: results/traces/")}
@@ -249,6 +249,35 @@ def test_the_sweep_traces_each_listed_release(tmp_path):
     cfg.write_text(cfg.read_text().replace("[0.8.0, 0.19.2]", "[latest]"))
     result = snakemake(tmp_path, "--configfile", str(cfg), "--dry-run", check=False)
     assert result.returncode != 0 and "megatron_core" in result.stderr + result.stdout
+
+
+@pytest.mark.trace
+@pytest.mark.skipif(MISSING is not None, reason=f"cannot trace: {MISSING}")
+def test_a_sweep_traces_two_releases_and_sets_them_side_by_side(tmp_path):
+    """tests/sweeps/measured-releases.yaml for real (4 trace jobs, about 35 s on 2 cores): each
+    release's traces match the schedule, the side by side finds no collective that differs,
+    both steps record their outcome, and a release dropped later is listed as ignored."""
+    import sweeps
+
+    for release in ("0.8.0", "0.19.2"):
+        _make(release, versions.cache_root())
+    cfg = sweeps.write_config(tmp_path, "measured-releases")
+    sweeps.run(tmp_path, "--configfile", str(cfg))
+    results = tmp_path / "results"
+    keys = ("gpt_tp1_pp1_sp0", "gpt_tp2_pp1_sp1")
+    check = {r["trace"]: r["differing"] for r in csv.DictReader((results / "trace_check.csv").open())}
+    assert check == {f"{v}/{k}": "0" for v in ("0.8.0", "0.19.2") for k in keys}
+    table = list(csv.DictReader((results / "trace_versions.csv").open()))
+    assert {(r["megatron_core"], r["case"]) for r in table} == {(v, k) for v in ("0.8.0", "0.19.2") for k in keys}
+    assert "collectives that differ in number, group, size, phase or module: 0\n" in (
+        results / "trace_versions.txt").read_text()
+    for step in ("trace_check", "trace_versions"):
+        assert json.loads((results / "steps" / f"{step}.status").read_text())["status"] == "ok"
+    assert (results / "status.txt").read_text().startswith("all 2 point(s) ok")
+    cfg.write_text(cfg.read_text().replace("[0.8.0, 0.19.2]", "[0.19.2]"))
+    sweeps.run(tmp_path, "--configfile", str(cfg))
+    assert "  results/traces/0.8.0\n" in (results / "status.txt").read_text()
+    assert {r["megatron_core"] for r in csv.DictReader((results / "trace_versions.csv").open())} == {"0.19.2"}
 
 
 # -- with megatron-core: the oldest and the newest traced releases ----------------------

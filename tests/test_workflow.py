@@ -19,20 +19,16 @@ def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.Compl
 
 def test_default_sweep_dry_run(tmp_path):
     result = snakemake(tmp_path, "--configfile", str(REPO / "config" / "config.yaml"), "--dry-run")
-    assert "summary" in result.stdout and "plot_volume_by_tp" in result.stdout
+    assert "summarize" in result.stdout and "plot_volume_by_tp" in result.stdout
 
 
 def test_invalid_sweep_fails_before_any_job(tmp_path):
-    sweeps.fails_before_any_job(tmp_path, "sweep:\n  tp: [3]\n", "tp=3 does not divide the 32 attention heads")
+    sweeps.fails_before_any_job(tmp_path, "bad-tp", "tp=3 does not divide the 32 attention heads")
 
 
 @pytest.mark.slow
 def test_small_sweep_runs_end_to_end(tmp_path):
-    cfg = tmp_path / "small.yaml"
-    cfg.write_text(
-        "sweep:\n  model: [gpt-13b]\n  world_size: [16]\n  sp: [false, true]\n"
-        "  global_batch: [8]\n  tp: [2, 4]\n  network: [netA]\n"
-    )
+    cfg = sweeps.write_config(tmp_path, "small")
     snakemake(tmp_path, "--configfile", str(cfg))
     results = tmp_path / "results"
     with open(results / "summary.csv", newline="") as fh:
@@ -41,7 +37,7 @@ def test_small_sweep_runs_end_to_end(tmp_path):
     assert {r["sp"] for r in rows} == {"False", "True"}
     assert {(r["phase"], r["group"]) for r in rows} >= {("fwd", "TP"), ("ig", "TP"), ("wg", "DP")}
     assert (results / "plots" / "volume_by_tp.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    for rule in ("workload", "volumes"):
+    for rule in ("generate", "volumes"):
         assert list((results / "logs" / rule).glob("*.log"))
         assert list((results / "benchmarks" / rule).glob("*.tsv"))
     # Nothing changed: a rerun has nothing to do.
@@ -55,13 +51,21 @@ def test_a_given_sweep_replaces_the_default_one(tmp_path):
 
     def jobs(result) -> dict[str, int]:
         rows = (line.split() for line in result.stdout.splitlines())
-        return {row[0]: int(row[1]) for row in rows if len(row) == 2 and row[0] in ("simulate", "workload")}
+        return {row[0]: int(row[1]) for row in rows if len(row) == 2 and row[0] in ("simulate", "generate")}
 
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "config.yaml").write_text((REPO / "config" / "config.yaml").read_text())
-    mine = tmp_path / "mine.yaml"
-    mine.write_text("sweep:\n  tp: [2, 4]\n  sp: [true]\n")
+    mine = sweeps.write_config(tmp_path, "partial")
     # Not the default sweep's AIOB, schedules and networks: 2 points, 2 workloads.
-    assert jobs(snakemake(tmp_path, "--configfile", str(mine), "--dry-run")) == {"simulate": 2, "workload": 2}
+    assert jobs(snakemake(tmp_path, "--configfile", str(mine), "--dry-run")) == {"simulate": 2, "generate": 2}
     default_points, _ = sweep.points_from_config(sweep.load_config(REPO / "config" / "config.yaml"))
     assert jobs(snakemake(tmp_path, "--dry-run"))["simulate"] == len(default_points)
+
+
+def test_every_test_sweep_says_what_it_covers_and_a_test_runs_it():
+    """tests/sweeps/*.yaml: a first line on what the sweep covers, and a test that names it
+    (.ci/workflow_checks.py dry-runs each one)."""
+    sources = "".join(p.read_text() for p in (REPO / "tests").glob("test_*.py"))
+    for name in sweeps.names():
+        assert len(sweeps.covers(name)) > 20, name
+        assert f'"{name}"' in sources, f"tests/sweeps/{name}.yaml: no test uses it"

@@ -86,6 +86,9 @@ def cmd_sweep(ns: argparse.Namespace) -> None:
     from . import sweep
 
     config = sweep.load_config(ns.config)
+    if ns.check:
+        _check_sweep(ns, config)
+        return
     if ns.table:
         points, invalid = sweep.points_from_config(config)
         _emit(sweep.table_csv(points, invalid), ns.table)
@@ -105,10 +108,41 @@ def cmd_sweep(ns: argparse.Namespace) -> None:
         raise CommsweepError(f"{len(invalid)} invalid combination(s); set skip_invalid: true to drop them")
 
 
+def _point_files(ns: argparse.Namespace, lists: tuple[str, ...]):
+    """The per-point files of a sweep-wide command: those given, else found under --results."""
+    from .paths import PointFiles
+
+    given = {name: getattr(ns, name) for name in lists if getattr(ns, name) is not None}
+    if given:
+        return PointFiles.given(**given)
+    return PointFiles.under(ns.results)
+
+
+def _check_sweep(ns: argparse.Namespace, config: dict) -> None:
+    """``sweep --check``: everything a run checks before its first job, and its name."""
+    from . import provenance, sweep
+
+    points, invalid = sweep.points_from_config(config)
+    run = provenance.Run(config=config, inputs=provenance.check_external(config, points))
+    if ns.made is not None:
+        try:
+            record = provenance.read_record(ns.made)
+        except FileNotFoundError:
+            raise CommsweepError(f"{ns.made}: no run record: run the sweep first (make run CONFIG={ns.config})") from None
+        if record["run"] != run.id:
+            made_from = ", ".join(record.get("config_files") or ["?"])
+            why = ("the same config, but its external inputs or commsweep's version changed since"
+                   if record.get("config_digest") == run.config_digest else f"another config ({made_from})")
+            raise CommsweepError(f"{ns.made} is run {record['run']}, made from {why}, not run {run.id} of "
+                                 f"{ns.config}: run this sweep first (make run CONFIG={ns.config}), or name the "
+                                 f"config of those results (make report CONFIG={made_from})")
+    print(f"{ns.config}: {len(points)} point(s), {len(invalid)} combination(s) skipped; run {run.id}")
+
+
 def cmd_summarize(ns: argparse.Namespace) -> None:
     from .analysis import summary
 
-    _emit(summary.summarize(Path(ns.sweep), Path(ns.results)), ns.output)
+    _emit(summary.summarize(Path(ns.sweep), _point_files(ns, ("status", "volumes", "times")), ns.run or ""), ns.output)
 
 
 def cmd_simulate(ns: argparse.Namespace) -> None:
@@ -131,7 +165,8 @@ def cmd_plot(ns: argparse.Namespace) -> None:
 def cmd_causes(ns: argparse.Namespace) -> None:
     from .analysis import causes
 
-    _emit(causes.difference_by_cause(Path(ns.sweep), Path(ns.results)), ns.output)
+    files = _point_files(ns, ("status", "volumes", "times", "collectives", "audits"))
+    _emit(causes.difference_by_cause(Path(ns.sweep), files), ns.output)
 
 
 def cmd_answer(ns: argparse.Namespace) -> None:
@@ -192,7 +227,7 @@ def cmd_compare(ns: argparse.Namespace) -> None:
     # findings.csv is written as the audits are read (it can hold millions of rows); it
     # lands only when the whole comparison succeeded.
     with atomic_open(ns.findings) as findings:
-        tables = compare.compare(Path(ns.sweep), Path(ns.summary), Path(ns.results), findings)
+        tables = compare.compare(Path(ns.sweep), Path(ns.summary), _point_files(ns, ("audits",)), findings)
     write_text(ns.comparison, tables.comparison)
     write_text(ns.verdicts, tables.verdicts)
     if ns.by_kind:
@@ -238,7 +273,8 @@ def cmd_guard(ns: argparse.Namespace) -> None:
         inner = status.parse_quietly(lambda: parser.parse_args(argv))
         inner.func(inner)
 
-    status.guard(argv[0], run, status_path=ns.status, outputs=ns.outputs, after=ns.after, attempt=ns.attempt)
+    status.guard(argv[0], run, status_path=ns.status, outputs=ns.outputs, after=ns.after, attempt=ns.attempt,
+                 provenance=status.job_provenance(ns.provenance) if ns.provenance is not None else None)
 
 
 def cmd_validate(ns: argparse.Namespace) -> None:
@@ -259,7 +295,12 @@ def cmd_check(ns: argparse.Namespace) -> None:
     from . import status
     from .analysis import summary
 
-    _emit(status.check(summary.read_points(Path(ns.sweep)), Path(ns.results)), ns.output)
+    ok, text = status.check(summary.read_points(Path(ns.sweep)), _point_files(ns, ("status",)), ns.steps or (),
+                            run=ns.run, ignored=ns.ignored or ())
+    _emit(text, ns.output)
+    if not ok and not ns.exit_zero:
+        to_file = ns.output not in (None, "-")
+        raise CommsweepError(text.rstrip("\n") if to_file else "some points or steps failed (listed above)")
 
 
 # -- parser ----------------------------------------------------------------------------
@@ -292,6 +333,8 @@ def add_simulate_parser(sub) -> None:
                    help="builtin: the closed-form engine; simai: run <simai-root>/bin/SimAI_analytical")
     p.add_argument("--simai-root", help="a built SimAI checkout")
     p.add_argument("--timeout", type=float, help="seconds before a SimAI run is stopped (simai backend)")
+    p.add_argument("--strict", action="store_true",
+                   help="fail when -g is not the workload's all_gpus (default: warn; SimAI takes DP from -g)")
     p.set_defaults(func=cmd_simulate)
 
 
@@ -425,13 +468,33 @@ def add_sweep_parser(sub) -> None:
     p = sub.add_parser("sweep", help="validate a sweep config and list its points")
     p.add_argument("config", help="a sweep config YAML (see config/config.yaml)")
     p.add_argument("--table", help="write the points table (CSV) to this file")
+    p.add_argument("--check", action="store_true",
+                   help="check it as a run does before its first job (schema, points, limits, external inputs) and "
+                        "print one line with the run's name (what make run does first)")
+    p.add_argument("--made", metavar="RUN_JSON",
+                   help="with --check: also fail unless RUN_JSON (results/run.json) is this config's run, e.g. "
+                        "before building a report of the results (make report)")
     p.set_defaults(func=cmd_sweep)
 
 
+def _add_file_lists(p: argparse.ArgumentParser, **lists: str) -> None:
+    """Options that each take a list of per-point files (``paths.PointFiles.given``)."""
+    for name, help_text in lists.items():
+        p.add_argument(f"--{name}", nargs="*", metavar="FILE", help=help_text)
+
+
 def add_summarize_parser(sub) -> None:
-    p = sub.add_parser("summarize", help="join every point's results into one table")
+    p = sub.add_parser(
+        "summarize", help="join every point's results into one table",
+        description="Join the points of a sweep table with their volumes, simulated times and status into "
+                    "one table. Each point's files are those given (--status, --volumes, --times: what the "
+                    "pipeline does), else found under --results by the results layout.",
+    )
     p.add_argument("--sweep", required=True, help="the points table (results/sweep.csv)")
-    p.add_argument("--results", default="results", help="the results directory")
+    p.add_argument("--results", default="results", help="the results directory (when no files are given)")
+    _add_file_lists(p, status="the points' status files (<workload or point>/<stage>.status)",
+                    volumes="the workloads' volumes.csv files", times="the points' times.csv files")
+    p.add_argument("--run", help="the run the table belongs to, for its run column (results/run.json's run)")
     p.add_argument("-o", "--output", help="output CSV (default: stdout)")
     p.set_defaults(func=cmd_summarize)
 
@@ -447,15 +510,31 @@ def add_guard_parser(sub) -> None:
     p.add_argument("--outputs", nargs="*", default=[], help="the job's declared outputs")
     p.add_argument("--after", nargs="*", default=[], help="status files of the jobs this one needs")
     p.add_argument("--attempt", type=int, default=1, help="which run of the job this is (recorded in the status)")
+    p.add_argument("--provenance", nargs="*", metavar="KEY=CHECKSUM",
+                   help="record what made the outputs: commsweep's version, the run's config digest and these "
+                        "external inputs' checksums (the pipeline passes them)")
     p.add_argument("argv", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...: the commsweep command to run")
     p.set_defaults(func=cmd_guard)
 
 
 def add_check_parser(sub) -> None:
-    p = sub.add_parser("check", help="fail if a point of the sweep failed (and let the next run retry it)")
+    p = sub.add_parser(
+        "check", help="fail if a point of the sweep failed (and let the next run retry it)",
+        description="The verdict of a run: 'all N point(s) ok', or the failed points and sweep-wide steps "
+                    "with their errors (exit status 2). Each point's status files are those given "
+                    "(--status), else found under --results.",
+    )
     p.add_argument("--sweep", required=True, help="the points table (results/sweep.csv)")
-    p.add_argument("--results", default="results", help="the results directory")
-    p.add_argument("-o", "--output", help="write 'all N point(s) ok' here when none failed")
+    p.add_argument("--results", default="results", help="the results directory (when no files are given)")
+    _add_file_lists(p, status="the points' status files (<workload or point>/<stage>.status)")
+    p.add_argument("--steps", nargs="*", metavar="FILE", help="the sweep-wide steps' status files")
+    p.add_argument("--run", help="the run to name in the verdict (results/run.json's run)")
+    p.add_argument("--ignored", nargs="*", metavar="PATH",
+                   help="outputs of points not in this sweep, left from an earlier one, to list as ignored")
+    p.add_argument("-o", "--output", help="write the verdict here too (also when something failed)")
+    p.add_argument("--exit-zero", action="store_true",
+                   help="exit 0 when something failed, once the verdict is written (the pipeline fails the run "
+                        "itself, after the verdict is in place)")
     p.set_defaults(func=cmd_check)
 
 
@@ -478,7 +557,11 @@ def add_plot_parser(sub) -> None:
 def add_causes_parser(sub) -> None:
     p = sub.add_parser("causes", help="each AICB point's difference from its Megatron point, by cause")
     p.add_argument("--sweep", required=True, help="the points table (results/sweep.csv)")
-    p.add_argument("--results", default="results", help="the results directory (audits, simulations, volumes)")
+    p.add_argument("--results", default="results",
+                   help="the results directory (audits, simulations, volumes), when no files are given")
+    _add_file_lists(p, status="the points' status files", volumes="the workloads' volumes.csv files",
+                    times="the points' times.csv files", collectives="the points' collectives.csv files",
+                    audits="the AICB points' audit.csv files")
     p.add_argument("-o", "--output", help="output CSV (results/difference_by_cause.csv; default: stdout)")
     p.set_defaults(func=cmd_causes)
 
@@ -497,7 +580,9 @@ def add_compare_parser(sub) -> None:
     p = sub.add_parser("compare", help="sweep-wide findings, comparison of the generators, and verdicts")
     p.add_argument("--sweep", required=True, help="the points table (results/sweep.csv)")
     p.add_argument("--summary", required=True, help="the summary table (results/summary.csv)")
-    p.add_argument("--results", default="results", help="the results directory (per-point audits)")
+    p.add_argument("--results", default="results",
+                   help="the results directory, where the points' audits are found (when --audits is not given)")
+    _add_file_lists(p, audits="the points' audit.csv files (a point without one is not audited)")
     p.add_argument("--findings", required=True,
                    help="output: every point's findings, after the point's key (CSV; join results/sweep.csv on point)")
     p.add_argument("--comparison", required=True, help="output: the generators compared per setting (CSV)")

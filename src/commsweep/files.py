@@ -2,7 +2,9 @@
 
 Every output of the pipeline is written to a temporary file in the same directory and
 renamed into place, so a killed job never leaves a half-written file that a later run
-(or Snakemake) could mistake for a complete one. Every text input is read through
+(or Snakemake) could mistake for a complete one. The file gets the mode a plain ``open``
+would give it (0644 under the usual umask 022), not ``mkstemp``'s private 0600: results
+on a shared cluster are for colleagues to read. Every text input is read through
 ``read_text``, so a binary or mis-encoded file is an error naming its line.
 """
 
@@ -13,9 +15,27 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+
 TYPE_CHECKING = False  # without importing typing (slow) at run time
 if TYPE_CHECKING:
     from typing import IO
+
+
+def _umask() -> int:
+    """The process's umask, read once (setting it to read it back is not thread-safe)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+FILE_MODE = 0o666 & ~_umask()
 
 
 @contextlib.contextmanager
@@ -31,6 +51,7 @@ def atomic_open(path: str | Path, mode: str = "w", *, newline: str | None = "") 
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     binary = "b" in mode
     try:
+        os.fchmod(fd, FILE_MODE)
         with os.fdopen(fd, mode, **({} if binary else {"encoding": "utf-8", "newline": newline})) as fh:
             yield fh
             fh.flush()

@@ -1,54 +1,290 @@
-"""Where each stage's outputs live under the results directory.
+"""Where each output lives under the results directory: the one home of the layout.
 
-One home for the layout, shared by the Snakemake rules and the summary code::
+The Snakemake rules and the package both take every path from here (``Layout``), so the
+layout is spelled once::
 
     results/sweep.csv                                   the points (and skipped combinations)
-    results/aiob/<backend>/<profile>.txt|.csv           AIOB profiles, shared by points
+    results/run.json                                    the run: commsweep version, config, external inputs
+    results/status.txt                                  the verdict of the last run (rule check)
+    results/aiob/<backend>/<profile>.txt|.csv|.status   AIOB profiles, shared by points
     results/workloads/<workload>/workload.txt           SimAI workload, shared across networks
     results/workloads/<workload>/volumes.csv            its communication volumes
     results/points/<point>/EndToEnd.csv                 SimAI's summary and per-row times of the point
     results/points/<point>/collectives.csv              its simulated time per collective
     results/points/<point>/times.csv                    their sums and SimAI's summary line (the summary's input)
     results/points/<point>/audit.csv                    its workload's audit against Megatron's schedule
-    results/summary.csv, results/plots/*.png            the sweep's tables and figures
+    results/summary.csv, results/plots/*.png, ...       the sweep's tables and figures
+    results/steps/<rule>.status                         the outcome of each sweep-wide step
+    results/traces/<trace>.csv|.compare.csv             measured megatron-core traces (reference: measured;
+                                                        <trace>: <key>, or <release>/<key> per megatron_core release)
+    results/trace_versions.csv|.txt                     the releases side by side, and their differences
+    results/logs/<rule>/<key>.log                       each job's log (results/logs/<rule>.log: sweep-wide)
+    results/benchmarks/<rule>/<key>.tsv                 each job's time and memory, likewise
+
+Every per-point file sits in a folder named after its key (``<kind>/<key>/<file>``, see
+``key_of``), and every job's outcome in a ``.status`` file beside its outputs
+(``commsweep.status``). A path method called without a key returns the Snakemake pattern,
+with the key as a wildcard (``{point}``, ``{workload}``, ...): what a rule declares.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+RESULTS = "results"
+STATUS_SUFFIX = ".status"
+
+
+class Layout:
+    """The paths of one results directory (``root``), as strings."""
+
+    def __init__(self, root: str | Path = RESULTS) -> None:
+        self.root = str(root)
+
+    def _at(self, relative: str) -> str:
+        return f"{self.root}/{relative}"
+
+    # -- the sweep and its run ---------------------------------------------------------
+
+    def sweep_table(self) -> str:
+        return self._at("sweep.csv")
+
+    def run_record(self) -> str:
+        return self._at("run.json")
+
+    def verdict(self) -> str:
+        """``status.txt``: the last run's verdict, written by ``commsweep check``."""
+        return self._at("status.txt")
+
+    def report(self) -> str:
+        return self._at("report.html")
+
+    # -- AIOB profiles (one per profile key and backend) ---------------------------------
+
+    def profile_dir(self, backend: str) -> str:
+        return self._at(f"aiob/{backend}")
+
+    def profile(self, backend: str, profile: str = "{profile}") -> str:
+        return f"{self.profile_dir(backend)}/{profile}.txt"
+
+    def profile_table(self, backend: str, profile: str = "{profile}") -> str:
+        return f"{self.profile_dir(backend)}/{profile}.csv"
+
+    def profile_status(self, backend: str, profile: str = "{profile}") -> str:
+        return f"{self.profile_dir(backend)}/{profile}{STATUS_SUFFIX}"
+
+    # -- workloads (one per workload key, shared by the networks of a setup) -------------
+
+    def workloads_dir(self) -> str:
+        return self._at("workloads")
+
+    def workload_dir(self, workload: str = "{workload}") -> str:
+        return f"{self.workloads_dir()}/{workload}"
+
+    def workload(self, workload: str = "{workload}") -> str:
+        return f"{self.workload_dir(workload)}/workload.txt"
+
+    def volumes(self, workload: str = "{workload}") -> str:
+        return f"{self.workload_dir(workload)}/volumes.csv"
+
+    # -- points (one per point key) ------------------------------------------------------
+
+    def points_dir(self) -> str:
+        return self._at("points")
+
+    def point_dir(self, point: str = "{point}") -> str:
+        return f"{self.points_dir()}/{point}"
+
+    def endtoend(self, point: str = "{point}") -> str:
+        """The point's simulation in SimAI's EndToEnd.csv layout."""
+        return f"{self.point_dir(point)}/EndToEnd.csv"
+
+    def collectives(self, point: str = "{point}") -> str:
+        """The point's simulated time per collective (``simulate.collectives`` columns)."""
+        return f"{self.point_dir(point)}/collectives.csv"
+
+    def times(self, point: str = "{point}") -> str:
+        """The point's simulated times in brief (``simulate.times``): all the summary reads of a simulation."""
+        return f"{self.point_dir(point)}/times.csv"
+
+    def audit(self, point: str = "{point}") -> str:
+        """The point's audit findings (``analysis.audit`` columns)."""
+        return f"{self.point_dir(point)}/audit.csv"
+
+    # -- the status of a job: ``<stage>.status`` in the folder of its outputs -------------
+
+    def workload_status(self, stage: str, workload: str = "{workload}") -> str:
+        """A per-workload stage's status (stage: workload or volumes)."""
+        return f"{self.workload_dir(workload)}/{stage}{STATUS_SUFFIX}"
+
+    def point_status(self, stage: str, point: str = "{point}") -> str:
+        """A per-point stage's status (stage: simulate or audit)."""
+        return f"{self.point_dir(point)}/{stage}{STATUS_SUFFIX}"
+
+    def step_status(self, step: str) -> str:
+        """A sweep-wide step's status (summarize, compare, a figure, trace-check)."""
+        return self._at(f"steps/{step}{STATUS_SUFFIX}")
+
+    # -- sweep-wide tables and figures -----------------------------------------------------
+
+    def summary(self) -> str:
+        return self._at("summary.csv")
+
+    def findings(self) -> str:
+        return self._at("findings.csv")
+
+    def comparison(self) -> str:
+        return self._at("comparison.csv")
+
+    def verdicts(self) -> str:
+        return self._at("verdicts.csv")
+
+    def findings_by_kind(self) -> str:
+        return self._at("findings_by_kind.csv")
+
+    def plot(self, name: str) -> str:
+        return self._at(f"plots/{name}.png")
+
+    def difference_by_cause(self) -> str:
+        return self._at("difference_by_cause.csv")
+
+    def answer_page(self) -> str:
+        """The landing page, in Markdown (its figures linked from plots/)."""
+        return self._at("answer.md")
+
+    def answer_rst(self) -> str:
+        """The landing page in reStructuredText, figures embedded: the report's front page."""
+        return self._at("answer.rst")
+
+    # -- measured traces (reference: measured) ---------------------------------------------
+
+    def trace(self, trace: str = "{trace}") -> str:
+        return self._at(f"traces/{trace}.csv")
+
+    def trace_compare(self, trace: str = "{trace}") -> str:
+        return self._at(f"traces/{trace}.compare.csv")
+
+    def trace_status(self, trace: str = "{trace}") -> str:
+        return self._at(f"traces/{trace}{STATUS_SUFFIX}")
+
+    def trace_check(self) -> str:
+        return self._at("trace_check.csv")
+
+    def trace_versions(self) -> str:
+        """The megatron-core releases' traces side by side (``megatron_core`` lists them)."""
+        return self._at("trace_versions.csv")
+
+    def trace_versions_differences(self) -> str:
+        """The differences between the releases' traces, in words."""
+        return self._at("trace_versions.txt")
+
+    # -- logs and benchmarks, by rule ------------------------------------------------------
+
+    def log(self, rule: str, key: str | None = None) -> str:
+        return self._at(f"logs/{rule}.log" if key is None else f"logs/{rule}/{key}.log")
+
+    def benchmark(self, rule: str, key: str | None = None) -> str:
+        return self._at(f"benchmarks/{rule}.tsv" if key is None else f"benchmarks/{rule}/{key}.tsv")
+
+
+def key_of(path: str | Path) -> str:
+    """The key (workload or point) of a per-workload or per-point file: its folder's name."""
+    return Path(path).parent.name
+
+
+# -- the same paths as Path objects, for the package's readers and the tests --------------
+
 
 def workload_dir(results: Path, workload: str) -> Path:
-    return results / "workloads" / workload
+    return Path(Layout(results).workload_dir(workload))
 
 
 def workload_file(results: Path, workload: str) -> Path:
-    return workload_dir(results, workload) / "workload.txt"
+    return Path(Layout(results).workload(workload))
 
 
 def volumes_file(results: Path, workload: str) -> Path:
-    return workload_dir(results, workload) / "volumes.csv"
+    return Path(Layout(results).volumes(workload))
 
 
 def point_dir(results: Path, point: str) -> Path:
-    return results / "points" / point
+    return Path(Layout(results).point_dir(point))
 
 
 def endtoend_file(results: Path, point: str) -> Path:
     """The point's simulation in SimAI's EndToEnd.csv layout."""
-    return point_dir(results, point) / "EndToEnd.csv"
+    return Path(Layout(results).endtoend(point))
 
 
 def collectives_file(results: Path, point: str) -> Path:
     """The point's simulated time per collective (``simulate.collectives`` columns)."""
-    return point_dir(results, point) / "collectives.csv"
+    return Path(Layout(results).collectives(point))
 
 
 def times_file(results: Path, point: str) -> Path:
     """The point's simulated times in brief (``simulate.times``): all the summary reads of a simulation."""
-    return point_dir(results, point) / "times.csv"
+    return Path(Layout(results).times(point))
 
 
 def audit_file(results: Path, point: str) -> Path:
     """The point's audit findings (``analysis.audit`` columns)."""
-    return point_dir(results, point) / "audit.csv"
+    return Path(Layout(results).audit(point))
+
+
+# -- the per-point files a sweep-wide step reads ---------------------------------------------
+
+
+class PointFiles:
+    """Each point's files as a sweep-wide step reads them: given as lists, or found by the layout.
+
+    The pipeline gives the summary, the comparison and the check exactly the files its rules
+    declare (``given``), so they read nothing else: not a point of an earlier sweep left in
+    the folder, and nothing a storage plugin did not fetch. By hand, ``under(results)``
+    finds each point's files under a results folder by this layout. A given file is known by
+    its folder's name (``key_of``): where it came from does not matter.
+    """
+
+    def __init__(self, results: str | Path | None = None) -> None:
+        self.results = Path(results) if results is not None else None
+        self._status: dict[str, list[Path]] = {}
+        self._volumes: dict[str, Path] = {}
+        self._times: dict[str, Path] = {}
+        self._collectives: dict[str, Path] = {}
+        self._audits: dict[str, Path] = {}
+
+    @classmethod
+    def under(cls, results: str | Path) -> PointFiles:
+        return cls(results)
+
+    @classmethod
+    def given(cls, *, status=(), volumes=(), times=(), collectives=(), audits=()) -> PointFiles:
+        files = cls()
+        for path in map(Path, status):
+            files._status.setdefault(key_of(path), []).append(path)
+        files._volumes = {key_of(p): Path(p) for p in volumes}
+        files._times = {key_of(p): Path(p) for p in times}
+        files._collectives = {key_of(p): Path(p) for p in collectives}
+        files._audits = {key_of(p): Path(p) for p in audits}
+        return files
+
+    def statuses(self, workload: str, point: str) -> list[Path]:
+        """Every status file of one point: its workload's stages and its own."""
+        if self.results is None:
+            return sorted(self._status.get(workload, [])) + sorted(self._status.get(point, []))
+        found: list[Path] = []
+        for folder in (workload_dir(self.results, workload), point_dir(self.results, point)):
+            if folder.is_dir():
+                found += sorted(folder.glob(f"*{STATUS_SUFFIX}"))
+        return found
+
+    def volumes(self, workload: str) -> Path | None:
+        return volumes_file(self.results, workload) if self.results is not None else self._volumes.get(workload)
+
+    def times(self, point: str) -> Path | None:
+        return times_file(self.results, point) if self.results is not None else self._times.get(point)
+
+    def collectives(self, point: str) -> Path | None:
+        return collectives_file(self.results, point) if self.results is not None else self._collectives.get(point)
+
+    def audit(self, point: str) -> Path | None:
+        return audit_file(self.results, point) if self.results is not None else self._audits.get(point)

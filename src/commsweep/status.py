@@ -14,8 +14,10 @@ file* beside the rule's outputs:
   records the same stage and error, with ``upstream`` naming the status it came from, so
   the root cause travels to the summary whatever stage it happened in.
 
-The summary lists the failed points with their error (``failures``); ``commsweep check``
-runs last and fails the run when a point failed. Each status also records its attempt
+The sweep-wide steps (summary, comparison, figures) are guarded the same way. The summary
+lists the failed points with their error (``failures``); ``commsweep check`` runs last,
+whatever failed, and writes the run's verdict (``check``): all ok, or the failed points
+and steps, which fail the run. Each status also records its attempt
 number, which the rules pass to the job as a parameter (``next_attempt``): it changes
 after a failure, so Snakemake's ``params`` rerun trigger retries exactly the failed jobs
 on the next run, and the summary after them.
@@ -23,7 +25,7 @@ on the next run, and the summary after them.
 A job that is killed (out of memory, time limit, node failure) writes no status: it
 fails in Snakemake as usual and is rerun, and ``--keep-going`` lets the other points go on.
 The status is written last and atomically, so a status file always speaks for outputs
-that are complete.
+that are complete. It also records what made them (``job_provenance``).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import json
 import sys
 import traceback
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import paths
@@ -58,6 +60,9 @@ class Status:
     outputs: tuple[str, ...] = field(default=())
     # Which run of the job this was (see next_attempt).
     attempt: int = 1
+    # What made the outputs: commsweep's version, the run's config digest, the checksums of
+    # the external inputs the job read (see commsweep.provenance). Empty: not recorded.
+    provenance: dict = field(default_factory=dict, compare=False)
 
     def render(self) -> str:
         record = {
@@ -68,6 +73,8 @@ class Status:
             "outputs": list(self.outputs),
             "attempt": self.attempt,
         }
+        if self.provenance:
+            record["provenance"] = self.provenance
         return json.dumps(record, sort_keys=True) + "\n"
 
     def reason(self) -> str:
@@ -100,6 +107,9 @@ def read(path: str | Path) -> Status:
     attempt = record.get("attempt", 1)
     if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
         raise InputError(f"expected a positive integer, got {attempt!r}", file=path, line=1, field="attempt")
+    provenance = record.get("provenance") or {}
+    if not isinstance(provenance, dict):
+        raise InputError("expected a mapping", file=path, line=1, field="provenance")
     return Status(
         ok=record["status"] == "ok",
         stage=str(record.get("stage", "")),
@@ -107,7 +117,30 @@ def read(path: str | Path) -> Status:
         upstream=upstream if isinstance(upstream, str) else None,
         outputs=tuple(outputs),
         attempt=attempt,
+        provenance=provenance,
     )
+
+
+def job_provenance(words: Iterable[str] = ()) -> dict:
+    """What a status records of the job's making: commsweep's version, the run's config digest
+    (from the workflow, ``provenance.CONFIG_DIGEST_ENV``) and the external inputs' checksums
+    (``KEY=CHECKSUM`` words, the job's ``params.provenance``)."""
+    import os
+
+    from . import __version__
+    from .provenance import CONFIG_DIGEST_ENV
+
+    inputs = {}
+    for word in words:
+        key, sep, value = word.partition("=")
+        if not sep:
+            raise CommsweepError(f"--provenance: expected KEY=VALUE, got {word!r}")
+        if key != "commsweep":
+            inputs[key] = value
+    record: dict = {"commsweep": __version__, "config": os.environ.get(CONFIG_DIGEST_ENV)}
+    if inputs:
+        record["inputs"] = inputs
+    return record
 
 
 def marker_text(status: Status, status_path: str | Path) -> str:
@@ -145,13 +178,14 @@ def guard(
     outputs: Sequence[str | Path] = (),
     after: Iterable[str | Path] = (),
     attempt: int = 1,
+    provenance: dict | None = None,
 ) -> Status:
     """Run one per-point command and record its outcome in ``status_path``.
 
     ``run`` is the command (it raises on failure); ``outputs`` are the job's declared
     outputs (the status file among them is skipped); ``after`` are the status files of
-    the jobs this one depends on; ``attempt`` is recorded (see ``next_attempt``). Returns
-    the status written. Only a failure to write
+    the jobs this one depends on; ``attempt`` and ``provenance`` (see ``job_provenance``)
+    are recorded. Returns the status written. Only a failure to write
     the status itself (or an interruption) escapes.
     """
     status_path = Path(status_path)
@@ -185,6 +219,8 @@ def guard(
                 status = Status(ok=False, stage=stage, error=message, outputs=outs, attempt=attempt)
             else:
                 status = Status(ok=True, stage=stage, outputs=outs, attempt=attempt)
+    if provenance:
+        status = replace(status, provenance=provenance)
     if not status.ok:
         for out in outs:
             write_text(out, marker_text(status, status_path))
@@ -210,18 +246,9 @@ def parse_quietly(parse: Callable[[], object]) -> object:
 # -- what the summary and the check read ------------------------------------------------
 
 
-def status_files(results: Path, workload: str, point: str) -> list[Path]:
-    """Every status file of one point: its workload's stages and its own."""
-    found: list[Path] = []
-    for folder in (paths.workload_dir(results, workload), paths.point_dir(results, point)):
-        if folder.is_dir():
-            found += sorted(folder.glob(f"*{SUFFIX}"))
-    return found
-
-
-def failures(results: Path, workload: str, point: str) -> list[tuple[Path, Status]]:
+def failures(files: paths.PointFiles, workload: str, point: str) -> list[tuple[Path, Status]]:
     """The failed jobs of one point (a failure copied downstream appears once per job)."""
-    found = [(path, read(path)) for path in status_files(results, workload, point)]
+    found = [(path, read(path)) for path in files.statuses(workload, point)]
     return [(path, st) for path, st in found if not st.ok]
 
 
@@ -249,24 +276,62 @@ def next_attempt(path: str | Path) -> int:
     return status.attempt if status.ok else status.attempt + 1
 
 
-def check(points: Iterable[dict[str, str]], results: Path) -> str:
-    """Fail when a point of the sweep failed; otherwise the line ``all N point(s) ok``.
+FAILED = "failed:"
 
-    ``points`` are the valid rows of the points table. A point with no status file at all
-    counts as failed too: its results were never made (or were removed by hand).
+
+def check(
+    points: Iterable[dict[str, str]],
+    files: paths.PointFiles,
+    steps: Iterable[str | Path] = (),
+    *,
+    run: str | None = None,
+    ignored: Iterable[str] = (),
+) -> tuple[bool, str]:
+    """The verdict of a run: whether every point and sweep-wide step succeeded, and its text.
+
+    ``points`` are the valid rows of the points table, ``files`` their status files,
+    ``steps`` the status files of the sweep-wide steps (summary, comparison, figures).
+    The text is ``all N point(s) ok`` on success; otherwise its first line starts with
+    ``failed:`` and one line per failed point or step follows, with the error. A point with
+    no status file at all counts as failed too: its results were never made (or were
+    removed by hand). ``run`` names the run (``provenance.Run.id``); ``ignored`` lists
+    outputs of points not in this sweep (``provenance.stale_outputs``), which it names.
     """
     points = list(points)
+    named = f" (run {run})" if run else ""
     failed: list[str] = []
     for point in points:
-        if not status_files(results, point["workload"], point["point"]):
+        statuses = files.statuses(point["workload"], point["point"])
+        if not statuses:
             failed.append(f"  {point['point']}: no status file: its jobs never ran")
             continue
-        found = failures(results, point["workload"], point["point"])
+        found = [(path, st) for path, st in ((p, read(p)) for p in statuses) if not st.ok]
         if found:
             failed.append(f"  {point['point']}: {reasons(found)}")
+    broken = []
+    for path in map(Path, steps):
+        st = read(path)
+        if not st.ok:
+            broken.append(f"  {path.name.removesuffix(SUFFIX)}: {st.reason()}")
+    ignored = list(ignored)
+    notes = []
+    if ignored:
+        notes.append(f"ignored: {len(ignored)} output(s) of points not in this sweep (left from an earlier "
+                      "one; not part of this run's results):")
+        notes += [f"  {path}" for path in ignored]
+    if not failed and not broken:
+        return True, "\n".join([f"all {len(points)} point(s) ok{named}", *notes]) + "\n"
+    lines = []
     if failed:
-        raise CommsweepError(
-            f"{len(failed)} of {len(points)} point(s) failed (results/summary.csv lists them; "
-            "the next run retries them):\n" + "\n".join(failed)
-        )
-    return f"all {len(points)} point(s) ok\n"
+        lines.append(f"{FAILED} {len(failed)} of {len(points)} point(s) failed{named} (results/summary.csv "
+                     "lists them; the next run retries them):")
+        lines += failed
+    if broken:
+        lines.append(f"{FAILED} {len(broken)} sweep-wide step(s) failed{named} (the next run retries them):")
+        lines += broken
+    return False, "\n".join(lines + notes) + "\n"
+
+
+def verdict_failed(text: str) -> bool:
+    """Whether a verdict (``check``'s text, status.txt) records a failure."""
+    return text.startswith(FAILED)

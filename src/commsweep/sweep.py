@@ -14,7 +14,6 @@ from __future__ import annotations
 import csv
 import io
 import itertools
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -301,7 +300,8 @@ def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
 
 
 def points_from_config(config: dict) -> tuple[list[Point], list[Invalid]]:
-    """Expand and enforce validity: invalid points fail the sweep unless ``skip_invalid``."""
+    """Expand and enforce validity: invalid points fail the sweep unless ``skip_invalid``,
+    and a point over the limits (``limits.check``: workload rows, memory, GPUs) fails it."""
     points, invalid = expand(config)
     if invalid and not config.get("skip_invalid", False):
         listed = "\n".join(f"  - {bad.describe()}" for bad in invalid)
@@ -311,6 +311,9 @@ def points_from_config(config: dict) -> tuple[list[Point], list[Invalid]]:
         )
     if not points:
         raise ConfigError("no valid sweep point", key="sweep")
+    from . import limits
+
+    limits.check(points, config.get("limits"))
     return points, invalid
 
 
@@ -328,37 +331,6 @@ def table_csv(points: list[Point], invalid: list[Invalid] = ()) -> str:
 
 def load_config(path: str | Path) -> dict:
     """Read a sweep config YAML, validate it against the schema and fill its defaults."""
-    from .config_schema import validate_config
+    from .configfile import load
 
-    import yaml
-
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise ConfigError(f"cannot read the file: {err.strerror}", source=path) from None
-    except UnicodeDecodeError as err:
-        line = err.object[: err.start].count(b"\n") + 1
-        raise ConfigError(f"not UTF-8 text (byte {err.start})", source=f"{path}:{line}") from None
-    try:
-        config = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        if mark is not None:
-            line = mark.line + 1
-        else:  # a reader error (a character YAML forbids) has a position instead
-            line = text[: getattr(err, "position", 0)].count("\n") + 1
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise ConfigError(f"invalid YAML: {problem}", source=f"{path}:{line}") from None
-    except ValueError:  # PyYAML's int() of a number with more than 4300 digits
-        long = re.search(r"[0-9_]{4000,}", text)
-        line = text[: long.start()].count("\n") + 1 if long else 1
-        raise ConfigError("invalid YAML: a number with thousands of digits", source=f"{path}:{line}") from None
-    except RecursionError:
-        raise ConfigError("invalid YAML: nested too deeply", source=f"{path}:1") from None
-    if config is None:
-        config = {}
-    if not isinstance(config, dict):
-        raise ConfigError("the config must be a mapping at the top level", key="<top level>", source=path)
-    validate_config(config, source=path)
-    return config
+    return load([path])

@@ -1,6 +1,6 @@
-# AIOB compute-time profiles, one job per profile key (points that share the rank's
-# shard, batch and GPU share one profile). One rule per backend: `aiob.backend` in the
-# config decides which one the workload rule's input path (common.smk: profile_path) asks for.
+# AIOB compute-time profiles (`commsweep profile`), one job per profile key (points that
+# share the rank's shard, batch and GPU share one profile). One rule per backend:
+# `aiob.backend` in the config decides which one the generate rule's input asks for.
 
 import shutil
 
@@ -10,20 +10,21 @@ import shutil
 TORCH_ON_GPU = shutil.which("nvidia-smi") is not None
 
 
-rule aiob_roofline:
+rule profile_roofline:
     input:
         after=[],
     output:
-        profile=f"{RESULTS}/aiob/roofline/{{profile}}.txt",
-        table=f"{RESULTS}/aiob/roofline/{{profile}}.csv",
-        status=f"{RESULTS}/aiob/roofline/{{profile}}.status",
+        profile=L.profile("roofline"),
+        table=L.profile_table("roofline"),
+        status=L.profile_status("roofline"),
     params:
+        provenance=provenance(),
         args=profile_args,
-        attempt=attempt(f"{RESULTS}/aiob/roofline/{{profile}}.status"),
+        attempt=attempt(L.profile_status("roofline")),
     log:
-        f"{RESULTS}/logs/aiob/roofline/{{profile}}.log",
+        L.log("profile_roofline", "{profile}"),
     benchmark:
-        f"{RESULTS}/benchmarks/aiob/roofline/{{profile}}.tsv"
+        L.benchmark("profile_roofline", "{profile}")
     resources:
         mem_mb=512,
         runtime=5,
@@ -32,20 +33,21 @@ rule aiob_roofline:
         guarded("profile --backend roofline {params.args} -o {output.profile} --csv {output.table}")
 
 
-rule aiob_torch:
+rule profile_torch:
     input:
         after=[],
     output:
-        profile=f"{RESULTS}/aiob/torch/{{profile}}.txt",
-        table=f"{RESULTS}/aiob/torch/{{profile}}.csv",
-        status=f"{RESULTS}/aiob/torch/{{profile}}.status",
+        profile=L.profile("torch"),
+        table=L.profile_table("torch"),
+        status=L.profile_status("torch"),
     params:
+        provenance=provenance(),
         args=profile_args,
-        attempt=attempt(f"{RESULTS}/aiob/torch/{{profile}}.status"),
+        attempt=attempt(L.profile_status("torch")),
     log:
-        f"{RESULTS}/logs/aiob/torch/{{profile}}.log",
+        L.log("profile_torch", "{profile}"),
     benchmark:
-        f"{RESULTS}/benchmarks/aiob/torch/{{profile}}.tsv"
+        L.benchmark("profile_torch", "{profile}")
     resources:
         mem_mb=16384,
         runtime=30,
@@ -55,21 +57,22 @@ rule aiob_torch:
         guarded("profile --backend torch --threads {threads} {params.args} -o {output.profile} --csv {output.table}")
 
 
-rule aiob_file:
+rule profile_file:
     input:
         user=profile_user_file,
         after=[],
     output:
-        profile=f"{RESULTS}/aiob/file/{{profile}}.txt",
-        table=f"{RESULTS}/aiob/file/{{profile}}.csv",
-        status=f"{RESULTS}/aiob/file/{{profile}}.status",
+        profile=L.profile("file"),
+        table=L.profile_table("file"),
+        status=L.profile_status("file"),
     params:
+        provenance=profile_file_provenance,
         args=profile_args,
-        attempt=attempt(f"{RESULTS}/aiob/file/{{profile}}.status"),
+        attempt=attempt(L.profile_status("file")),
     log:
-        f"{RESULTS}/logs/aiob/file/{{profile}}.log",
+        L.log("profile_file", "{profile}"),
     benchmark:
-        f"{RESULTS}/benchmarks/aiob/file/{{profile}}.tsv"
+        L.benchmark("profile_file", "{profile}")
     resources:
         mem_mb=512,
         runtime=5,

@@ -4,98 +4,105 @@
 
 
 rule difference_by_cause:
+    # Reads each point's files as declared here (a script: see rule summarize).
     input:
         unpack(cause_inputs),
-        sweep=f"{RESULTS}/sweep.csv",
+        sweep=L.sweep_table(),
         volumes=all_volumes,
         status=all_status,
+        after=[],
     output:
-        report(
-            f"{RESULTS}/difference_by_cause.csv",
-            caption="../report/difference_by_cause.rst",
-            category="1. The answer",
-        ),
+        table=report(L.difference_by_cause(), caption="../report/difference_by_cause.rst", category="1. The answer"),
+        status=L.step_status("difference_by_cause"),
+    params:
+        provenance=provenance(),
+        attempt=attempt(L.step_status("difference_by_cause")),
+        command=guarded_argv("causes", "--sweep", "<input.sweep>", "--status", "<input.status>",
+                             "--volumes", "<input.volumes>", "--times", "<input.times>",
+                             "--collectives", "<input.collectives>", "--audits", "<input.audits>",
+                             "-o", "<output.table>"),
     log:
-        f"{RESULTS}/logs/difference_by_cause.log",
+        L.log("difference_by_cause"),
     benchmark:
-        f"{RESULTS}/benchmarks/difference_by_cause.tsv"
+        L.benchmark("difference_by_cause")
     resources:
         mem_mb=2048,
         runtime=10,
     threads: 1
-    params:
-        # The files of the points the inputs name, found there by their keys.
-        results=RESULTS,
-    shell:
-        "commsweep causes --sweep {input.sweep} --results {params.results} -o {output} > {log} 2>&1"
+    script:
+        "../scripts/commsweep.py"
 
 
 rule plot_difference_by_cause:
     input:
-        causes=f"{RESULTS}/difference_by_cause.csv",
-        sweep=f"{RESULTS}/sweep.csv",
+        causes=L.difference_by_cause(),
+        sweep=L.sweep_table(),
+        after=L.step_status("difference_by_cause"),
     output:
-        report(
-            f"{RESULTS}/plots/difference_by_cause.png",
-            caption="../report/difference_by_cause_plot.rst",
-            category="1. The answer",
-        ),
+        plot=report(L.plot("difference_by_cause"), caption="../report/difference_by_cause_plot.rst",
+                    category="1. The answer"),
+        status=L.step_status("plot_difference_by_cause"),
+    params:
+        provenance=provenance(),
+        attempt=attempt(L.step_status("plot_difference_by_cause")),
     log:
-        f"{RESULTS}/logs/plot_difference_by_cause.log",
+        L.log("plot_difference_by_cause"),
     benchmark:
-        f"{RESULTS}/benchmarks/plot_difference_by_cause.tsv"
+        L.benchmark("plot_difference_by_cause")
     resources:
         mem_mb=2048,
         runtime=10,
     threads: 1
     shell:
-        "commsweep plot difference-by-cause {input.causes} --sweep {input.sweep} -o {output} > {log} 2>&1"
+        guarded("plot difference-by-cause {input.causes} --sweep {input.sweep} -o {output.plot}")
 
 
 rule plot_exposed_tp_by_overlap:
     input:
-        f"{RESULTS}/summary.csv",
+        summary=L.summary(),
+        after=L.step_status("summarize"),
     output:
-        report(
-            f"{RESULTS}/plots/exposed_tp_by_overlap.png",
-            caption="../report/exposed_tp_by_overlap.rst",
-            category="1. The answer",
-        ),
+        plot=report(L.plot("exposed_tp_by_overlap"), caption="../report/exposed_tp_by_overlap.rst",
+                    category="1. The answer"),
+        status=L.step_status("plot_exposed_tp_by_overlap"),
     params:
         # The ratio of the points of a sweep without a tp_overlap axis.
         tp_overlap=config["simulator"]["overlap"]["tp"],
+        provenance=provenance(),
+        attempt=attempt(L.step_status("plot_exposed_tp_by_overlap")),
     log:
-        f"{RESULTS}/logs/plot_exposed_tp_by_overlap.log",
+        L.log("plot_exposed_tp_by_overlap"),
     benchmark:
-        f"{RESULTS}/benchmarks/plot_exposed_tp_by_overlap.tsv"
+        L.benchmark("plot_exposed_tp_by_overlap")
     resources:
         mem_mb=2048,
         runtime=10,
     threads: 1
     shell:
-        "commsweep plot exposed-tp-by-overlap {input} --tp-overlap {params.tp_overlap} -o {output} > {log} 2>&1"
+        guarded("plot exposed-tp-by-overlap {input.summary} --tp-overlap {params.tp_overlap} -o {output.plot}")
 
 
 rule answer:
     input:
-        causes=f"{RESULTS}/difference_by_cause.csv",
-        sweep=f"{RESULTS}/sweep.csv",
-        figures=[f"{RESULTS}/plots/difference_by_cause.png", f"{RESULTS}/plots/exposed_tp_by_overlap.png"],
+        causes=L.difference_by_cause(),
+        sweep=L.sweep_table(),
+        figures=[L.plot("difference_by_cause"), L.plot("exposed_tp_by_overlap")],
+        after=[L.step_status("difference_by_cause")],
     output:
-        markdown=report(
-            f"{RESULTS}/answer.md",
-            caption="../report/answer_page.rst",
-            category="1. The answer",
-        ),
+        markdown=report(L.answer_page(), caption="../report/answer_page.rst", category="1. The answer"),
         # The same page with its figures embedded: the report's front page.
-        rst=f"{RESULTS}/answer.rst",
+        rst=L.answer_rst(),
+        status=L.step_status("answer"),
+    params:
+        provenance=provenance(),
+        attempt=attempt(L.step_status("answer")),
     log:
-        f"{RESULTS}/logs/answer.log",
+        L.log("answer"),
     benchmark:
-        f"{RESULTS}/benchmarks/answer.tsv"
+        L.benchmark("answer")
     resources:
         mem_mb=1024,
         runtime=5,
     threads: 1
     shell:
-        "commsweep answer {input.causes} --sweep {input.sweep} -o {output.markdown} --rst {output.rst} > {log} 2>&1"
+        guarded("answer {input.causes} --sweep {input.sweep} -o {output.markdown} --rst {output.rst}")

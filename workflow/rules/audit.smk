@@ -4,19 +4,20 @@
 
 rule audit:
     input:
-        unpack(audit_inputs),
+        unpack(after_workload),
     output:
-        audit=f"{RESULTS}/points/{{point}}/audit.csv",
-        status=f"{RESULTS}/points/{{point}}/audit.status",
+        audit=L.audit(),
+        status=L.point_status("audit"),
     params:
+        provenance=provenance("simulator.ratio_dir"),
         args=audit_args,
-        attempt=attempt(f"{RESULTS}/points/{{point}}/audit.status"),
+        attempt=attempt(L.point_status("audit")),
     log:
-        f"{RESULTS}/logs/audit/{{point}}.log",
+        L.log("audit", "{point}"),
     benchmark:
-        f"{RESULTS}/benchmarks/audit/{{point}}.tsv"
+        L.benchmark("audit", "{point}")
     resources:
-        mem_mb=512,
+        mem_mb=job_memory_mb,
         runtime=5,
     threads: 1
     shell:
@@ -24,129 +25,122 @@ rule audit:
 
 
 rule compare:
+    # Reads each point's audit as declared here (a script: see rule summarize).
     input:
-        sweep=f"{RESULTS}/sweep.csv",
-        summary=f"{RESULTS}/summary.csv",
+        sweep=L.sweep_table(),
+        summary=L.summary(),
         audits=all_audits,
+        after=L.step_status("summarize"),
     output:
-        findings=report(
-            f"{RESULTS}/findings.csv",
-            caption="../report/findings.rst",
-            category="Audit against Megatron",
-        ),
-        comparison=report(
-            f"{RESULTS}/comparison.csv",
-            caption="../report/comparison.rst",
-            category="Audit against Megatron",
-        ),
-        verdicts=report(
-            f"{RESULTS}/verdicts.csv",
-            caption="../report/verdicts.rst",
-            category="Audit against Megatron",
-        ),
-        by_kind=report(
-            f"{RESULTS}/findings_by_kind.csv",
-            caption="../report/findings_by_kind.rst",
-            category="Audit against Megatron",
-        ),
+        findings=report(L.findings(), caption="../report/findings.rst", category="Audit against Megatron"),
+        comparison=report(L.comparison(), caption="../report/comparison.rst", category="Audit against Megatron"),
+        verdicts=report(L.verdicts(), caption="../report/verdicts.rst", category="Audit against Megatron"),
+        by_kind=report(L.findings_by_kind(), caption="../report/findings_by_kind.rst", category="Audit against Megatron"),
+        status=L.step_status("compare"),
+    params:
+        provenance=provenance(),
+        attempt=attempt(L.step_status("compare")),
+        command=guarded_argv("compare", "--sweep", "<input.sweep>", "--summary", "<input.summary>",
+                             "--audits", "<input.audits>", "--findings", "<output.findings>",
+                             "--comparison", "<output.comparison>", "--verdicts", "<output.verdicts>",
+                             "--by-kind", "<output.by_kind>"),
     log:
-        f"{RESULTS}/logs/compare.log",
+        L.log("compare"),
     benchmark:
-        f"{RESULTS}/benchmarks/compare.tsv"
+        L.benchmark("compare")
     resources:
         mem_mb=2048,
         runtime=10,
     threads: 1
-    shell:
-        "commsweep compare --sweep {input.sweep} --summary {input.summary} --results {RESULTS}"
-        " --findings {output.findings} --comparison {output.comparison} --verdicts {output.verdicts}"
-        " --by-kind {output.by_kind}"
-        " > {log} 2>&1"
+    script:
+        "../scripts/commsweep.py"
 
 
 rule plot_tp_bytes_by_phase:
     input:
-        f"{RESULTS}/summary.csv",
+        summary=L.summary(),
+        after=L.step_status("summarize"),
     output:
-        report(
-            f"{RESULTS}/plots/tp_bytes_by_phase.png",
-            caption="../report/tp_bytes_by_phase.rst",
-            category="Communication volumes",
-        ),
+        plot=report(L.plot("tp_bytes_by_phase"), caption="../report/tp_bytes_by_phase.rst",
+                    category="Communication volumes"),
+        status=L.step_status("plot_tp_bytes_by_phase"),
+    params:
+        provenance=provenance(),
+        attempt=attempt(L.step_status("plot_tp_bytes_by_phase")),
     log:
-        f"{RESULTS}/logs/plot_tp_bytes_by_phase.log",
+        L.log("plot_tp_bytes_by_phase"),
     benchmark:
-        f"{RESULTS}/benchmarks/plot_tp_bytes_by_phase.tsv"
+        L.benchmark("plot_tp_bytes_by_phase")
     resources:
         mem_mb=2048,
         runtime=10,
     threads: 1
     shell:
-        "commsweep plot tp-bytes-by-phase {input} -o {output} > {log} 2>&1"
+        guarded("plot tp-bytes-by-phase {input.summary} -o {output.plot}")
 
 
 rule plot_exposed_by_group:
     input:
-        f"{RESULTS}/summary.csv",
+        summary=L.summary(),
+        after=L.step_status("summarize"),
     output:
-        report(
-            f"{RESULTS}/plots/exposed_by_group.png",
-            caption="../report/exposed_by_group.rst",
-            category="Simulated times",
-        ),
+        plot=report(L.plot("exposed_by_group"), caption="../report/exposed_by_group.rst", category="Simulated times"),
+        status=L.step_status("plot_exposed_by_group"),
+    params:
+        provenance=provenance(),
+        attempt=attempt(L.step_status("plot_exposed_by_group")),
     log:
-        f"{RESULTS}/logs/plot_exposed_by_group.log",
+        L.log("plot_exposed_by_group"),
     benchmark:
-        f"{RESULTS}/benchmarks/plot_exposed_by_group.tsv"
+        L.benchmark("plot_exposed_by_group")
     resources:
         mem_mb=2048,
         runtime=10,
     threads: 1
     shell:
-        "commsweep plot exposed-by-group {input} -o {output} > {log} 2>&1"
+        guarded("plot exposed-by-group {input.summary} -o {output.plot}")
 
 
 rule plot_timeline:
     input:
         unpack(timeline_inputs),
     output:
-        report(
-            f"{RESULTS}/plots/timeline.png",
-            caption="../report/timeline.rst",
-            category="Simulated times",
-        ),
+        plot=report(L.plot("timeline"), caption="../report/timeline.rst", category="Simulated times"),
+        status=L.step_status("plot_timeline"),
     params:
+        provenance=provenance(),
         args=timeline_args,
+        attempt=attempt(L.step_status("plot_timeline")),
     log:
-        f"{RESULTS}/logs/plot_timeline.log",
+        L.log("plot_timeline"),
     benchmark:
-        f"{RESULTS}/benchmarks/plot_timeline.tsv"
+        L.benchmark("plot_timeline")
     resources:
         mem_mb=2048,
         runtime=10,
     threads: 1
     shell:
-        "commsweep timeline {input.workload} {input.simulation} {params.args} --audit {input.audit}"
-        " -o {output} > {log} 2>&1"
+        guarded("timeline {input.workload} {input.simulation} {params.args} --audit {input.audit} -o {output.plot}")
 
 
 rule plot_audit_by_kind:
     input:
         # per point and kind, a few rows per point (findings.csv can hold millions)
-        f"{RESULTS}/findings_by_kind.csv",
+        by_kind=L.findings_by_kind(),
+        after=L.step_status("compare"),
     output:
-        report(
-            f"{RESULTS}/plots/audit_by_kind.png",
-            caption="../report/audit_by_kind.rst",
-            category="Audit against Megatron",
-        ),
+        plot=report(L.plot("audit_by_kind"), caption="../report/audit_by_kind.rst", category="Audit against Megatron"),
+        status=L.step_status("plot_audit_by_kind"),
+    params:
+        provenance=provenance(),
+        attempt=attempt(L.step_status("plot_audit_by_kind")),
     log:
-        f"{RESULTS}/logs/plot_audit_by_kind.log",
+        L.log("plot_audit_by_kind"),
     benchmark:
-        f"{RESULTS}/benchmarks/plot_audit_by_kind.tsv"
+        L.benchmark("plot_audit_by_kind")
     resources:
         mem_mb=2048,
         runtime=10,
     threads: 1
     shell:
-        "commsweep plot audit-by-kind {input} -o {output} > {log} 2>&1"
+        guarded("plot audit-by-kind {input.by_kind} -o {output.plot}")

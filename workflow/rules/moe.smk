@@ -4,20 +4,22 @@
 
 rule plot_volume_by_group:
     input:
-        f"{RESULTS}/summary.csv",
+        summary=L.summary(),
+        after=L.step_status("summarize"),
     output:
-        report(
-            f"{RESULTS}/plots/volume_by_group.png",
-            caption="../report/volume_by_group.rst",
-            category="Communication volumes",
-        ),
+        plot=report(L.plot("volume_by_group"), caption="../report/volume_by_group.rst",
+                    category="Communication volumes"),
+        status=L.step_status("plot_volume_by_group"),
+    params:
+        provenance=provenance(),
+        attempt=attempt(L.step_status("plot_volume_by_group")),
     log:
-        f"{RESULTS}/logs/plot_volume_by_group.log",
+        L.log("plot_volume_by_group"),
     benchmark:
-        f"{RESULTS}/benchmarks/plot_volume_by_group.tsv"
+        L.benchmark("plot_volume_by_group")
     resources:
         mem_mb=2048,
         runtime=10,
     threads: 1
     shell:
-        "commsweep plot volume-by-group {input} -o {output} > {log} 2>&1"
+        guarded("plot volume-by-group {input.summary} -o {output.plot}")

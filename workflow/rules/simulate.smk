@@ -6,20 +6,21 @@ rule simulate:
     input:
         unpack(simulate_inputs),
     output:
-        endtoend=f"{RESULTS}/points/{{point}}/EndToEnd.csv",
-        collectives=f"{RESULTS}/points/{{point}}/collectives.csv",
+        endtoend=L.endtoend(),
+        collectives=L.collectives(),
         # Their sums and SimAI's summary line: all the summary rule reads of a simulation.
-        times=f"{RESULTS}/points/{{point}}/times.csv",
-        status=f"{RESULTS}/points/{{point}}/simulate.status",
+        times=L.times(),
+        status=L.point_status("simulate"),
     params:
+        provenance=provenance("simulator.root", "simulator.ratio_dir"),
         args=simulate_args,
-        attempt=attempt(f"{RESULTS}/points/{{point}}/simulate.status"),
+        attempt=attempt(L.point_status("simulate")),
     log:
-        f"{RESULTS}/logs/simulate/{{point}}.log",
+        L.log("simulate", "{point}"),
     benchmark:
-        f"{RESULTS}/benchmarks/simulate/{{point}}.tsv"
+        L.benchmark("simulate", "{point}")
     resources:
-        mem_mb=lambda wc: 4096 if config["simulator"]["backend"] == "simai" else 512,
+        mem_mb=lambda wc: max(4096 if config["simulator"]["backend"] == "simai" else 0, job_memory_mb(wc)),
         runtime=lambda wc: 120 if config["simulator"]["backend"] == "simai" else 5,
     threads: 1
     shell:

@@ -1,16 +1,16 @@
-# Sweep-wide tables and figures.
+# The sweep table, the summary of every point, its figure, and the check that ends a run.
 
 
 rule sweep_table:
     output:
-        f"{RESULTS}/sweep.csv",
+        L.sweep_table(),
     params:
         # The table itself: a changed sweep reruns this rule and everything after it.
         table=sweep.table_csv(POINTS, INVALID),
     log:
-        f"{RESULTS}/logs/sweep_table.log",
+        L.log("sweep_table"),
     benchmark:
-        f"{RESULTS}/benchmarks/sweep_table.tsv"
+        L.benchmark("sweep_table")
     resources:
         mem_mb=512,
         runtime=5,
@@ -20,63 +20,104 @@ rule sweep_table:
         "../scripts/write_text.py"
 
 
-rule summary:
-    input:
-        sweep=f"{RESULTS}/sweep.csv",
-        volumes=all_volumes,
-        simulations=all_simulations,
-        status=all_status,
+rule run_record:
+    # What made this run's results: commsweep's version, the config and the external
+    # inputs' checksums (commsweep.provenance). Rewritten when any of them changes.
     output:
-        f"{RESULTS}/summary.csv",
+        report(L.run_record(), caption="../report/run_record.rst", category="Run"),
+    params:
+        # (a function: Snakemake would read {profile} in aiob.file as a wildcard)
+        text=lambda wildcards: RUN.record(),
     log:
-        f"{RESULTS}/logs/summary.log",
+        L.log("run_record"),
     benchmark:
-        f"{RESULTS}/benchmarks/summary.tsv"
-    resources:
-        mem_mb=2048,
-        runtime=10,
-    threads: 1
-    shell:
-        "commsweep summarize --sweep {input.sweep} --results {RESULTS} -o {output} > {log} 2>&1"
-
-
-rule plot_volume_by_tp:
-    input:
-        f"{RESULTS}/summary.csv",
-    output:
-        report(
-            f"{RESULTS}/plots/volume_by_tp.png",
-            caption="../report/volume_by_tp.rst",
-            category="Communication volumes",
-        ),
-    log:
-        f"{RESULTS}/logs/plot_volume_by_tp.log",
-    benchmark:
-        f"{RESULTS}/benchmarks/plot_volume_by_tp.tsv"
-    resources:
-        mem_mb=2048,
-        runtime=10,
-    threads: 1
-    shell:
-        "commsweep plot volume-by-tp {input} -o {output} > {log} 2>&1"
-
-
-rule check:
-    # Last: fail the run if a point failed (the summary lists it and why) and let the
-    # next run retry the failed points (common.smk, "one bad point never loses the others").
-    input:
-        sweep=f"{RESULTS}/sweep.csv",
-        outputs=final_outputs(),
-    output:
-        f"{RESULTS}/status.txt",
-    log:
-        f"{RESULTS}/logs/check.log",
-    benchmark:
-        f"{RESULTS}/benchmarks/check.tsv"
+        L.benchmark("run_record")
     resources:
         mem_mb=512,
         runtime=5,
     threads: 1
     localrule: True
+    script:
+        "../scripts/write_text.py"
+
+
+rule summarize:
+    # Reads each point's files as declared here: their lists are too long for a shell
+    # command, so the command runs in a script (commsweep.pipeline.run_rule).
+    input:
+        sweep=L.sweep_table(),
+        status=all_status,
+        volumes=all_volumes,
+        times=all_simulations,
+        after=[],
+    output:
+        summary=L.summary(),
+        status=L.step_status("summarize"),
+    params:
+        provenance=provenance(),
+        attempt=attempt(L.step_status("summarize")),
+        run=RUN.id,
+        command=guarded_argv("summarize", "--sweep", "<input.sweep>", "--status", "<input.status>",
+                             "--volumes", "<input.volumes>", "--times", "<input.times>", "--run", "<params.run>",
+                             "-o", "<output.summary>"),
+    log:
+        L.log("summarize"),
+    benchmark:
+        L.benchmark("summarize")
+    resources:
+        mem_mb=2048,
+        runtime=10,
+    threads: 1
+    script:
+        "../scripts/commsweep.py"
+
+
+rule plot_volume_by_tp:
+    input:
+        summary=L.summary(),
+        after=L.step_status("summarize"),
+    output:
+        plot=report(L.plot("volume_by_tp"), caption="../report/volume_by_tp.rst", category="Communication volumes"),
+        status=L.step_status("plot_volume_by_tp"),
+    params:
+        provenance=provenance(),
+        attempt=attempt(L.step_status("plot_volume_by_tp")),
+    log:
+        L.log("plot_volume_by_tp"),
+    benchmark:
+        L.benchmark("plot_volume_by_tp")
+    resources:
+        mem_mb=2048,
+        runtime=10,
+    threads: 1
     shell:
-        "commsweep check --sweep {input.sweep} --results {RESULTS} -o {output} > {log} 2>&1"
+        guarded("plot volume-by-tp {input.summary} -o {output.plot}")
+
+
+rule check:
+    # Last, whatever failed before it: the verdict of the run in status.txt (the failed
+    # points and steps, and why), and the run fails if anything did. The next run retries
+    # the failed jobs (common.smk, "one bad point (or step) never loses the others").
+    input:
+        sweep=L.sweep_table(),
+        status=all_status,
+        steps=step_statuses(),
+        outputs=final_outputs(),
+    output:
+        verdict=report(L.verdict(), caption="../report/verdict.rst", category="Run"),
+    params:
+        run=RUN.id,
+        ignored=lambda wildcards: IGNORED,
+        command=["check", "--sweep", "<input.sweep>", "--status", "<input.status>", "--steps", "<input.steps>",
+                 "--run", "<params.run>", "--ignored", "<params.ignored>", "--exit-zero", "-o", "<output.verdict>"],
+    log:
+        L.log("check"),
+    benchmark:
+        L.benchmark("check")
+    resources:
+        mem_mb=512,
+        runtime=5,
+    threads: 1
+    localrule: True
+    script:
+        "../scripts/commsweep.py"

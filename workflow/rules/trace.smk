@@ -1,60 +1,76 @@
 # reference: measured — real megatron-core traced on gloo CPU processes, one job per
 # distinct model family, TP, PP and SP of the sweep (scaled down), and its comparison with
 # the megatron schedule for the same dimensions. Needs the megatron extra. With
-# megatron_core listing releases, one job per release and key ({trace}: <release>/<key>).
+# megatron_core listing releases, one job per release and key ({trace}: <release>/<key>),
+# and the releases side by side (trace_versions).
 
 
 rule trace:
+    input:
+        after=[],
     output:
-        trace=f"{RESULTS}/traces/{{trace}}.csv",
-        compare=f"{RESULTS}/traces/{{trace}}.compare.csv",
+        trace=L.trace(),
+        compare=L.trace_compare(),
+        status=L.trace_status(),
     params:
+        provenance=provenance(),
         args=trace_args,
+        attempt=attempt(L.trace_status()),
     log:
-        f"{RESULTS}/logs/trace/{{trace}}.log",
+        L.log("trace", "{trace}"),
     benchmark:
-        f"{RESULTS}/benchmarks/trace/{{trace}}.tsv"
+        L.benchmark("trace", "{trace}")
     threads: trace_processes
     resources:
         # about 0.4 GB per process (torch and megatron), one process per rank
         mem_mb=lambda wildcards, threads: 500 * trace_processes(wildcards) + 500,
         runtime=20,
     shell:
-        "commsweep trace {params.args} --format csv -o {output.trace} --compare {output.compare} > {log} 2>&1"
+        guarded("trace {params.args} --format csv -o {output.trace} --compare {output.compare}")
 
 
 rule trace_versions:
     # The releases side by side: collectives per layer and phase, and their differences.
     input:
-        [f"{RESULTS}/traces/{name}.csv" for name in trace_names() if RELEASES],
+        traces=all_traces,
+        after=all_trace_statuses,
     output:
-        table=report(f"{RESULTS}/trace_versions.csv", caption="../report/trace_versions.rst", category="Megatron schedule"),
-        differences=f"{RESULTS}/trace_versions.txt",
+        table=report(L.trace_versions(), caption="../report/trace_versions.rst", category="Megatron schedule"),
+        differences=L.trace_versions_differences(),
+        status=L.step_status("trace_versions"),
+    params:
+        provenance=provenance(),
+        attempt=attempt(L.step_status("trace_versions")),
     log:
-        f"{RESULTS}/logs/trace_versions.log",
+        L.log("trace_versions"),
     benchmark:
-        f"{RESULTS}/benchmarks/trace_versions.tsv"
+        L.benchmark("trace_versions")
     resources:
         mem_mb=512,
         runtime=5,
     threads: 1
     shell:
-        "commsweep trace-versions {input} -o {output.table} --differences {output.differences} > {log} 2>&1"
+        guarded("trace-versions {input.traces} -o {output.table} --differences {output.differences}")
 
 
 rule trace_check:
     # The sweep's verdict on the Megatron schedule, one row per trace.
     input:
-        [f"{RESULTS}/traces/{name}.compare.csv" for name in trace_names()],
+        compare=all_trace_comparisons,
+        after=all_trace_statuses,
     output:
-        report(f"{RESULTS}/trace_check.csv", caption="../report/trace_check.rst", category="Megatron schedule"),
+        table=report(L.trace_check(), caption="../report/trace_check.rst", category="Megatron schedule"),
+        status=L.step_status("trace_check"),
+    params:
+        provenance=provenance(),
+        attempt=attempt(L.step_status("trace_check")),
     log:
-        f"{RESULTS}/logs/trace_check.log",
+        L.log("trace_check"),
     benchmark:
-        f"{RESULTS}/benchmarks/trace_check.tsv"
+        L.benchmark("trace_check")
     resources:
         mem_mb=512,
         runtime=5,
     threads: 1
     shell:
-        "commsweep trace-check {input} -o {output} > {log} 2>&1"
+        guarded("trace-check {input.compare} -o {output.table}")

@@ -1,24 +1,25 @@
-# Workload generation and its communication volumes, one job per workload
-# (points that differ only in their network share it). Both are guarded (common.smk):
-# a failed workload is recorded in its status file and the other points go on.
+# Workload generation (`commsweep generate`) and its communication volumes, one job per
+# workload (points that differ only in their network share it). Both are guarded
+# (common.smk): a failed workload is recorded in its status file and the other points go on.
 
 
-rule workload:
+rule generate:
     input:
-        unpack(workload_inputs),
+        unpack(generate_inputs),
     output:
-        workload=f"{RESULTS}/workloads/{{workload}}/workload.txt",
-        status=f"{RESULTS}/workloads/{{workload}}/workload.status",
+        workload=L.workload(),
+        status=L.workload_status("workload"),
     params:
-        args=workload_args,
-        profile=workload_profile_args,
-        attempt=attempt(f"{RESULTS}/workloads/{{workload}}/workload.status"),
+        provenance=generate_provenance,
+        args=generate_args,
+        profile=generate_profile_args,
+        attempt=attempt(L.workload_status("workload")),
     log:
-        f"{RESULTS}/logs/workload/{{workload}}.log",
+        L.log("generate", "{workload}"),
     benchmark:
-        f"{RESULTS}/benchmarks/workload/{{workload}}.tsv"
+        L.benchmark("generate", "{workload}")
     resources:
-        mem_mb=512,
+        mem_mb=job_memory_mb,
         runtime=5,
     threads: 1
     shell:
@@ -27,19 +28,20 @@ rule workload:
 
 rule volumes:
     input:
-        workload=f"{RESULTS}/workloads/{{workload}}/workload.txt",
-        after=f"{RESULTS}/workloads/{{workload}}/workload.status",
+        workload=L.workload(),
+        after=L.workload_status("workload"),
     output:
-        volumes=f"{RESULTS}/workloads/{{workload}}/volumes.csv",
-        status=f"{RESULTS}/workloads/{{workload}}/volumes.status",
+        volumes=L.volumes(),
+        status=L.workload_status("volumes"),
     params:
-        attempt=attempt(f"{RESULTS}/workloads/{{workload}}/volumes.status"),
+        provenance=provenance(),
+        attempt=attempt(L.workload_status("volumes")),
     log:
-        f"{RESULTS}/logs/volumes/{{workload}}.log",
+        L.log("volumes", "{workload}"),
     benchmark:
-        f"{RESULTS}/benchmarks/volumes/{{workload}}.tsv"
+        L.benchmark("volumes", "{workload}")
     resources:
-        mem_mb=512,
+        mem_mb=job_memory_mb,
         runtime=5,
     threads: 1
     shell:

@@ -418,12 +418,14 @@ class Simulated:
         return self.by_collective.get((phase, collective, group, engine.effective_size(phase, size)))
 
 
-def read_simulated(results: Path, point: str) -> Simulated | None:
+def read_simulated(files: paths.PointFiles, point: str) -> Simulated | None:
     """A point's collectives.csv and times.csv, or None when it has no (complete) simulation."""
     from ..simulate.collectives import COLUMNS as TIDY
     from ..status import is_marker
 
-    coll_path, times_path = paths.collectives_file(results, point), paths.times_file(results, point)
+    coll_path, times_path = files.collectives(point), files.times(point)
+    if coll_path is None or times_path is None:
+        return None
     if not coll_path.exists() or not times_path.exists() or is_marker(coll_path) or is_marker(times_path):
         return None
     times = sim_times.read(times_path)
@@ -449,11 +451,13 @@ def read_simulated(results: Path, point: str) -> Simulated | None:
     return sim
 
 
-def payload_bytes(results: Path, workload: str) -> int:
+def payload_bytes(files: paths.PointFiles, workload: str) -> int:
     """A workload's payload bytes per iteration, all phases (its volumes.csv)."""
     from . import volumes
 
-    path = paths.volumes_file(results, workload)
+    path = files.volumes(workload)
+    if path is None:
+        raise InputError(f"no volumes file given for workload {workload}")
     return sum(v.payload_bytes for v in volumes.read_csv(read_text(path)))
 
 
@@ -627,40 +631,42 @@ class PointCauses:
     total_exposed_ns: int | None
 
 
-def point_causes(results: Path, point: dict[str, str], partner: dict[str, str] | None) -> PointCauses | None:
+def point_causes(files: paths.PointFiles, point: dict[str, str], partner: dict[str, str] | None
+                 ) -> PointCauses | None:
     """An AICB point's causes against its Megatron point (None: the point has no audit)."""
     from ..status import is_marker
 
-    audit_path = paths.audit_file(results, point["point"])
-    if not audit_path.exists() or is_marker(audit_path):
+    audit_path = files.audit(point["point"])
+    if audit_path is None or not audit_path.exists() or is_marker(audit_path):
         return None
     items = read_items(audit_path)
     # Times need both simulations; without a Megatron point only bytes are known.
-    found_sim = read_simulated(results, point["point"]) if partner else None
-    expected_sim = read_simulated(results, partner["point"]) if partner else None
+    found_sim = read_simulated(files, point["point"]) if partner else None
+    expected_sim = read_simulated(files, partner["point"]) if partner else None
     total_bytes = total_ns = None
     if partner is not None:
-        total_bytes = payload_bytes(results, point["workload"]) - payload_bytes(results, partner["workload"])
+        total_bytes = payload_bytes(files, point["workload"]) - payload_bytes(files, partner["workload"])
         if found_sim is not None and expected_sim is not None:
             total_ns = found_sim.exposed - expected_sim.exposed
     rows = aggregate(parts(items, found_sim, expected_sim, int(point.get("pp") or 1)), total_bytes, total_ns)
     return PointCauses(point, partner["point"] if partner else None, rows, total_bytes, total_ns)
 
 
-def sweep_causes(sweep_csv: Path, results: Path) -> list[PointCauses]:
-    """Every audited AICB point of a finished sweep whose stages succeeded, in table order."""
+def sweep_causes(sweep_csv: Path, files: paths.PointFiles) -> list[PointCauses]:
+    """Every audited AICB point of a finished sweep whose stages succeeded, in table order.
+    ``files``: each point's files (``paths.PointFiles``)."""
     from ..status import failures
     from .summary import read_points
 
     points = read_points(sweep_csv)
-    ok = {p["point"]: p for p in points if not failures(results, p["workload"], p["point"])}
+    ok = {p["point"]: p for p in points if not failures(files, p["workload"], p["point"])}
     partners = megatron_partners(list(ok.values()))
     out = []
     for p in points:
         if p["schedule"] != "aicb" or p["point"] not in ok:
             continue
         partner = ok.get(partners.get(p["point"], ""))
-        found = point_causes(results, p, partner)
+        found = point_causes(files, p, partner)
         if found is not None:
             out.append(found)
     return out
@@ -679,9 +685,9 @@ def to_csv(found: Iterable[PointCauses]) -> str:
     return buf.getvalue()
 
 
-def difference_by_cause(sweep_csv: Path, results: Path) -> str:
+def difference_by_cause(sweep_csv: Path, files: paths.PointFiles) -> str:
     """``results/difference_by_cause.csv`` of a finished sweep."""
-    return to_csv(sweep_causes(sweep_csv, results))
+    return to_csv(sweep_causes(sweep_csv, files))
 
 
 # -- reading the table back ----------------------------------------------------------------

@@ -177,7 +177,7 @@ _HEADER = ",".join(audit.COLUMNS) + "\n"
 _KIND, _DELTA_BYTES, _DELTA_US = (audit.COLUMNS.index(c) for c in ("kind", "delta_bytes", "delta_us"))
 
 
-def stream_audit(path: Path, point: str, out: IO[str] | None) -> Totals | None:
+def stream_audit(path: Path | None, point: str, out: IO[str] | None) -> Totals | None:
     """Sum one point's audit, copying its rows to ``out`` after the point's key.
 
     None when the point has no audit (MoE, or not run). Reads the file once; holds one
@@ -186,7 +186,7 @@ def stream_audit(path: Path, point: str, out: IO[str] | None) -> Totals | None:
     """
     from ..files import read_text
 
-    if not path.exists():
+    if path is None or not path.exists():
         return None
     text = read_text(path)
     if not text.startswith(_HEADER):
@@ -417,9 +417,10 @@ class Tables:
     by_kind: str
 
 
-def compare(sweep_csv: Path, summary_csv: Path, results: Path, findings: IO[str] | None = None) -> Tables:
+def compare(sweep_csv: Path, summary_csv: Path, files: paths.PointFiles, findings: IO[str] | None = None) -> Tables:
     """The comparison of a finished sweep; every point's findings are written to ``findings``
-    (findings.csv: header and rows) as its audit is read, one point at a time."""
+    (findings.csv: header and rows) as its audit is read, one point at a time. ``files``
+    gives each point's audit (``paths.PointFiles``); a point without one is not audited."""
     from .summary import read_points
 
     points = read_points(sweep_csv)
@@ -430,9 +431,7 @@ def compare(sweep_csv: Path, summary_csv: Path, results: Path, findings: IO[str]
     summary = [r for r in summary if r["point"] not in failed]
     if findings is not None:
         findings.write(",".join(FINDINGS_COLUMNS) + "\n")
-    point_totals = {
-        p["point"]: stream_audit(paths.audit_file(results, p["point"]), p["point"], findings) for p in points
-    }
+    point_totals = {p["point"]: stream_audit(files.audit(p["point"]), p["point"], findings) for p in points}
     return Tables(comparison_csv(points, summary), verdicts_csv(points, point_totals),
                   by_kind_csv(points, point_totals))
 

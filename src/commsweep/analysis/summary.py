@@ -11,6 +11,9 @@ Then the simulation (the point's ``times.csv``, see ``simulate.times``): ``time_
 SimAI's summary line gives it (whole us): ``sim_total_us``, exposed ``sim_dp_us``, ``sim_dp_ep_us``,
 ``sim_tp_us``, ``sim_ep_us``, ``sim_pp_us``, ``sim_bubble_us``, ``sim_compute_us`` and
 ``sim_exposed_us``. They are empty for a point without a (complete) simulation.
+
+Last, ``run``: the run the table belongs to (``provenance.Run.id``; ``results/run.json``
+says what made it), so a table passed on still names its sweep.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ SIM_COLUMNS = ("time_us", "exposed_us", "sim_total_us", *SIM_COMPONENTS)
 # The summary's per-point columns -> their keys in a point's times file (``simulate.times``).
 SIM_KEYS = {"sim_total_us": sim_times.ITERATION["total"],
             **{column: sim_times.ITERATION[component] for column, component in SIM_COMPONENTS.items()}}
-COLUMNS = (*TABLE_COLUMNS, *MEMORY_COLUMNS, "status", *volumes.COLUMNS, *SIM_COLUMNS)
+COLUMNS = (*TABLE_COLUMNS, *MEMORY_COLUMNS, "status", *volumes.COLUMNS, *SIM_COLUMNS, "run")
 
 
 def read_points(sweep_csv: Path) -> list[dict[str, str]]:
@@ -45,7 +48,9 @@ def read_points(sweep_csv: Path) -> list[dict[str, str]]:
     return [r for r in rows if r.get("status", "ok") == "ok"]
 
 
-def summarize(sweep_csv: Path, results: Path) -> str:
+def summarize(sweep_csv: Path, files: paths.PointFiles, run: str = "") -> str:
+    """The summary table of the sweep's points, read from their ``files`` (see ``paths.PointFiles``),
+    every row naming the ``run``."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     points = read_points(sweep_csv)
@@ -55,31 +60,34 @@ def summarize(sweep_csv: Path, results: Path) -> str:
     writer.writerow(columns)
     for point in points:
         base = [point[c] for c in point_columns] + [point.get(c, "") for c in MEMORY_COLUMNS]
-        failed = status.failures(results, point["workload"], point["point"])
+        failed = status.failures(files, point["workload"], point["point"])
         if failed:
-            writer.writerow(base + [f"failed: {status.reasons(failed)}"] + [""] * (len(columns) - len(base) - 1))
+            writer.writerow(base + [f"failed: {status.reasons(failed)}"] + [""] * (len(columns) - len(base) - 2)
+                            + [run])
             continue
-        table = volumes.read_csv(paths.volumes_file(results, point["workload"]).read_text(encoding="utf-8"))
-        times, totals = simulated(results, point["point"])
+        path = files.volumes(point["workload"])
+        if path is None:
+            raise InputError(f"no volumes file given for workload {point['workload']}", file=sweep_csv)
+        table = volumes.read_csv(path.read_text(encoding="utf-8"))
+        times, totals = simulated(files.times(point["point"]))
         for v in table:
             if v.phase == "pp":
                 time, exposed = "", totals.get("sim_pp_us", "")
             else:
                 time, exposed = times.get((v.phase, v.collective, v.group), ("", ""))
             sim = [totals.get(c, "") for c in SIM_COLUMNS[2:]]
-            writer.writerow(base + ["ok"] + [getattr(v, c) for c in volumes.COLUMNS] + [time, exposed] + sim)
+            writer.writerow(base + ["ok"] + [getattr(v, c) for c in volumes.COLUMNS] + [time, exposed] + sim + [run])
     return buf.getvalue()
 
 
-def simulated(results: Path, point: str) -> tuple[dict[tuple[str, str, str], tuple[str, str]], dict[str, str]]:
+def simulated(path: Path | None) -> tuple[dict[tuple[str, str, str], tuple[str, str]], dict[str, str]]:
     """A point's simulated us per (phase, collective, group), and its summary line (us).
 
     Read from the point's times file (``simulate.times``), never from its EndToEnd.csv or
     collectives.csv, so a sweep of thousands of points is summarized in seconds. Both are
-    empty for a point without a simulation.
+    empty for a point without a simulation (``path`` None or absent).
     """
-    path = paths.times_file(results, point)
-    if not path.exists():
+    if path is None or not path.exists():
         return {}, {}
     parsed = sim_times.read(path)
     totals = {column: parsed.iteration[key] for column, key in SIM_KEYS.items() if key in parsed.iteration}

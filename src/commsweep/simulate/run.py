@@ -22,6 +22,7 @@ class Options:
     DEFAULTS = dict(
         tp_overlap="0", dp_overlap="0", ep_overlap="0", pp_overlap="1", ratio_dir=None, out_dir="results",
         endtoend=None, collectives=None, times=None, simai_bugs="fix", backend="builtin", simai_root=None, timeout=None,
+        strict=False,
     )
     REQUIRED = ("workload", "gpus", "gpus_per_server", "nics_per_server", "nvlink", "nic", "prefix")
 
@@ -92,6 +93,39 @@ def ratio_dir_for(ratio_dir: str | None, simai_root: str | None) -> str | None:
     return None
 
 
+def gpu_mismatch(gpus: int, header) -> str | None:
+    """Why ``-g gpus`` does not fit a workload's header (None when it equals ``all_gpus``).
+
+    SimAI takes the DP group size from ``-g``, not from the file: DP = floor(g / (tp * pp)).
+    A ``-g`` other than the workload's own GPUs silently simulates another DP, and one below
+    tp x pp drops every DP collective.
+    """
+    if gpus == header.all_gpus:
+        return None
+    model_parallel = header.tp * header.pp
+    dp = gpus // model_parallel
+    why = (f"-g {gpus} differs from the workload's all_gpus: {header.all_gpus}; SimAI then takes "
+           f"DP = floor({gpus} / (tp {header.tp} x pp {header.pp})) = {dp}")
+    if dp == 0:
+        why += ", and drops every DP collective"
+    elif gpus % model_parallel:
+        why += f" ({gpus} is not a multiple of {model_parallel})"
+    return why
+
+
+def _check_gpus(opts: Options) -> None:
+    from ..workload import format as wformat
+
+    with open(opts.workload, encoding="utf-8", errors="replace") as fh:
+        first = fh.readline().rstrip("\n")
+    problem = gpu_mismatch(opts.gpus, wformat.parse_header(first, source=opts.workload))
+    if problem is None:
+        return
+    if opts.strict:
+        raise ConfigError(problem)
+    note(f"warning: {problem} (--strict makes this an error)")
+
+
 def note(text: str) -> None:
     print(f"commsweep simulate: {text}", file=sys.stderr)
 
@@ -108,6 +142,7 @@ def run(opts: Options) -> None:
     endtoend_path = Path(opts.endtoend) if opts.endtoend else out_dir / f"{opts.prefix}EndToEnd.csv"
     collectives_path = Path(opts.collectives) if opts.collectives else out_dir / f"{opts.prefix}collectives.csv"
     ratio_dir = ratio_dir_for(opts.ratio_dir, opts.simai_root)
+    _check_gpus(opts)
     if opts.backend == "builtin":
         endtoend_text, collectives_text = _run_builtin(opts, network, ratio_dir)
     elif opts.backend == "simai":

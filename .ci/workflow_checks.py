@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""CI's checks of the workflow itself, in seconds, before the test suite:
+
+* `snakemake --lint`: every lint left must be one that docs/workflow.md explains (the
+  "Lints left" list, one line each);
+* a dry run of every shipped sweep (config/*.yaml) and every test sweep
+  (tests/sweeps/*.yaml), each in its own temporary folder with the inputs it names (AIOB
+  files placed, $REFERENCE filled in; a sweep that needs the reference folder is skipped,
+  and said to be, without it). A bad-* test sweep must fail before any job instead.
+
+    .venv/bin/python .ci/workflow_checks.py
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+import sweeps  # noqa: E402  (tests/sweeps.py: the test sweeps and how to run them)
+
+DOC = REPO / "docs" / "workflow.md"
+
+
+def documented_lints() -> set[str]:
+    """The lint titles docs/workflow.md explains: lines `- LINT: why` under "Lints left"."""
+    text = DOC.read_text(encoding="utf-8")
+    section = text.split("## Lints left", 1)[1].split("\n## ", 1)[0]
+    return {m.group(1) for m in re.finditer(r"^- `([^`]+)`:", section, re.MULTILINE)}
+
+
+def lint() -> list[str]:
+    result = subprocess.run([str(sweeps.SNAKEMAKE), "--lint"], cwd=REPO, capture_output=True, text=True,
+                            env=sweeps.env())
+    found = set(re.findall(r"^    \* (.+?):$", result.stdout + result.stderr, re.MULTILINE))
+    unexplained = sorted(found - documented_lints())
+    return [f"snakemake --lint: not explained in {DOC.relative_to(REPO)}: {title}" for title in unexplained]
+
+
+def dry_run(config_text: str, name: str, must_fail: bool, prepare: bool) -> str | None:
+    with tempfile.TemporaryDirectory(prefix="commsweep-dry-") as tmp:
+        workdir = Path(tmp)
+        config = workdir / "sweep.yaml"
+        config.write_text(config_text)
+        if prepare and "backend: file" in config_text:
+            sweeps.place_aiob_files(workdir, config)
+        result = sweeps.run(workdir, "--configfile", str(config), "--dry-run", "--quiet", check=False)
+        made = (workdir / "results").exists()
+    if must_fail:
+        if result.returncode == 0 or made:
+            return f"{name}: expected to fail before any job, but the dry run passed"
+        return None
+    if result.returncode != 0:
+        return f"{name}: dry run failed:\n{result.stdout[-1500:]}{result.stderr[-1500:]}"
+    return None
+
+
+def main() -> int:
+    problems = lint()
+    print(f"snakemake --lint: {'ok' if not problems else 'FAILED'}", flush=True)
+    for path in sorted((REPO / "config").glob("*.yaml")):
+        problem = dry_run(path.read_text(), f"config/{path.name}", must_fail=False, prepare=False)
+        print(f"dry run config/{path.name}: {'ok' if not problem else 'FAILED'}", flush=True)
+        problems += [problem] if problem else []
+    for name in sweeps.names():
+        if sweeps.needs_reference(name) and not sweeps.REFERENCE.exists():
+            print(f"dry run tests/sweeps/{name}.yaml: skipped (needs the reference folder {sweeps.REFERENCE})")
+            continue
+        sweeps.covers(name)  # each starts with the line on what it covers
+        problem = dry_run(sweeps.text(name), f"tests/sweeps/{name}.yaml", must_fail=name.startswith("bad-"),
+                          prepare=True)
+        print(f"dry run tests/sweeps/{name}.yaml: {'ok' if not problem else 'FAILED'}", flush=True)
+        problems += [problem] if problem else []
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""What the Snakemake workflow calls into: the rules stay thin, the logic lives here.
+
+* ``load_config``: the sweep config as commsweep reads it (``configfile``);
+* ``prepare``: everything checked and recorded before the first job (external inputs,
+  the run's name, a stale lock, outputs of earlier sweeps);
+* ``on_start``, ``on_success``, ``on_error``: the Snakefile's hooks (the lock's holder, the
+  verdict of the run);
+* ``run_rule``: a sweep-wide rule's command with its declared files.
+
+``run_rule`` runs a ``commsweep`` command for a sweep-wide rule in the job's own
+process (a Snakemake ``script:``), with the rule's declared files: the summary, the
+comparison and the check read every point's files, and a sweep of a thousand points
+names more of them than one shell command line may hold (Linux caps a single argument,
+hence ``bash -c COMMAND``, at 128 KiB).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+_PLACEHOLDER = re.compile(r"^<(input|output|params)(?:\.(\w+))?>$")
+
+
+def expand_command(template: Sequence[str], namespaces: Mapping[str, object]) -> list[str]:
+    """A command line from a template whose items may be placeholders for the job's files.
+
+    An item ``<input.NAME>``, ``<output.NAME>`` or ``<params.NAME>`` becomes that file, or
+    every file of that list, as separate arguments; ``<output>`` (or ``<input>``) becomes
+    all of them. Other items are kept as they are. (Not Snakemake's ``{input.NAME}``:
+    Snakemake would expand those in params itself, as one string.)
+    """
+    argv: list[str] = []
+    for item in template:
+        match = _PLACEHOLDER.match(item)
+        if match is None:
+            argv.append(str(item))
+            continue
+        space, name = match.groups()
+        value = namespaces[space]
+        if name is not None:
+            try:
+                value = getattr(value, name)
+            except AttributeError:
+                raise KeyError(f"{item}: the rule has no {space} named {name!r}") from None
+        if isinstance(value, (str, int, float)):
+            argv.append(str(value))
+        else:
+            argv.extend(str(v) for v in value)
+    return argv
+
+
+def run_rule(smk) -> None:
+    """Run ``smk.params.command`` (see ``expand_command``) as ``commsweep`` in this process.
+
+    ``smk`` is the ``snakemake`` object of a ``script:`` rule. The command's stdout and
+    stderr go to the rule's log; a non-zero exit status fails the job.
+    """
+    from .cli import main
+
+    argv = expand_command(smk.params.command, {"input": smk.input, "output": smk.output, "params": smk.params})
+    with open(smk.log[0], "w", encoding="utf-8") as log, contextlib.redirect_stdout(log), \
+            contextlib.redirect_stderr(log):
+        print("$ commsweep " + " ".join(argv[:40]) + (f" ... ({len(argv)} arguments)" if len(argv) > 40 else ""))
+        code = main(argv)
+    if code:
+        raise SystemExit(code)
+
+
+# -- hooks of the Snakefile ------------------------------------------------------------------
+
+
+def load_config(workflow, config: dict) -> None:
+    """Replace Snakemake's reading of the sweep config with commsweep's (``configfile.load``).
+
+    The files are those Snakemake read (``--configfile``, else the Snakefile's default),
+    the overrides the raw ``--config KEY=VALUE`` arguments; ``config`` is updated in place.
+    """
+    from .configfile import load
+
+    files = [str(f) for f in workflow.configfiles]
+    overrides = list(getattr(workflow.config_settings, "config_args", None) or ())
+    loaded = load(files, overrides)
+    config.clear()
+    config.update(loaded)
+
+
+# What on_start learnt about this run, for on_success (the hooks run in one process).
+_RUN = {"checks": False}
+
+
+def will_run(workflow, rule: str) -> bool:
+    """Whether a job of ``rule`` is among those this run executes."""
+    return any(job.rule.name == rule for job in workflow.dag.needrun_jobs())
+
+
+def on_start(workflow, layout) -> None:
+    """Before the first job (Snakemake holds its lock): note this run as the lock's holder,
+    and let no verdict of an earlier run outlive this one's start.
+
+    When this run ends in the check, the old ``status.txt`` goes now, so that a run cut
+    short (Ctrl-C, kill -9, a crash) leaves no verdict rather than the last run's.
+    """
+    from .locks import record_holder
+
+    record_holder()
+    _RUN["checks"] = will_run(workflow, "check")
+    if _RUN["checks"]:
+        Path(layout.verdict()).unlink(missing_ok=True)
+
+
+def on_error() -> None:
+    """A run that failed (e.g. a job killed outside commsweep's guard): Snakemake releases its lock; forget the holder."""
+    from .locks import release_holder
+
+    release_holder()
+
+
+def on_success(layout) -> None:
+    """After the last job: a run whose check recorded failures ends with an error, and the list."""
+    from .locks import release_holder
+    from .status import verdict_failed
+
+    release_holder()
+    if not _RUN["checks"]:  # e.g. --until volumes: the verdict on file is an earlier run's
+        return
+    path = Path(layout.verdict())
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return
+    if verdict_failed(text):
+        sys.stderr.write(f"commsweep: {text}commsweep: the run failed ({path}); the next run retries what failed\n")
+        sys.stderr.flush()
+        raise SystemExit(1)
+
+
+def prepare(workflow, config: dict, points, layout, *, traces=()):
+    """Everything a run needs before its first job; returns ``(run, ignored)``.
+
+    Checks and checksums the external inputs (``provenance.check_external``: a missing one
+    stops the run here, naming its key and path), names the run (``provenance.Run``), puts
+    this Python's ``commsweep`` first on ``PATH`` for the shell rules (also when the venv is
+    not activated, e.g. ``.venv/bin/snakemake``), tells the jobs the run's config digest,
+    and, in the main Snakemake process, clears a stale lock (``locks.clear_stale``; a live
+    run's is named, never broken) and lists the outputs of points not in this sweep.
+    """
+    import copy
+    import os
+
+    from . import provenance
+
+    inputs = provenance.check_external(config, points)
+    run = provenance.Run(
+        config=copy.deepcopy(dict(config)), inputs=inputs,
+        config_files=tuple(provenance.relative_to_cwd(f) for f in workflow.configfiles),
+    )
+    os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+    os.environ[provenance.CONFIG_DIGEST_ENV] = run.config_digest
+    ignored: list[str] = []
+    if workflow.is_main_process:
+        from .locks import LockHeld, clear_stale
+
+        # A live (or unknowable) lock is only named here: Snakemake itself then refuses a run,
+        # and still allows what needs no lock (a dry run, --unlock when you know better).
+        try:
+            said = clear_stale()
+        except LockHeld as held:
+            said = str(held)
+        if said:
+            print(f"commsweep: {said}", file=sys.stderr)
+        ignored = provenance.stale_outputs(layout, points, backend=config["aiob"]["backend"], traces=traces)
+        if ignored:
+            print(f"commsweep: {len(ignored)} output(s) of points not in this sweep are ignored (the check lists "
+                  f"them in {layout.verdict()}), e.g. {ignored[0]}", file=sys.stderr)
+    return run, ignored

@@ -1,0 +1,297 @@
+"""Which run made the results: commsweep's version, the sweep config, and the external inputs.
+
+A sweep reads files from outside its results folder: the user's AIOB files
+(``aiob.file``), a SimAI build (``simulator.root``), SimAI's ratio tables
+(``simulator.ratio_dir``, or the SimAI root's) and an AICB checkout
+(``generator.aicb_root``). Snakemake sees a file it cannot make as a source and never
+asks whether it changed, or still exists, once the outputs made from it are there: a
+moved or rebuilt input would leave the old numbers standing as current. So, before any
+job runs:
+
+* every external input the sweep uses must exist (``check_external`` names the config
+  key and the path of a missing one);
+* each is checksummed (``External.digest``), and the checksum goes into the parameters of
+  exactly the jobs that read it (``Run.job_provenance``): a changed file reruns them,
+  and only them, through Snakemake's params trigger.
+
+The run itself is named by ``Run.id``, a digest of the config (as validated, defaults
+filled in), commsweep's version and the inputs' checksums: ``results/run.json`` records
+all of them, the summary's ``run`` column and ``status.txt`` name it, and every job's
+status file records the version, the config digest and the checksums of the inputs it
+read (``status.Status.provenance``). Folders of points that are not in the sweep
+(``stale_outputs``) are never read, and are listed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import __version__
+from .errors import ConfigError
+
+# The config digest of the run a job belongs to, for its status file (set by the workflow,
+# read by ``commsweep guard``). Not a parameter of the jobs: a config change that leaves a
+# job's own parameters alone must not rerun it.
+CONFIG_DIGEST_ENV = "COMMSWEEP_CONFIG_DIGEST"
+RATIO_FILES = ("nvlink_ratio.csv", "nic_ratio.csv", "ata_ratio.csv")
+# Files of an AICB checkout that can change what it writes (its Python sources).
+AICB_SOURCES = "*.py"
+_SKIP_DIRS = {".git", "__pycache__", "results", ".venv"}
+
+
+def canonical_json(value) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def sha256_text(text: str) -> str:
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def config_digest(config: Mapping) -> str:
+    """The digest of a validated config: equal configs, equal digests (key order aside)."""
+    return sha256_text(canonical_json(config))
+
+
+def file_digest(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return "sha256:" + h.hexdigest()
+
+
+def files_digest(root: Path, files: Iterable[Path]) -> str:
+    """One digest of several files: their paths relative to ``root`` and their contents."""
+    h = hashlib.sha256()
+    for path in sorted(files):
+        h.update(str(path.relative_to(root)).encode() + b"\0" + file_digest(path).encode() + b"\n")
+    return "sha256:" + h.hexdigest()
+
+
+def source_files(root: Path, pattern: str) -> list[Path]:
+    """The files under ``root`` matching ``pattern``, skipping VCS, cache and results folders."""
+    found = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith("."))
+        found += [Path(folder) / n for n in names if Path(n).match(pattern)]
+    return found
+
+
+@dataclass(frozen=True)
+class External:
+    """One external input of the sweep: its config key, where it is, and its checksum."""
+
+    key: str
+    path: str
+    digest: str
+    # What it stands for, when the path is not the file itself (a folder, a build).
+    what: str = ""
+
+    def record(self) -> dict:
+        out = {"path": self.path, "sha256": self.digest.removeprefix("sha256:")}
+        if self.what:
+            out["of"] = self.what
+        return out
+
+
+def _missing(key: str, path: str | Path, what: str) -> ConfigError:
+    return ConfigError(f"{path}: {what} not found (set {key} to where it is, or remove the key)", key=key)
+
+
+def check_external(config: Mapping, points: Iterable) -> dict[str, External | dict[str, External]]:
+    """Every external input the sweep's ``points`` use, checked and checksummed.
+
+    Returns config key -> External; for ``aiob.file`` (one file per AIOB profile), profile
+    key -> External. Raises ConfigError naming the key and the path of the first missing
+    input (all missing AIOB files at once), before any job runs.
+    """
+    from .simulate.run import ratio_dir_for
+
+    points = list(points)
+    out: dict[str, External | dict[str, External]] = {}
+    aiob = config.get("aiob") or {}
+    profiles = sorted({p.profile_key for p in points if p.aiob})
+    if profiles and aiob.get("backend") == "file" and aiob.get("file"):
+        from .aiob.backends import user_file
+
+        files = {key: user_file(aiob["file"], key) for key in profiles}
+        missing = [path for path in files.values() if not Path(path).is_file()]
+        if missing:
+            shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+            raise ConfigError(f"{len(missing)} of {len(files)} AIOB file(s) not found: {shown} "
+                              f"({{profile}} in {aiob['file']!r} stands for the profile key of "
+                              "results/sweep.csv)", key="aiob.file")
+        out["aiob.file"] = {key: External("aiob.file", path, file_digest(path)) for key, path in files.items()}
+
+    generator = config.get("generator") or {}
+    if generator.get("aicb_root") and any(p.schedule == "aicb" for p in points):
+        from .workload.aicb_runner import _SCRIPT
+
+        root = Path(generator["aicb_root"]).expanduser()
+        if not root.is_dir():
+            raise _missing("generator.aicb_root", root, "AICB checkout")
+        if not (root / _SCRIPT).is_file():
+            raise ConfigError(f"{root} is not an AICB checkout (no {_SCRIPT})", key="generator.aicb_root")
+        digest = files_digest(root, source_files(root, AICB_SOURCES))
+        out["generator.aicb_root"] = External("generator.aicb_root", str(root), digest, f"its {AICB_SOURCES} files")
+
+    sim = config.get("simulator") or {}
+    root = sim.get("root")
+    if sim.get("backend") == "simai":
+        from .simulate.simai import BINARY
+
+        if not root:
+            raise ConfigError("the simai backend needs the root of a built SimAI", key="simulator.root")
+        if not Path(root).expanduser().is_dir():
+            raise _missing("simulator.root", root, "SimAI checkout")
+        binary = Path(root).expanduser() / BINARY
+        if not binary.is_file():
+            raise _missing("simulator.root", binary, "SimAI_analytical (build SimAI first)")
+        out["simulator.root"] = External("simulator.root", str(root), file_digest(binary), str(BINARY))
+    ratio_dir = ratio_dir_for(sim.get("ratio_dir"), root)
+    if ratio_dir:
+        key = "simulator.ratio_dir" if sim.get("ratio_dir") else "simulator.root"
+        folder = Path(ratio_dir).expanduser()
+        missing = [name for name in RATIO_FILES if not (folder / name).is_file()]
+        if missing:
+            raise _missing(key, folder / missing[0], "ratio table")
+        out["simulator.ratio_dir"] = External(key, str(ratio_dir),
+                                              files_digest(folder, [folder / n for n in RATIO_FILES]),
+                                              ", ".join(RATIO_FILES))
+    return out
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of a sweep: what made its results (``results/run.json``)."""
+
+    config: dict
+    inputs: Mapping[str, External | Mapping[str, External]] = field(default_factory=dict)
+    config_files: tuple[str, ...] = ()
+    commsweep: str = __version__
+
+    @property
+    def config_digest(self) -> str:
+        return config_digest(self.config)
+
+    def _inputs_record(self) -> dict:
+        out = {}
+        for key, value in sorted(self.inputs.items()):
+            if isinstance(value, External):
+                out[key] = value.record()
+            else:
+                out[key] = {name: ext.record() for name, ext in sorted(value.items())}
+        return out
+
+    @property
+    def id(self) -> str:
+        """Short name of the run: equal for equal version, config and inputs' content."""
+        digest = sha256_text(canonical_json(
+            {"commsweep": self.commsweep, "config": self.config_digest, "inputs": self._inputs_record()}))
+        return digest.removeprefix("sha256:")[:12]
+
+    def record(self) -> str:
+        """``results/run.json``: the run's name and everything it was made from."""
+        return json.dumps({
+            "run": self.id,
+            "commsweep": self.commsweep,
+            "config_digest": self.config_digest,
+            "config_files": list(self.config_files),
+            "external_inputs": self._inputs_record(),
+            "config": self.config,
+        }, indent=2, sort_keys=True, default=str) + "\n"
+
+    def job_provenance(self, *keys: str, profile: str | None = None) -> list[str]:
+        """A job's ``params.provenance``: commsweep's version and the checksums of the external
+        inputs ``keys`` it reads (``aiob.file``: that of ``profile``), as KEY=VALUE words."""
+        words = [f"commsweep={self.commsweep}"]
+        for key in keys:
+            value = self.inputs.get(key)
+            if isinstance(value, Mapping):
+                value = value.get(profile)
+            if value is not None:
+                words.append(f"{key}={value.digest}")
+        return words
+
+
+def read_record(path: str | Path) -> dict:
+    """A ``results/run.json``, as written by ``Run.record``."""
+    from .errors import InputError
+
+    try:
+        record = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise InputError(f"not a run record ({err.msg})", file=path, line=err.lineno) from None
+    if not isinstance(record, dict) or not isinstance(record.get("run"), str):
+        raise InputError("not a run record (no run name)", file=path, line=1)
+    return record
+
+
+def relative_to_cwd(path: str | Path) -> str:
+    """``path`` relative to the working directory when inside it (results move with their folder)."""
+    absolute = Path(path).absolute()
+    try:
+        return str(absolute.relative_to(Path.cwd()))
+    except ValueError:
+        return str(absolute)
+
+
+def stale_outputs(layout, points: Iterable, *, backend: str | None = None, traces: Iterable[str] = ()) -> list[str]:
+    """Folders and files of the results layout that belong to no point of this sweep.
+
+    They are left from an earlier sweep: nothing of this run reads them (its steps read the
+    declared files of its own points), and the check lists them so that nobody takes them
+    for part of this run. ``backend``: the AIOB backend in use (profiles of another are stale).
+    """
+    points = list(points)
+    keep = {
+        layout.points_dir(): {p.point_key for p in points},
+        layout.workloads_dir(): {p.workload_key for p in points},
+    }
+    found: list[str] = []
+    for folder, wanted in keep.items():
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        found += [f"{folder}/{name}" for name in names if name not in wanted and not name.startswith(".")]
+    profiles = {p.profile_key for p in points if p.aiob}
+    aiob_root = Path(layout.profile_dir("x")).parent
+    if aiob_root.is_dir():
+        for folder in sorted(aiob_root.iterdir()):
+            if folder.name != backend:
+                found.append(f"{folder}")
+                continue
+            stale = sorted({_stem(f.name) for f in folder.iterdir() if not f.name.startswith(".")} - profiles)
+            found += [f"{folder}/{key}.*" for key in stale]
+    traces_dir = Path(layout.trace("x")).parent
+    if traces_dir.is_dir():
+        # A trace is named <key>, or <release>/<key> (megatron_core): a release's folder
+        # not traced by this sweep is stale whole.
+        wanted_traces = set(traces)
+        releases = {t.partition("/")[0] for t in wanted_traces if "/" in t}
+        names: set[str] = set()
+        for entry in sorted(traces_dir.iterdir()):
+            if entry.name.startswith("."):
+                continue
+            if not entry.is_dir():
+                names.add(_stem(entry.name))
+            elif entry.name in releases:
+                names |= {f"{entry.name}/{_stem(f.name)}" for f in entry.iterdir() if not f.name.startswith(".")}
+            else:
+                found.append(f"{entry}")
+        found += [f"{traces_dir}/{key}.*" for key in sorted(names - wanted_traces)]
+    return found
+
+
+def _stem(name: str) -> str:
+    """A profile's or trace's key from one of its file names (keys may hold dots)."""
+    for suffix in (".compare.csv", ".csv", ".txt", ".status"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
