@@ -358,18 +358,24 @@ def test_trace_command_runs_the_release_asked_for(tmp_path):
 
 # -- MoE with the oldest and the newest traced release ----------------------------------
 
-MOE_CASES = {  # scaled Mixtral (every layer MoE, top-2, no shared expert): what 0.8.0 can build
-    "mixtral_tp1_ep4": (1, 4),
-    "mixtral_tp2_sp1_ep2": (2, 2),
+MOE_CASES = {  # scaled Mixtral (every layer MoE, no shared expert): what 0.8.0 can build
+    "mixtral_tp1_ep4": ("mixtral", 1, 4),
+    "mixtral_tp2_sp1_ep2": ("mixtral", 2, 2),
+    # top-1 without a load-balancing loss: 0.8's router gathers its logits all the same
+    "mixtral-top1-noaux_tp2_sp1_ep2": ("mixtral-top1-noaux", 2, 2),
 }
 
 
 @pytest.fixture(scope="module")
 def moe_release_traces():
-    """Both MoE cases traced by the oldest and the newest traced release (one launch each)."""
+    """The MoE cases traced by the oldest and the newest traced release (one launch each)."""
+    import dataclasses
+
     from test_trace_moe import MIXTRAL, point
 
-    setups = {name: scale.scaled_setup(point(MIXTRAL, tp, ep)) for name, (tp, ep) in MOE_CASES.items()}
+    models = {"mixtral": MIXTRAL, "mixtral-top1-noaux": dataclasses.replace(
+        MIXTRAL, name="mixtral-top1-noaux", moe_topk=1, moe_aux_loss_coeff=0.0)}
+    setups = {name: scale.scaled_setup(point(models[model], tp, ep)) for name, (model, tp, ep) in MOE_CASES.items()}
     out = {}
     for release in (OLDEST, NEWEST):
         env = _make(release, versions.cache_root())
@@ -412,6 +418,51 @@ def test_the_newest_release_matches_the_moe_schedule_and_the_oldest_differs_in_t
     # 0.8 routes the whole sequence on every TP rank and moves tokens between them with all-to-alls.
     assert old[("forward", "mlp.router", "allgather", "TP")] == 1 and ("forward", "mlp.router", "allgather", "TP") not in new
     assert old[("forward", "mlp", "alltoall", "TP")] == 2 and ("forward", "mlp", "alltoall", "TP") not in new
+
+
+@pytest.mark.trace
+@pytest.mark.skipif(MISSING is not None, reason=f"cannot trace: {MISSING}")
+@pytest.mark.parametrize("release", [OLDEST, NEWEST])
+def test_the_moe_schedule_of_each_release_matches_its_trace_row_by_row(moe_release_traces, release):
+    """`--megatron-version V`: V's schedule issues what V issues (the same traces as above)."""
+    for case, trace in moe_release_traces[release].items():
+        assert trace.megatron_core == release
+        rows = compare.compare(trace, megatron_version=release)
+        assert compare.differences(rows) == [], f"{release} {case}:\n{compare.summary(rows)}"
+        assert rows == compare.compare(trace)  # a trace is checked against its own release's schedule
+
+
+@pytest.mark.trace
+@pytest.mark.skipif(MISSING is not None, reason=f"cannot trace: {MISSING}")
+def test_the_oldest_release_differs_from_the_newest_schedule_in_the_moe_rows_it_changes(moe_release_traces):
+    """0.8.0's trace against 0.19.2's schedule, per MoE layer and micro-batch at TP 2 with SP
+    and EP 2: the rows --megatron-version 0.8.0 takes out and puts in."""
+    trace = moe_release_traces[OLDEST]["mixtral_tp2_sp1_ep2"]
+    found: dict[tuple, tuple[int, int]] = {}
+    for r in compare.differences(compare.compare(trace, megatron_version=NEWEST)):
+        assert r.layer is not None and r.module.startswith(f"decoder.layers.{r.layer}.mlp"), r
+        key = (r.phase, r.module.removeprefix(f"decoder.layers.{r.layer}."), r.collective, r.group, r.elements)
+        count = found.get(key, (0, 0))
+        found[key] = (count[0] + r.schedule_count, count[1] + r.trace_count)
+    layers = trace.setup.model.num_layers
+    s = trace.setup
+    tokens, E, k, h, t = s.micro_batch * s.seq_length, s.model.num_experts, s.model.moe_topk, s.model.hidden_size, s.tp
+    per_layer = {key: (n_schedule // layers, n_trace // layers) for key, (n_schedule, n_trace) in found.items()}
+    assert per_layer == {
+        # the newest's: probabilities over EP and expert TP, the counts over TP and over TP x EP
+        ("forward", "mlp", "alltoall", "EP", tokens // t * k): (1, 0),
+        ("backward", "mlp", "alltoall", "EP", tokens // t * k): (1, 0),
+        ("forward", "mlp", "allgather", "TP", tokens * k): (1, 0),
+        ("backward", "mlp", "reducescatter", "TP", tokens * k): (1, 0),
+        ("forward", "mlp.router", "allreduce", "TP", E): (1, 0),
+        ("forward", "mlp", "allgather", "TP_EP", t * s.ep * E): (1, 0),
+        # 0.8.0's: the whole sequence's logits, the counts over EP, tokens across TP
+        ("forward", "mlp.router", "allgather", "TP", tokens * E): (0, 1),
+        ("backward", "mlp.router", "reducescatter", "TP", tokens * E): (0, 1),
+        ("forward", "mlp", "allgather", "EP", s.ep * E): (0, 1),
+        ("forward", "mlp", "alltoall", "TP", tokens * h // t): (0, 2),
+        ("backward", "mlp", "alltoall", "TP", tokens * h // t): (0, 2),
+    }
 
 
 @pytest.mark.trace

@@ -77,7 +77,7 @@ def cmd_audit(ns: argparse.Namespace) -> None:
     setup = setup_from_args(ns)
     findings = audit.audit(
         wformat.read(ns.workload), setup, stage=pipeline_stage(ns.pp_stage, setup.pp), gpus=ns.gpus,
-        time_us=audit.time_function(ns), source=ns.workload,
+        time_us=audit.time_function(ns), source=ns.workload, megatron_version=ns.megatron_version,
     )
     _emit(audit.to_csv(findings) if ns.format == "csv" else audit.to_table(findings), ns.output)
 

@@ -30,8 +30,10 @@ POINT_BY_WORKLOAD = {p.workload_key: p for p in POINTS}
 WORKLOADS = sorted(POINT_BY_WORKLOAD)
 # Points with aiob on, by AIOB profile: points sharing a key share one profile.
 POINT_BY_PROFILE = {p.profile_key: p for p in POINTS if p.aiob}
-# Points the Megatron schedule can describe (dense models): they get an audit.
-AUDITED = [p for p in POINTS if not megatron.unsupported(p.setup)]
+# The megatron-core release the megatron schedule and the audit follow.
+MEGATRON_VERSION = sweep.megatron_version(config)
+# Points the Megatron schedule can describe: they get an audit.
+AUDITED = [p for p in POINTS if not megatron.unsupported(p.setup, MEGATRON_VERSION)]
 HAS_MOE = any(p.setup.model.is_moe for p in POINTS)
 # reference: measured traces real megatron-core once per model family, TP, PP and SP,
 # and per release of megatron_core when it lists some (else the installed release).
@@ -141,7 +143,7 @@ def generate_args(wildcards):
     point = workload_point(wildcards)
     argv = to_commsweep_argv(point.setup) + ["--schedule", point.schedule]
     if point.schedule == "megatron":
-        argv += ["--pp-stage", config["generator"]["megatron_pp_stage"]]
+        argv += ["--pp-stage", config["generator"]["megatron_pp_stage"], "--megatron-version", MEGATRON_VERSION]
     if point.schedule == "aicb" and config["generator"].get("aicb_root"):
         # The user's AICB writes the file instead of the emulation (aicb_runner.py).
         argv += ["--aicb-root", config["generator"]["aicb_root"]]
@@ -223,7 +225,7 @@ def point_args(point):
 
 def audit_args(wildcards):
     point = point_of(wildcards)
-    return shlex.join(point_args(point) + network_args(point))
+    return shlex.join(point_args(point) + ["--megatron-version", MEGATRON_VERSION] + network_args(point))
 
 
 # -- what the sweep-wide steps read --------------------------------------------------------

@@ -290,18 +290,20 @@ def audit(
     gpus: int | None = None,
     time_us: TimeFn | None = None,
     source: str | Path = "<workload>",
+    megatron_version: str | None = None,
 ) -> list[Finding]:
     """Every difference between ``workload`` and Megatron's schedule for ``setup``.
 
-    ``stage`` is the pipeline stage whose view the reference takes (0 = first);
+    ``megatron_version`` is the megatron-core release whose schedule is the reference
+    (default: the newest traced); ``stage`` the pipeline stage whose view it takes (0 = first);
     ``gpus`` SimAI's ``-g`` (sets the DP group size); ``time_us(side, header)`` the
     time SimAI gives one collective, for ``delta_us`` (left empty without it).
     """
-    problems = setup.problems() + megatron.unsupported(setup)
+    problems = setup.problems() + megatron.unsupported(setup, megatron_version)
     if problems:
         raise ConfigError("; ".join(problems), key="arguments")
     check_header(workload, setup, source)
-    reference = megatron.schedule(setup, stage=stage)
+    reference = megatron.schedule(setup, stage=stage, megatron_version=megatron_version)
     sizes = wf.group_sizes(workload.header, gpus)
     units = segment(workload, setup.layers_per_stage, stage * setup.layers_per_stage,
                     layer_ids=megatron.stage_layers(setup, stage))

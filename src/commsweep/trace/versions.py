@@ -36,13 +36,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import CommsweepError
+from ..workload.megatron_releases import TRACED
 
 CACHE_ENV = "COMMSWEEP_MEGATRON_CACHE"
 PACKAGE = "megatron-core"
-# The releases whose traces docs/megatron-versions.md compares and the megatron schedule
-# knows (oldest first; the last is the newest traced, the schedule's default).
-TRACED = ("0.8.0", "0.9.0", "0.10.0", "0.11.0", "0.12.3", "0.13.1", "0.14.0", "0.15.3", "0.16.1",
-          "0.17.1", "0.18.2", "0.19.2")
+# TRACED: the releases whose traces docs/megatron-versions.md compares, which the megatron
+# schedule knows (workload/megatron_releases.py, their one home; the last is the newest).
 # The releases before those, each with why it cannot be traced on a CPU (checked on
 # their PyPI files; release candidates and patch releases of a traced minor not tried).
 _TE = "its transformer block imports Transformer Engine, a CUDA-only package, unconditionally (optional from 0.8.0)"
