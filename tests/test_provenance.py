@@ -120,6 +120,22 @@ def test_outputs_of_points_not_in_the_sweep_are_listed(tmp_path, monkeypatch):
     assert provenance.stale_outputs(layout, points[:1], backend="roofline", traces=["gpt_tp2_pp1_sp0"]) == found[:-1]
 
 
+def test_traces_of_releases_not_in_the_sweep_are_listed(tmp_path, monkeypatch):
+    """megatron_core: traces named <release>/<key>; a release no longer traced is stale whole,
+    and so is a key of a traced release the sweep no longer has."""
+    monkeypatch.chdir(tmp_path)
+    _, points = small_points()
+    layout = paths.Layout()
+    for name in ("0.8.0/gpt_tp2_pp1_sp0", "0.8.0/gpt_tp4_pp1_sp0", "0.16.1/gpt_tp2_pp1_sp0"):
+        Path(layout.trace(name)).parent.mkdir(parents=True, exist_ok=True)
+        Path(layout.trace(name)).write_text("x")
+        Path(layout.trace_status(name)).write_text("x")
+    found = provenance.stale_outputs(layout, points[:1], backend="roofline", traces=["0.8.0/gpt_tp2_pp1_sp0"])
+    assert found == ["results/traces/0.16.1", "results/traces/0.8.0/gpt_tp4_pp1_sp0.*"]
+    assert provenance.stale_outputs(layout, points[:1], backend="roofline", traces=["gpt_tp2_pp1_sp0"]) == [
+        "results/traces/0.16.1", "results/traces/0.8.0"]
+
+
 # -- locks ---------------------------------------------------------------------------------
 
 

@@ -8,6 +8,7 @@ instead, so a broken setup cannot pass silently.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -81,7 +82,9 @@ def test_sweep_on_slurm_equals_local_run(tmp_path, slurm):
     batches = sweeps.planned(result)["batches"]
     assert batches > 1 and "Group job tables" in output
     assert output.count("has been submitted with SLURM jobid") == batches + 2
-    assert (remote / "results" / "status.txt").read_text() == "all 4 point(s) ok\n"
+    # The verdict names this run (its id in run.json), so it cannot be an earlier run's.
+    run_id = json.loads((remote / "results" / "run.json").read_text())["run"]
+    assert (remote / "results" / "status.txt").read_text() == f"all 4 point(s) ok (run {run_id})\n"
     assert sweeps.differences(sweeps.result_files(local), sweeps.result_files(remote)) == []
 
 

@@ -112,6 +112,9 @@ def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
     add_flag(g, "--recompute-granularity", dest="recompute_granularity", choices=("selective", "full"), default=None,
              help="full: recompute every layer's forward, collectives included (implies recomputation); "
                   "selective: the attention core (as --recompute_activations)")
+    add_flag(g, "--megatron-version", metavar="VERSION", default=None,
+             help="the megatron-core release whose collectives to follow, 0.8.0 to the newest traced (default); "
+                  "releases differ in MoE layers only (docs/megatron-versions.md)")
 
 
 def add_aiob_arguments(parser: argparse.ArgumentParser) -> None:

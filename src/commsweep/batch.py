@@ -79,6 +79,14 @@ def ratio_dir(config: Mapping) -> str | None:
     return ratio_dir_for(sim["ratio_dir"], sim["root"])
 
 
+def megatron_version(config: Mapping) -> str:
+    """The megatron-core release the megatron schedule and the audit follow
+    (``generator.megatron_version``, default the newest traced: ``sweep.megatron_version``)."""
+    from .sweep import megatron_version as version
+
+    return version(dict(config))
+
+
 def torch_on_gpu() -> bool:
     """Whether the torch AIOB backend runs on CUDA here (then a batch with a torch profile asks for a GPU)."""
     return shutil.which("nvidia-smi") is not None
@@ -124,7 +132,7 @@ def generate_command(point, config: Mapping, workload: str, profile: str | None)
 
     argv = ["generate", *to_commsweep_argv(point.setup), "--schedule", point.schedule]
     if point.schedule == "megatron":
-        argv += ["--pp-stage", config["generator"]["megatron_pp_stage"]]
+        argv += ["--pp-stage", config["generator"]["megatron_pp_stage"], "--megatron-version", megatron_version(config)]
     if point.schedule == "aicb" and config["generator"].get("aicb_root"):
         # The user's AICB writes the file instead of the emulation (aicb_runner.py).
         argv += ["--aicb-root", config["generator"]["aicb_root"]]
@@ -153,7 +161,8 @@ def simulate_command(point, config: Mapping, workload: str, endtoend: str, colle
 
 def audit_command(point, config: Mapping, workload: str, audit: str) -> list[str]:
     """``commsweep audit`` of a point's workload against Megatron's schedule."""
-    return ["audit", workload, *point_argv(point, config), *network_argv(point, config), "--format", "csv", "-o", audit]
+    return ["audit", workload, *point_argv(point, config), "--megatron-version", megatron_version(config),
+            *network_argv(point, config), "--format", "csv", "-o", audit]
 
 
 # -- tasks and batches ------------------------------------------------------------------------
@@ -265,7 +274,8 @@ def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | 
 
     points = list(points)
     if audited is None:
-        audited = [p for p in points if not megatron.unsupported(p.setup)]
+        version = megatron_version(config)
+        audited = [p for p in points if not megatron.unsupported(p.setup, version)]
     audited_keys = {p.point_key for p in audited}
     per_batch = int((config.get("batch") or {}).get("points") or DEFAULT_POINTS)
     count = batch_count(len(points), per_batch)

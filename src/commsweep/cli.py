@@ -77,7 +77,7 @@ def cmd_audit(ns: argparse.Namespace) -> None:
     setup = setup_from_args(ns)
     findings = audit.audit(
         wformat.read(ns.workload), setup, stage=pipeline_stage(ns.pp_stage, setup.pp), gpus=ns.gpus,
-        time_us=audit.time_function(ns), source=ns.workload,
+        time_us=audit.time_function(ns), source=ns.workload, megatron_version=ns.megatron_version,
     )
     _emit(audit.to_csv(findings) if ns.format == "csv" else audit.to_table(findings), ns.output)
 
@@ -185,14 +185,16 @@ def cmd_answer(ns: argparse.Namespace) -> None:
 
 def cmd_trace(ns: argparse.Namespace) -> None:
     from .arguments import setup_from_args
-    from .trace import compare, records, runner, scale
+    from .trace import compare, records, runner, scale, versions
 
+    environment = versions.environment(versions.check_version(ns.megatron_core)) if ns.megatron_core else None
     if ns.world_size is None:  # a trace needs no more processes than one model replica (EP is carved out of DP)
         ns.world_size = ns.tensor_model_parallel_size * ns.pipeline_model_parallel * ns.expert_model_parallel_size
     setup = setup_from_args(ns)
     if ns.scaled:
         setup = scale.scaled_setup(setup, dp=ns.scaled_dp)
-    trace = runner.run([setup], timeout=ns.timeout)[0]
+    trace = runner.run([setup], timeout=ns.timeout, environment=environment)[0]
+    sys.stderr.write(f"megatron-core {trace.megatron_core}; CPU workarounds: {', '.join(trace.workarounds) or 'none'}\n")
     shown = trace.records if ns.ranks == "all" else [
         r for stage in trace.stages for r in trace.rank_records(trace.first_rank_of_stage(stage))]
     text = records.to_csv(shown) if ns.format == "csv" else records.summary_table(shown)
@@ -204,10 +206,26 @@ def cmd_trace(ns: argparse.Namespace) -> None:
 
 
 def cmd_trace_check(ns: argparse.Namespace) -> None:
+    import os
+
     from .files import read_text
     from .trace.compare import check_table
 
-    _emit(check_table({Path(f).name.removesuffix(".compare.csv"): read_text(f) for f in ns.compare}), ns.output)
+    # A trace's name: its path below the files' common folder (results/traces), so that
+    # the traces of several releases (<release>/<key>.compare.csv) keep their release.
+    paths = {f: Path(f).resolve() for f in ns.compare}
+    common = Path(os.path.commonpath([p.parent for p in paths.values()]))
+    _emit(check_table({str(p.relative_to(common)).removesuffix(".compare.csv"): read_text(f)
+                       for f, p in paths.items()}), ns.output)
+
+
+def cmd_trace_versions(ns: argparse.Namespace) -> None:
+    from .trace import tally
+
+    rows, traces = tally.read_traces(ns.traces)
+    _emit(tally.to_csv(rows), ns.output)
+    if ns.differences:
+        _emit(tally.report(rows, traces), ns.differences)
 
 
 def cmd_compare(ns: argparse.Namespace) -> None:
@@ -404,9 +422,21 @@ def add_trace_parser(sub) -> None:
                    help="first: the first rank of each pipeline stage (default); all: every rank")
     p.add_argument("--compare", metavar="FILE",
                    help="also write the comparison with the megatron schedule (CSV) to FILE")
+    p.add_argument("--megatron-core", metavar="VERSION",
+                   help="trace this megatron-core release, installed on first use into its own folder under "
+                        "$COMMSWEEP_MEGATRON_CACHE (default ~/.cache/commsweep/megatron-core); "
+                        "default: the installed one (see docs/megatron-versions.md)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds before the processes are stopped")
     p.add_argument("-o", "--output", help="output file (default: stdout)")
     p.set_defaults(func=cmd_trace)
+
+
+def add_trace_versions_parser(sub) -> None:
+    p = sub.add_parser("trace-versions", help="several megatron-core releases' traces side by side, and how they differ")
+    p.add_argument("traces", nargs="+", help="trace CSVs of `commsweep trace --format csv`, as <release>/<case>.csv")
+    p.add_argument("-o", "--output", help="the table, one row per release and collective (default: stdout)")
+    p.add_argument("--differences", metavar="FILE", help="also write the differences between releases in words")
+    p.set_defaults(func=cmd_trace_versions)
 
 
 def add_volumes_parser(sub) -> None:
@@ -646,6 +676,7 @@ COMMANDS = {
     "timeline": add_timeline_parser,
     "trace": add_trace_parser,
     "trace-check": add_trace_check_parser,
+    "trace-versions": add_trace_versions_parser,
     "validate": add_validate_parser,
     "guard": add_guard_parser,
     "check": add_check_parser,

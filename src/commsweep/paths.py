@@ -17,7 +17,9 @@ layout is spelled once::
     results/steps/<rule>.status                         the outcome of each sweep-wide step
     results/batches/<batch>.json                        a finished batch of points: their files (commsweep.batch)
     results/batches/<batch>.causes.csv                  the difference by cause of its AICB points
-    results/traces/<trace>.csv|.compare.csv             measured megatron-core traces (reference: measured)
+    results/traces/<trace>.csv|.compare.csv             measured megatron-core traces (reference: measured;
+                                                        <trace>: <key>, or <release>/<key> per megatron_core release)
+    results/trace_versions.csv|.txt                     the releases side by side, and their differences
     results/logs/<rule>/<key>.log                       each job's log (results/logs/<rule>.log: sweep-wide)
     results/benchmarks/<rule>/<key>.tsv                 each job's time and memory, likewise
 
@@ -182,6 +184,14 @@ class Layout:
 
     def trace_check(self) -> str:
         return self._at("trace_check.csv")
+
+    def trace_versions(self) -> str:
+        """The megatron-core releases' traces side by side (``megatron_core`` lists them)."""
+        return self._at("trace_versions.csv")
+
+    def trace_versions_differences(self) -> str:
+        """The differences between the releases' traces, in words."""
+        return self._at("trace_versions.txt")
 
     # -- logs and benchmarks, by rule ------------------------------------------------------
 

@@ -277,9 +277,21 @@ def stale_outputs(layout, points: Iterable, *, backend: str | None = None, trace
             found += [f"{folder}/{key}.*" for key in stale]
     traces_dir = Path(layout.trace("x")).parent
     if traces_dir.is_dir():
+        # A trace is named <key>, or <release>/<key> (megatron_core): a release's folder
+        # not traced by this sweep is stale whole.
         wanted_traces = set(traces)
-        stale = sorted({_stem(f.name) for f in traces_dir.iterdir() if not f.name.startswith(".")} - wanted_traces)
-        found += [f"{traces_dir}/{key}.*" for key in stale]
+        releases = {t.partition("/")[0] for t in wanted_traces if "/" in t}
+        names: set[str] = set()
+        for entry in sorted(traces_dir.iterdir()):
+            if entry.name.startswith("."):
+                continue
+            if not entry.is_dir():
+                names.add(_stem(entry.name))
+            elif entry.name in releases:
+                names |= {f"{entry.name}/{_stem(f.name)}" for f in entry.iterdir() if not f.name.startswith(".")}
+            else:
+                found.append(f"{entry}")
+        found += [f"{traces_dir}/{key}.*" for key in sorted(names - wanted_traces)]
     return found
 
 

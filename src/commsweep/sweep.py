@@ -211,12 +211,22 @@ def memory_problem(setup: TrainingSetup, gpu: str) -> str | None:
             f"({RESERVE_GIB:g} GiB kept free)")
 
 
-def schedule_problems(setup: TrainingSetup, schedule: str) -> list[str]:
-    """Why a schedule cannot generate this setup's workload (empty when it can)."""
+def megatron_version(config: dict) -> str:
+    """``generator.megatron_version``: the megatron-core release the megatron schedule and
+    the audit follow (checked: a ``ConfigError`` naming the key for one they do not know)."""
+    from .workload import megatron_releases
+
+    given = (config.get("generator") or {}).get("megatron_version")
+    return megatron_releases.release(given, key="generator.megatron_version").version
+
+
+def schedule_problems(setup: TrainingSetup, schedule: str, megatron_version: str | None = None) -> list[str]:
+    """Why a schedule cannot generate this setup's workload (empty when it can); the
+    megatron schedule that of megatron-core ``megatron_version`` (default: the newest traced)."""
     if schedule == "megatron":
         from .workload import megatron
 
-        return megatron.unsupported(setup)
+        return megatron.unsupported(setup, megatron_version)
     if schedule == "aicb":
         from .workload import aicb
 
@@ -276,6 +286,7 @@ def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
                 raise ConfigError(f"values must be true or false, got {v!r}", key=f"sweep.{name}")
 
     overlaps = tp_overlap_axis(config)
+    version = megatron_version(config)
     points: list[Point] = []
     invalid: list[Invalid] = []
     for combo in itertools.product(*(axes[a] for a in AXES)):
@@ -288,7 +299,7 @@ def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
         )
         reasons = setup.problems()
         if not reasons:
-            reasons += schedule_problems(setup, values["schedule"])
+            reasons += schedule_problems(setup, values["schedule"], version)
         if not reasons and skip_unfit:
             reasons += [r for r in (memory_problem(setup, gpu),) if r]
         if reasons:

@@ -24,16 +24,27 @@ except CommsweepError as err:
     raise WorkflowError(f"invalid sweep configuration: {err}") from None
 
 POINT_BY_KEY = {p.point_key: p for p in POINTS}
-# Points the Megatron schedule can describe (dense models): they get an audit.
-AUDITED = [p for p in POINTS if not megatron.unsupported(p.setup)]
+# The megatron-core release the megatron schedule and the audit follow.
+MEGATRON_VERSION = sweep.megatron_version(config)
+# Points the Megatron schedule can describe: they get an audit.
+AUDITED = [p for p in POINTS if not megatron.unsupported(p.setup, MEGATRON_VERSION)]
 HAS_MOE = any(p.setup.model.is_moe for p in POINTS)
-# reference: measured traces real megatron-core once per model family, TP, PP and SP.
+# reference: measured traces real megatron-core once per model family, TP, PP and SP,
+# and per release of megatron_core when it lists some (else the installed release).
 TRACES = trace_setups([p.setup for p in POINTS]) if config["reference"] == "measured" else {}
+RELEASES = config["megatron_core"] if TRACES else []
+
+
+def trace_names():
+    """Each trace's name below results/traces: <key>, or <release>/<key> per release."""
+    keys = sorted(TRACES)
+    return [f"{release}/{key}" for release in RELEASES for key in keys] if RELEASES else keys
+
 
 # The run: external inputs checked (a missing one stops it here) and checksummed, its name,
 # and the outputs of points not in this sweep (ignored, listed by the check).
 try:
-    RUN, IGNORED = pipeline.prepare(workflow, config, POINTS, L, traces=TRACES)
+    RUN, IGNORED = pipeline.prepare(workflow, config, POINTS, L, traces=trace_names())
 except CommsweepError as err:
     raise WorkflowError(str(err)) from None
 
@@ -46,7 +57,7 @@ pipeline.announce(workflow, POINTS, BATCHES)
 
 wildcard_constraints:
     batch=r"[^/]+",
-    trace=r"[^/.]+",
+    trace=r"([0-9]+(\.[0-9]+){1,3}/)?[^/.]+",
 
 
 def final_outputs():
@@ -71,6 +82,8 @@ def step_statuses():
         steps.append("plot_volume_by_group")
     if TRACES:
         steps.append("trace_check")
+    if RELEASES:
+        steps.append("trace_versions")
     return [L.step_status(step) for step in steps]
 
 
@@ -185,28 +198,36 @@ def answer_outputs():
 def trace_outputs():
     if not TRACES:
         return []
-    return [L.trace_check()]
+    versions = [L.trace_versions(), L.trace_versions_differences()] if RELEASES else []
+    return [L.trace_check(), *versions]
+
+
+def all_traces(wildcards):
+    return [L.trace(name) for name in trace_names()]
 
 
 def all_trace_comparisons(wildcards):
-    return [L.trace_compare(key) for key in sorted(TRACES)]
+    return [L.trace_compare(name) for name in trace_names()]
 
 
 def all_trace_statuses(wildcards):
-    return [L.trace_status(key) for key in sorted(TRACES)]
+    return [L.trace_status(name) for name in trace_names()]
 
 
 def trace_setup(wildcards):
     try:
-        return TRACES[wildcards.trace]
+        return TRACES[wildcards.trace.rpartition("/")[2]]
     except KeyError:
         raise WorkflowError(f"{wildcards.trace} is not a trace of this sweep (reference: measured)") from None
 
 
 def trace_args(wildcards):
-    """`commsweep trace` arguments: one point of the family, scaled down by the command."""
+    """`commsweep trace` arguments: one point of the family, scaled down by the command,
+    run with the release the trace's name starts with (<release>/<key>), if any."""
     setup = trace_setup(wildcards)
-    return shlex.join(to_commsweep_argv(setup) + ["--scaled", f"--scaled-dp={pipeline_dp(setup)}"])
+    release = wildcards.trace.rpartition("/")[0]
+    return shlex.join(to_commsweep_argv(setup) + ["--scaled", f"--scaled-dp={pipeline_dp(setup)}"]
+                      + (["--megatron-core", release] if release else []))
 
 
 def trace_processes(wildcards):

@@ -1,6 +1,8 @@
 # reference: measured — real megatron-core traced on gloo CPU processes, one job per
 # distinct model family, TP, PP and SP of the sweep (scaled down), and its comparison with
-# the megatron schedule for the same dimensions. Needs the megatron extra.
+# the megatron schedule for the same dimensions. Needs the megatron extra. With
+# megatron_core listing releases, one job per release and key ({trace}: <release>/<key>),
+# and the releases side by side (trace_versions).
 
 
 rule trace:
@@ -25,6 +27,30 @@ rule trace:
         runtime=20,
     shell:
         guarded("trace {params.args} --format csv -o {output.trace} --compare {output.compare}")
+
+
+rule trace_versions:
+    # The releases side by side: collectives per layer and phase, and their differences.
+    input:
+        traces=all_traces,
+        after=all_trace_statuses,
+    output:
+        table=report(L.trace_versions(), caption="../report/trace_versions.rst", category="Megatron schedule"),
+        differences=L.trace_versions_differences(),
+        status=L.step_status("trace_versions"),
+    params:
+        provenance=provenance(),
+        attempt=attempt(L.step_status("trace_versions")),
+    log:
+        L.log("trace_versions"),
+    benchmark:
+        L.benchmark("trace_versions")
+    resources:
+        mem_mb=512,
+        runtime=5,
+    threads: 1
+    shell:
+        guarded("trace-versions {input.traces} -o {output.table} --differences {output.differences}")
 
 
 rule trace_check:

@@ -290,14 +290,16 @@ def audit(
     gpus: int | None = None,
     time_us: TimeFn | None = None,
     source: str | Path = "<workload>",
+    megatron_version: str | None = None,
 ) -> list[Finding]:
     """Every difference between ``workload`` and Megatron's schedule for ``setup``.
 
-    ``stage`` is the pipeline stage whose view the reference takes (0 = first);
+    ``megatron_version`` is the megatron-core release whose schedule is the reference
+    (default: the newest traced); ``stage`` the pipeline stage whose view it takes (0 = first);
     ``gpus`` SimAI's ``-g`` (sets the DP group size); ``time_us(side, header)`` the
     time SimAI gives one collective, for ``delta_us`` (left empty without it).
     """
-    findings, reference_header = _untimed(workload, setup, stage, gpus, source)
+    findings, reference_header = _untimed(workload, setup, stage, gpus, source, megatron_version)
     if time_us is not None:
         findings = [_with_time(f, workload.header, reference_header, time_us) for f in findings]
     return findings
@@ -316,27 +318,28 @@ _LAST: dict[tuple, tuple[wf.Workload, list[Finding], wf.Header]] = {}
 _REFERENCE: dict[tuple, tuple[megatron.Schedule, dict[Unit, list[Side]]]] = {}
 
 
-def _reference(setup: TrainingSetup, stage: int) -> tuple[megatron.Schedule, dict[Unit, list[Side]]]:
-    key = (setup, stage)
+def _reference(setup: TrainingSetup, stage: int,
+               megatron_version: str | None) -> tuple[megatron.Schedule, dict[Unit, list[Side]]]:
+    key = (setup, stage, megatron_version)
     if key not in _REFERENCE:
-        reference = megatron.schedule(setup, stage=stage)
+        reference = megatron.schedule(setup, stage=stage, megatron_version=megatron_version)
         _REFERENCE.clear()
         _REFERENCE[key] = (reference, expected_units(reference))
     return _REFERENCE[key]
 
 
 def _untimed(workload: wf.Workload, setup: TrainingSetup, stage: int, gpus: int | None,
-             source: str | Path) -> tuple[list[Finding], wf.Header]:
+             source: str | Path, megatron_version: str | None) -> tuple[list[Finding], wf.Header]:
     """The findings of ``audit`` without their times, and the reference's header."""
-    key = (id(workload), setup, stage, gpus, str(source))
+    key = (id(workload), setup, stage, gpus, str(source), megatron_version)
     last = _LAST.get(key)
     if last is not None and last[0] is workload:
         return last[1], last[2]
-    problems = setup.problems() + megatron.unsupported(setup)
+    problems = setup.problems() + megatron.unsupported(setup, megatron_version)
     if problems:
         raise ConfigError("; ".join(problems), key="arguments")
     check_header(workload, setup, source)
-    reference, expected = _reference(setup, stage)
+    reference, expected = _reference(setup, stage, megatron_version)
     sizes = wf.group_sizes(workload.header, gpus)
     units = segment(workload, setup.layers_per_stage, stage * setup.layers_per_stage,
                     layer_ids=megatron.stage_layers(setup, stage))

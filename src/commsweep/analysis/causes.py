@@ -159,9 +159,16 @@ CAUSES: dict[str, Cause] = _causes(
      "expert-TP x EP group: 8 x etp x ep x E bytes, on EP at TP 1 and on TP at EP 1 (SimAI has no TP x EP "
      "group, so with both above 1 it is not in the Megatron workload). AICB's first mlp_moelayer line "
      "all-gathers 2 x ep x E x t bytes on TP, whatever TP and EP are."),
+    ("moe_tp_routing_missing", "MoE routing over TP dropped (megatron-core 0.8)",
+     "At TP above 1, megatron-core 0.8 routes the whole sequence on every TP rank: the router all-gathers "
+     "the bf16 logits of the sequence (b x s x E values) over TP (a reduce-scatter backward), and the "
+     "dispatcher turns each rank's sequence shard into a hidden shard of the whole sequence with an "
+     "all-to-all of u/t bytes over TP before the EP dispatch and back after the EP combine, both ways. "
+     "AICB writes none of these (the audit's reference is 0.8 with --megatron-version 0.8.0)."),
     ("moe_router_allreduce_missing", "MoE load-balancing all-reduce dropped",
      "With a load-balancing loss (moe_aux_loss_coeff > 0), Megatron's router all-reduces each MoE layer's "
-     "E int64 token counts over TP in every micro-batch. AICB does not write it."),
+     "E int64 token counts over TP in every micro-batch (megatron-core 0.9 and 0.10 also without the loss). "
+     "AICB does not write it."),
     ("moe_shared_expert_missing", "shared experts' TP collectives dropped",
      "Megatron runs the shared experts as a dense MLP on TP with SP: an all-gather before linear_fc1 and a "
      "reduce-scatter after linear_fc2 forward; two all-gathers (one reversing the reduce-scatter, one "
@@ -313,6 +320,8 @@ MOE_RULES: tuple[tuple[str, Rule], ...] = (
     ("moe_metadata_gather", _moe(lambda f, s: f.megatron_row == "moe_dispatch_metadata" or (
         not f.expected_collective and f.found_name == "mlp_moelayer" and f.found_collective == "allgather"
         and f.phase == "fwd" and (f.found_bytes or 0) < 1 << 20))),
+    ("moe_tp_routing_missing", _moe(lambda f, s: f.megatron_row in ("moe_tp_dispatch", "moe_tp_combine") or (
+        f.megatron_row == "moe_router" and f.expected_collective in ("allgather", "reducescatter")))),
     ("moe_router_allreduce_missing", _moe(lambda f, s: f.megatron_row == "moe_router")),
     ("moe_shared_expert_missing", _moe(lambda f, s: f.megatron_row.startswith("moe_shared_"))),
     ("moe_token_exchange", _moe(lambda f, s: f.megatron_row in ("moe_dispatch", "moe_combine", "moe_expert_fc1",

@@ -14,6 +14,11 @@ bytes divided by the element size its convention uses for that collective
 (``schedule_element_bytes``), trace bytes divided by 4 (its records carry the element
 count directly). Equal elements mean the schedule's size is right in its own dtype.
 
+**Which release.** The schedule is that of the traced release (``schedule_release``):
+older releases issue other MoE rows (``workload/megatron_releases.py``), so a trace of
+0.8.0 is checked against 0.8.0's schedule, and one of a release newer than the newest
+traced against the newest's, which is what such a trace is for.
+
 **Mapping.** Phases: the schedule's ``fwd`` column is ``forward``, ``ig``/``wg`` of a
 micro-batch row ``backward``, and once-per-iteration rows (gradient finalisation, DP
 reduce-scatter, parameter all-gather, embedding-gradient all-reduce) ``after_backward``;
@@ -54,8 +59,9 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 
+from ..errors import ConfigError
 from ..training import TrainingSetup
-from ..workload import megatron
+from ..workload import megatron, megatron_releases
 from .records import PHASES, Trace, TraceRecord
 
 COLUMNS = (
@@ -69,10 +75,10 @@ TRACE_MODULES: tuple[tuple[str, str], ...] = (
     (r"^embedding(\..*)?$", "embedding"),
     (r"^output_layer$", "output_layer"),
     (r"^tensor_parallel\.cross_entropy\.", "loss.vocab_parallel_cross_entropy"),
-    (r"\._allreduce_non_tensor_model_parallel_grads$", "finalize_model_grads.sequence_parallel"),
+    (r"\._allreduce_(non_tensor_model_parallel|layernorm)_grads$", "finalize_model_grads.sequence_parallel"),
     (r"\._allreduce_(word_)?embedding_grads?$", "finalize_model_grads.embedding"),
     (r"\.start_grad_sync$", "ddp.grad_reducescatter"),
-    (r"\.start_param_sync$", "optimizer.param_allgather"),
+    (r"\.(start_param_sync|_dispatch_gather_model_params)$", "optimizer.param_allgather"),
 )
 DP_MODULES = ("ddp.grad_reducescatter", "optimizer.param_allgather")
 # The same collectives on the expert buffers (group DP_EP), as the schedule names them.
@@ -150,8 +156,18 @@ def _elements(module: str, comm: megatron.Comm) -> int:
     return elements
 
 
-def _schedule_side(setup: TrainingSetup, stage: int):
-    sched = megatron.schedule(setup, stage=stage)
+def schedule_release(version: str) -> megatron_releases.Release:
+    """The release whose schedule a trace of megatron-core ``version`` is checked against:
+    its own, or the newest traced one for a release the schedule does not know (newer,
+    or none recorded), so that the check shows what such a release changes."""
+    try:
+        return megatron_releases.release(version)
+    except ConfigError:
+        return megatron_releases.release(None)
+
+
+def _schedule_side(setup: TrainingSetup, stage: int, release: megatron_releases.Release):
+    sched = megatron.schedule(setup, stage=stage, megatron_version=release)
     unexpressed = [megatron.as_unexpressed(u) for u in sched.unexpressed]
     why = {(u.module, u.comm): u.why for u in unexpressed if not u.in_rows}
     # Collectives written as rows whose row cannot say all (balanced routing, a DP_EP size).
@@ -217,11 +233,15 @@ def _trace_side(trace: Trace, stage: int):
     return counts, info
 
 
-def compare(trace: Trace) -> list[Row]:
-    """Rows of schedule vs trace for every stage of the traced setup (see the module doc)."""
+def compare(trace: Trace, megatron_version: str | None = None) -> list[Row]:
+    """Rows of schedule vs trace for every stage of the traced setup (see the module doc),
+    the schedule that of release ``megatron_version`` (default: the traced release's,
+    ``schedule_release``)."""
+    release = megatron_releases.release(megatron_version) if megatron_version else schedule_release(
+        trace.megatron_core)
     rows: list[Row] = []
     for stage in trace.stages:
-        s_counts, s_info = _schedule_side(trace.setup, stage)
+        s_counts, s_info = _schedule_side(trace.setup, stage, release)
         t_counts, t_info = _trace_side(trace, stage)
         keys = sorted(set(s_counts) | set(t_counts), key=lambda k: (
             k[0], PHASES.index(k[1]), -1 if k[2] is None else k[2], k[3], k[4], k[5], k[6]))
@@ -285,7 +305,8 @@ def check_table(compare_files: dict[str, str]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(CHECK_COLUMNS)
-    for key in sorted(compare_files):
+    # Numbers in names sort as numbers: release 0.8.0 before 0.19.2, TP 2 before TP 16.
+    for key in sorted(compare_files, key=lambda k: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", k)]):
         rows = list(csv.DictReader(io.StringIO(compare_files[key])))
         bad = [r for r in rows if r["status"] != "match"]
         if bad:

@@ -11,7 +11,8 @@ What it takes to run megatron-core 0.16.1 on a CPU-only torch, and why:
 * the pipeline schedules make a counter with ``device="cuda"``, and a tied embedding is
   moved with ``.cuda()`` before its first all-reduce: ``CudaFactoriesOnCpu`` keeps both
   on the CPU while a step is traced;
-* the RNG tracker must not touch CUDA states: ``initialize_rng_tracker(inference_rng_tracker=True)``;
+* the RNG tracker must not touch CUDA states: ``compat.cpu_rng_tracker`` installs one that
+  does nothing;
 * weights are made on the CPU (``use_cpu_initialization``) in fp32, with every fusion off
   and the local (non Transformer-Engine) layer spec;
 * torch's own LayerNorm/RMSNorm refuse sequence parallelism in megatron's wrapper
@@ -20,14 +21,18 @@ What it takes to run megatron-core 0.16.1 on a CPU-only torch, and why:
   ``finalize_model_grads`` to all-reduce their gradients over TP, as apex's does;
 * MoE: megatron-core 0.16.1's router reads ``moe_utils.te_general_gemm`` (and its MoE
   utilities other Transformer Engine functions), which it defines only when Transformer
-  Engine imports: they are set to None, what megatron tests for;
+  Engine imports: ``compat.moe_te_functions_none`` sets them to None, what megatron tests for;
 * MoE: the all-to-all token dispatcher copies its split sizes to the host on a side CUDA
-  stream (``torch.cuda.Stream``, ``current_stream``, ``stream``, events): ``CpuStream``
-  stands in for them (a CPU tensor is already on the host), and ``_to_host`` for its copy,
-  which turns CUDA split sizes into numpy but leaves CPU ones as tensors, which
-  ``all_to_all_single`` refuses; the router is megatron's
-  ``TopKRouter`` with balanced routing (``BalancedRouter``), so that every collective has
-  the sizes the schedule assumes.
+  stream (``torch.cuda.Stream``, ``current_stream``, ``stream``, events): the stand-ins of
+  ``compat.cuda_stream_on_cpu`` take their place (a CPU tensor is already on the host), and
+  ``compat.moe_split_sizes_on_host`` that of its copy, which turns CUDA split sizes into
+  numpy but leaves CPU ones as tensors, which ``all_to_all_single`` refuses; the router is
+  megatron's ``TopKRouter`` with balanced routing (``BalancedRouter``), so that every
+  collective has the sizes the schedule assumes.
+
+What one megatron-core release needs beyond that is in ``compat`` (each workaround named;
+the names applied come back in the rank's ``meta``; the MoE ones above are named there
+too, and recorded for the MoE traces that need them).
 
 What torch 2.13.0's gloo backend does with megatron's MoE collectives (measured,
 ``tests/test_trace_moe.py``): ``all_to_all_single`` with and without split sizes, the
@@ -57,70 +62,30 @@ def cpu_device() -> str:
 
 torch.cuda.current_device = cpu_device  # megatron allocates its buffers there
 
-from megatron.core import parallel_state as ps  # noqa: E402
-from megatron.core import tensor_parallel  # noqa: E402
-from megatron.core.distributed import (  # noqa: E402
-    DistributedDataParallel,
-    DistributedDataParallelConfig,
-    finalize_model_grads,
-)
-from megatron.core.models.gpt import GPTModel  # noqa: E402
-from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec  # noqa: E402
-from megatron.core.pipeline_parallel import get_forward_backward_func  # noqa: E402
-from megatron.core.transformer.transformer_block import TransformerBlockSubmodules  # noqa: E402
-from megatron.core.transformer.transformer_config import TransformerConfig  # noqa: E402
+from . import compat  # noqa: E402
 
-from megatron.core.transformer.moe import moe_utils  # noqa: E402
-from megatron.core.transformer.moe import token_dispatcher  # noqa: E402
-from megatron.core.transformer.moe.router import TopKRouter  # noqa: E402
+with compat.megatron_imports() as IMPORT_WORKAROUNDS:
+    from megatron.core import parallel_state as ps
+    from megatron.core.distributed import (
+        DistributedDataParallel,
+        DistributedDataParallelConfig,
+        finalize_model_grads,
+    )
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+    from megatron.core.transformer.moe.router import TopKRouter
+    from megatron.core.transformer.transformer_block import TransformerBlockSubmodules
+    from megatron.core.transformer.transformer_config import TransformerConfig
 
-# megatron-core 0.16.1 binds these Transformer Engine functions only when TE imports, yet the
-# router's gating GEMM tests ``te_general_gemm is not None``: without TE they are None.
-for _name in ("te_general_gemm", "fused_compute_score_for_moe_aux_loss", "fused_moe_aux_loss", "fused_permute",
-              "fused_permute_with_probs", "fused_sort_chunks_by_index", "fused_sort_chunks_by_index_with_probs",
-              "fused_topk_with_score_function", "fused_unpermute"):
-    if not hasattr(moe_utils, _name):
-        setattr(moe_utils, _name, None)
-
-
-def _to_host(tensor, as_numpy: bool = False, record_stream: bool = False):
-    """megatron's ``maybe_move_tensor_to_cpu`` for tensors already on the CPU: what it gives
-    for a CUDA tensor (numpy for the all-to-all split sizes, which torch.distributed takes
-    as a sequence of ints; it returns a CPU tensor unchanged, which it does not)."""
-    if torch.is_tensor(tensor) and as_numpy:
-        return tensor.numpy()
-    return tensor
-
-
-token_dispatcher.maybe_move_tensor_to_cpu = _to_host
+compat.cuda_stream_on_cpu()  # the MoE dispatcher's side stream; 0.19's DDP waits on the current one
+compat.moe_split_sizes_on_host()
+compat.integer_histc()
+# Applied to every trace, needed by MoE ones: recorded with those (see _trace_step).
+MOE_WORKAROUNDS = [w for w in (compat.moe_te_functions_none(),) if w]
+reset_moe_state = compat.moe_state_reset()
 
 from . import collectives  # noqa: E402
 from .attribution import Attribution  # noqa: E402
-
-
-class CpuStream:
-    """A CUDA stream, event and stream context on the CPU: work is already in order."""
-
-    def wait_stream(self, stream) -> None:
-        pass
-
-    def record_event(self, event=None) -> "CpuStream":
-        return self
-
-    def synchronize(self) -> None:
-        pass
-
-    def __enter__(self) -> "CpuStream":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        return None
-
-
-_CPU_STREAM = CpuStream()
-torch.cuda.Stream = lambda *args, **kwargs: _CPU_STREAM  # the dispatcher's host-copy stream
-torch.cuda.current_stream = lambda *args, **kwargs: _CPU_STREAM
-torch.cuda.stream = lambda stream=None: _CPU_STREAM
 
 
 class BalancedRouter(TopKRouter):
@@ -188,9 +153,12 @@ def moe_config(setup: TrainingSetup) -> dict[str, Any]:
     )
 
 
-def transformer_config(setup: TrainingSetup) -> TransformerConfig:
+def transformer_config(setup: TrainingSetup, applied: list[str] | None = None) -> TransformerConfig:
+    """megatron's configuration of the setup's model. MoE options an older release lacks
+    are left out where what is asked is what the release does without them, else refused
+    (``compat.config_options``); ``applied`` hears a workaround needed, if any."""
     m = setup.model
-    return TransformerConfig(
+    options = dict(
         num_layers=m.num_layers,
         hidden_size=m.hidden_size,
         num_attention_heads=m.num_attention_heads,
@@ -219,20 +187,35 @@ def transformer_config(setup: TrainingSetup) -> TransformerConfig:
         recompute_granularity="selective" if setup.recompute else None,
         **moe_config(setup),
     )
+    if m.is_moe:
+        options, workaround = compat.experts_as_wide_as_ffn(TransformerConfig, options)
+        if applied is not None and workaround:
+            applied.append(workaround)
+        # What a release without the option does: no shared expert, every layer MoE,
+        # experts split over TP.
+        implied = dict(moe_shared_expert_intermediate_size=None, moe_shared_expert_gate=False, moe_layer_freq=1,
+                       expert_tensor_parallel_size=setup.tp)
+        options = compat.config_options(TransformerConfig, options, implied)
+    return TransformerConfig(**options)
 
 
-def layer_spec(config: TransformerConfig, layers: int, model=None, first_layer: int = 0) -> TransformerBlockSubmodules:
+def layer_spec(config: TransformerConfig, layers: int, model=None, first_layer: int = 0,
+               applied: list[str] | None = None) -> TransformerBlockSubmodules:
     """The local layer spec with ``SequenceParallelNorm`` for the norms, for the stage's
     ``layers`` layers from global layer ``first_layer``: MoE layers (``model.is_moe_layer``,
-    megatron's ``moe_layer_freq`` pattern) get the MoE spec with ``BalancedRouter``."""
+    megatron's ``moe_layer_freq`` pattern) get the MoE spec with ``BalancedRouter``.
+    ``applied`` hears the workaround ``compat.local_layer_spec`` needed, if any."""
 
     def spec_of(moe: bool):
-        spec = get_gpt_layer_local_spec(
-            num_experts=config.num_moe_experts if moe else None, normalization=config.normalization)
+        spec, workaround = compat.local_layer_spec(config.normalization, config.num_moe_experts if moe else None)
+        if applied is not None and workaround and workaround not in applied:
+            applied.append(workaround)
         spec.submodules.input_layernorm = SequenceParallelNorm
         spec.submodules.pre_mlp_layernorm = SequenceParallelNorm
         if moe:
-            spec.submodules.mlp.submodules.router = BalancedRouter
+            workaround = compat.moe_router(spec.submodules.mlp, BalancedRouter)
+            if applied is not None and workaround and workaround not in applied:
+                applied.append(workaround)
         return spec
 
     dense, moe = spec_of(False), spec_of(True) if config.num_moe_experts else None
@@ -254,6 +237,7 @@ def group_namer() -> Any:
         ("EP", lambda: ps.get_expert_model_parallel_group()),
         ("DP_EP", lambda: ps.get_expert_data_parallel_group()),
         ("DP_EP", lambda: ps.get_expert_data_parallel_group(partial_expert_data_parallel=True)),
+        ("DP_EP", lambda: ps.get_data_modulo_expert_parallel_group()),  # its name before 0.10
         ("MP", lambda: ps.get_model_parallel_group()),
         ("TP_DP", lambda: ps.get_tensor_and_data_parallel_group()),
     ]
@@ -263,6 +247,7 @@ def group_namer() -> Any:
     aliases = [
         ("ETP", lambda: ps.get_expert_tensor_parallel_group(), ("TP",)),
         ("TP_EP", lambda: ps.get_expert_tensor_and_model_parallel_group(), ("EP", "TP")),
+        ("TP_EP", lambda: ps.get_tensor_and_expert_parallel_group(), ("EP", "TP")),  # its name before 0.10
         ("TP", lambda: ps.get_tensor_and_context_parallel_group(), ("TP",)),
     ]
     by_id: dict[int, str] = {}
@@ -272,7 +257,7 @@ def group_namer() -> Any:
         for name, get, *preferred in listed:
             try:
                 group = get()
-            except (AssertionError, RuntimeError, TypeError):
+            except (AssertionError, AttributeError, RuntimeError, TypeError):  # not in this release
                 continue
             if group is None or isinstance(group, list):
                 continue
@@ -310,25 +295,22 @@ def trace_step(setup: TrainingSetup, *, seed: int = 1234) -> tuple[list, dict]:
 
 def _trace_step(setup: TrainingSetup, seed: int) -> tuple[list, dict]:
     rank = dist.get_rank()
-    # megatron keeps the MoE losses it logs in a module-level tracker sized by the model's
-    # layers (its training loop only zeroes it): a new model starts a new one.
-    moe_utils.get_moe_layer_wise_logging_tracker().clear()
-    moe_utils.MoEAuxLossAutoScaler.main_loss_backward_scale = None
-    ps.initialize_model_parallel(
-        tensor_model_parallel_size=setup.tp, pipeline_model_parallel_size=setup.pp,
-        expert_model_parallel_size=setup.ep, expert_tensor_parallel_size=setup.expert_tp,
-    )
+    reset_moe_state()  # a new model starts a new MoE loss tracker and scale (see compat)
+    compat.USED.clear()  # what this setup's step calls (a launch traces several setups)
+    ps.initialize_model_parallel(**compat.parallel_sizes(setup.tp, setup.pp, setup.ep, setup.expert_tp))
+    applied = list(IMPORT_WORKAROUNDS) + [w for w in (compat.stale_parallel_state(),) if w]
+    applied += MOE_WORKAROUNDS if setup.model.is_moe else []
     try:
-        tensor_parallel.random.initialize_rng_tracker(inference_rng_tracker=True, force_reset=True)
+        compat.cpu_rng_tracker()
         torch.manual_seed(seed)
-        tensor_parallel.get_cuda_rng_tracker().add("model-parallel-rng", seed + 1)
-        config = transformer_config(setup)
+        config = transformer_config(setup, applied)
         stage = ps.get_pipeline_model_parallel_rank()
         first, last = ps.is_pipeline_first_stage(), ps.is_pipeline_last_stage()
         m = setup.model
         model = GPTModel(
             config=config,
-            transformer_layer_spec=layer_spec(config, setup.layers_per_stage, m, stage * setup.layers_per_stage),
+            transformer_layer_spec=layer_spec(
+                config, setup.layers_per_stage, m, stage * setup.layers_per_stage, applied),
             vocab_size=setup.padded_vocab,
             max_sequence_length=m.max_position_embeddings,
             pre_process=first,
@@ -344,6 +326,8 @@ def _trace_step(setup: TrainingSetup, seed: int) -> tuple[list, dict]:
             ),
             model,
         )
+        param_gather, workaround = compat.param_gather(ddp)
+        applied += [workaround] if workaround else []
         attribution = Attribution(group_namer(), rank=rank, stage=stage, layer_offset=stage * setup.layers_per_stage)
         attribution.attach(model)
         collectives.install(attribution.on_call)
@@ -390,17 +374,19 @@ def _trace_step(setup: TrainingSetup, seed: int) -> tuple[list, dict]:
             forward_only=False,
         )
         attribution.after_backward = True
-        ddp.start_param_sync(force_sync=True)  # what the distributed optimizer's step issues
+        param_gather()  # what the distributed optimizer's step issues
         attribution.enabled = False
         # What each gradient buffer pads its parameters with (the DP and DP_EP collectives carry it).
         padding = {}
         for group, buffers in (("DP", ddp.buffers), ("DP_EP", ddp.expert_parallel_buffers)):
-            params = sum(p.numel() for buffer in buffers for p in buffer.params)
+            # (a bucket's params: 0.8's buffers do not list theirs)
+            params = sum(p.numel() for buffer in buffers for bucket in buffer.buckets for p in bucket.params)
             buffered = sum(bucket.grad_data.numel() for buffer in buffers for bucket in buffer.buckets)
             padding[group] = buffered - params
         parameters = sum(p.numel() for p in model.parameters())
         meta = {"rank": rank, "stage": stage, "parameters": parameters, "buffer_padding": padding["DP"],
-                "expert_buffer_padding": padding["DP_EP"]}
+                "expert_buffer_padding": padding["DP_EP"],
+                "megatron_core": compat.megatron_version(), "workarounds": applied + sorted(compat.USED)}
         collectives.install(lambda call: None)
         dist.barrier()  # every rank done before the groups go
         return attribution.records, meta

@@ -57,15 +57,21 @@ class TraceRecord:
 
 @dataclass(frozen=True)
 class RankInfo:
-    """Facts about one traced rank: its pipeline stage, its parameter count, and the
+    """Facts about one traced rank: its pipeline stage, its parameter count, the
     padding megatron's gradient buffers add to it (carried by the DP collectives; the
-    expert buffers' by the DP_EP ones)."""
+    expert buffers' by the DP_EP ones), the megatron-core version that ran, and the
+    workarounds it needed (``trace/compat.py``)."""
 
     rank: int
     stage: int
     parameters: int
     buffer_padding: int
     expert_buffer_padding: int = 0
+    megatron_core: str = ""
+    workarounds: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "workarounds", tuple(self.workarounds))  # JSON gives a list
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,16 @@ class Trace:
 
     def rank_records(self, rank: int) -> list[TraceRecord]:
         return [r for r in self.records if r.rank == rank]
+
+    @property
+    def megatron_core(self) -> str:
+        """The megatron-core release that ran (every rank runs the same)."""
+        return self.ranks[0].megatron_core if self.ranks else ""
+
+    @property
+    def workarounds(self) -> tuple[str, ...]:
+        """The CPU workarounds of ``trace/compat.py`` the release needed (any rank's)."""
+        return tuple(sorted({w for r in self.ranks for w in r.workarounds}))
 
     @property
     def stages(self) -> list[int]:

@@ -26,17 +26,22 @@ from ..errors import CommsweepError
 from ..files import write_text
 from ..training import TrainingSetup
 from .records import RankInfo, Trace, TraceRecord
+from .versions import Environment
 
 
 class TraceError(CommsweepError):
     """A trace process failed; the message carries the end of its output."""
 
 
-def missing_dependencies() -> str | None:
-    """Why tracing cannot run here (None when torch and megatron-core are importable)."""
+def missing_dependencies(environment: Environment | None = None) -> str | None:
+    """Why tracing cannot run here (None when torch and megatron-core are importable;
+    with an ``environment`` of its own, megatron-core comes from there)."""
     import importlib.util
 
-    for module, extra in (("torch", "torch==2.13.0"), ("megatron.core", "megatron-core==0.16.1")):
+    needed = (("torch", "torch==2.13.0"),)
+    if environment is None or environment.path is None:
+        needed += (("megatron.core", "megatron-core==0.16.1"),)
+    for module, extra in needed:
         try:
             found = importlib.util.find_spec(module) is not None
         except ModuleNotFoundError:
@@ -46,12 +51,14 @@ def missing_dependencies() -> str | None:
     return None
 
 
-def run(setups: Sequence[TrainingSetup], *, timeout: float = 600.0) -> list[Trace]:
+def run(setups: Sequence[TrainingSetup], *, timeout: float = 600.0,
+        environment: Environment | None = None) -> list[Trace]:
     """Trace each setup: the records of every rank (rank order, then call order).
 
-    Setups are grouped by world size, one launch per group.
+    Setups are grouped by world size, one launch per group. ``environment`` (from
+    ``versions.environment``) is the megatron-core release to run; default the installed one.
     """
-    reason = missing_dependencies()
+    reason = missing_dependencies(environment)
     if reason:
         raise TraceError(f"cannot trace: {reason}")
     results: dict[int, Trace] = {}
@@ -62,18 +69,19 @@ def run(setups: Sequence[TrainingSetup], *, timeout: float = 600.0) -> list[Trac
             raise TraceError(f"cannot trace an invalid setup: {'; '.join(problems)}")
         by_world.setdefault(setup.world_size, []).append(i)
     for world, indices in by_world.items():
-        per_setup = _launch(world, [setups[i] for i in indices], timeout=timeout)
+        per_setup = _launch(world, [setups[i] for i in indices], timeout=timeout, environment=environment)
         for i, trace in zip(indices, per_setup):
             results[i] = trace
     return [results[i] for i in range(len(setups))]
 
 
-def _launch(world: int, setups: list[TrainingSetup], *, timeout: float) -> list[Trace]:
+def _launch(world: int, setups: list[TrainingSetup], *, timeout: float,
+            environment: Environment | None) -> list[Trace]:
     with tempfile.TemporaryDirectory(prefix="commsweep-trace-") as tmp:
         tmpdir = Path(tmp)
         job = tmpdir / "job.json"
         job.write_text(json.dumps({"world": world, "setups": [to_commsweep_argv(s) for s in setups]}))
-        env = dict(os.environ)
+        env = environment.env(dict(os.environ)) if environment else dict(os.environ)
         # One thread per process: N processes share the machine's cores.
         env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONWARNINGS="ignore")
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")
@@ -109,9 +117,15 @@ def _launch(world: int, setups: list[TrainingSetup], *, timeout: float) -> list[
             rank, code = failed
             if rank < 0:
                 raise TraceError(f"trace of {world} process(es) timed out after {timeout:.0f} s")
+            said = tmpdir / f"rank{rank}.json.error"  # what the release cannot run, in a line
+            if said.exists():
+                raise TraceError(said.read_text())
             tail = (tmpdir / f"rank{rank}.log").read_text(errors="replace")[-3000:]
             raise TraceError(f"trace process {rank} of {world} exited with status {code}:\n{tail}")
         per_rank = [json.loads((tmpdir / f"rank{r}.json").read_text()) for r in range(world)]
+    ran = {rank[i]["meta"]["megatron_core"] for rank in per_rank for i in range(len(setups))}
+    if environment is not None and ran != {environment.version}:
+        raise TraceError(f"asked for megatron-core {environment.version}, the trace ran {', '.join(sorted(ran))}")
     return [
         Trace(
             setup=setup,
@@ -144,7 +158,11 @@ def _worker(job_path: str, rank: int, store: str, out: str) -> None:
         results = []
         for argv in job["setups"]:
             setup = setup_from_args(parser.parse_args(argv))
-            records, meta = model.trace_step(setup)
+            try:
+                records, meta = model.trace_step(setup)
+            except CommsweepError as err:  # e.g. compat.Unsupported: the parent says it as it is
+                write_text(out + ".error", str(err))
+                raise
             results.append({"records": [r.to_dict() for r in records], "meta": meta})
         write_text(out, json.dumps(results))
     finally:

@@ -31,8 +31,12 @@ def build(
     profile_path: str | Path | None = None,
     pp_stage: str | int = "first",
     aicb_checks: dict | None = None,
+    megatron_version: str | None = None,
 ) -> wformat.Workload:
     """The workload of ``setup`` under ``schedule`` ("aicb" or "megatron").
+
+    ``megatron_version``: the megatron-core release the megatron schedule follows (default:
+    the newest traced; ``megatron_releases``).
 
     ``profile_path`` is an AIOB file: AICB's ``--comp_filepath`` (the aicb schedule then
     follows AICB's AIOB path), or the compute times of the megatron schedule.
@@ -50,14 +54,15 @@ def build(
         problems = aicb.problems(setup, **(aicb_checks or {}))
         problems += [p for p in aicb.unsupported(setup) if p not in aicb.problems(setup)]
     else:
-        problems = setup.problems() + schedule_problems(setup, schedule)
+        problems = setup.problems() + schedule_problems(setup, schedule, megatron_version)
     if problems:
         raise ConfigError("; ".join(problems), key="arguments")
     profile = profile_file.read(profile_path) if profile_path is not None else None
     if schedule == "megatron":
         from . import megatron
 
-        workload = megatron.schedule(setup, profile, stage=pipeline_stage(pp_stage, setup.pp)).workload()
+        workload = megatron.schedule(setup, profile, stage=pipeline_stage(pp_stage, setup.pp),
+                                     megatron_version=megatron_version).workload()
     elif schedule == "aicb":
         from . import aicb
 
@@ -87,6 +92,8 @@ def from_arguments(ns) -> tuple[str, list[str]]:
         ns.context_parallel_size = 1
     if aicb and str(ns.pp_stage) != "first":
         notes.append("--pp-stage is for the megatron schedule; AICB writes the same file for every stage")
+    if aicb and ns.megatron_version is not None:
+        notes.append("--megatron-version is for the megatron schedule; the aicb schedule writes what AICB writes")
     if getattr(ns, "aicb_python", None) and getattr(ns, "aicb_root", None) is None:
         notes.append("--aicb-python is only used with --aicb-root")
     setup = setup_from_args(ns)
@@ -123,5 +130,6 @@ def from_arguments(ns) -> tuple[str, list[str]]:
             "dtype": ns.dtype or "bfloat16",
             "moe_grouped_gemm": bool(ns.moe_grouped_gemm),
         }
-    workload = build(setup, ns.schedule, profile_path=profile, pp_stage=ns.pp_stage, aicb_checks=checks)
+    workload = build(setup, ns.schedule, profile_path=profile, pp_stage=ns.pp_stage, aicb_checks=checks,
+                     megatron_version=ns.megatron_version)
     return workload.render(), notes

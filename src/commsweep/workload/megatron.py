@@ -43,7 +43,9 @@ MoE layers (``ModelSpec.is_moe_layer``) replace the dense MLP's rows with those 
 megatron-core's all-to-all token dispatcher (``megatron_moe.py``: shared experts, router,
 dispatch and combine all-to-alls on EP, expert-TP gathers and scatters, balanced routing);
 expert parameters are then reduced and gathered over the expert-data-parallel group
-(``DP_EP``) when ep > 1.
+(``DP_EP``) when ep > 1. The MoE rows are those of the megatron-core release asked for
+(``megatron_version``; ``megatron_releases.py``: 0.8 to 0.19 traced, the newest by
+default); every traced release issues the same dense rows.
 
 Compute times: the kernel model's (``aiob/megatron_kernels.py``) when given, else the AIOB
 profile's (see ``_compute_times``), else 0 everywhere.
@@ -58,7 +60,7 @@ from typing import TYPE_CHECKING
 
 from ..aiob.profile_file import AiobProfile
 from ..training import TrainingSetup
-from . import megatron_moe
+from . import megatron_moe, megatron_releases
 from .format import Header, Row, Workload
 
 if TYPE_CHECKING:
@@ -217,10 +219,11 @@ def stage_layers(setup: TrainingSetup, stage: int) -> list[int]:
     return [(chunk * p + stage) * per_chunk + i for chunk in range(setup.virtual_pipeline) for i in range(per_chunk)]
 
 
-def unsupported(setup: TrainingSetup) -> list[str]:
-    """Why the Megatron schedule cannot describe this setup (empty when it can)."""
+def unsupported(setup: TrainingSetup, megatron_version: str | megatron_releases.Release | None = None) -> list[str]:
+    """Why the Megatron schedule of megatron-core ``megatron_version`` (default: the newest
+    traced release) cannot describe this setup (empty when it can)."""
     if setup.model.is_moe:
-        out = megatron_moe.problems(setup)
+        out = megatron_moe.problems(setup) + megatron_releases.problems(setup, megatron_releases.release(megatron_version))
         if setup.recompute_mode == "full":
             out.append("the megatron schedule does not model full recompute of MoE layers")
         return out
@@ -351,8 +354,11 @@ def _row_times_ns(times: "RowTimes") -> dict[str, tuple[int, int, int]]:
 
 
 def schedule(setup: TrainingSetup, profile: AiobProfile | None = None, *, stage: int = 0,
-             times: "RowTimes | None" = None, pp_scatter_gather: bool = False) -> Schedule:
-    """The collectives of one iteration as pipeline stage ``stage`` (0-based) sees them.
+             times: "RowTimes | None" = None, pp_scatter_gather: bool = False,
+             megatron_version: str | megatron_releases.Release | None = None) -> Schedule:
+    """The collectives of one iteration as pipeline stage ``stage`` (0-based) sees them,
+    as megatron-core ``megatron_version`` issues them (default: the newest traced release;
+    older releases differ in MoE layers only, see ``megatron_releases``).
 
     Compute times come from ``times`` (``aiob.megatron_kernels.row_times``: every kernel of
     Megatron's rows, backward and optimizer included) when given, else from ``profile``
@@ -363,6 +369,7 @@ def schedule(setup: TrainingSetup, profile: AiobProfile | None = None, *, stage:
         raise ValueError(f"stage {stage} is outside 0..{setup.pp - 1}")
     if profile is not None and times is not None:
         raise ValueError("give an AIOB profile or the kernel model's times, not both")
+    release = megatron_releases.release(megatron_version)
     m, t = setup.model, setup.tp
     sp = setup.sp and t > 1  # Megatron switches SP off at t = 1
     tp = t > 1
@@ -445,7 +452,7 @@ def schedule(setup: TrainingSetup, profile: AiobProfile | None = None, *, stage:
             for part, column, row in (("attention", "qkv", "proj"), ("mlp", "fc1", "fc2")):
                 if part == "mlp" and m.is_moe_layer(layer):
                     blocks += megatron_moe.layer_blocks(
-                        setup, layer, mb, block=Block, comm=lambda c, g, n, w=None: Comm(c, g, n, w),
+                        setup, layer, mb, release=release, block=Block, comm=lambda c, g, n, w=None: Comm(c, g, n, w),
                         timed=timed, unexpressed=lambda *a, **kw: unexpressed.append(Unexpressed(*a, **kw)),
                     )
                     continue

@@ -1,4 +1,4 @@
-"""Megatron's MoE layer: what megatron-core 0.16.1's all-to-all token dispatcher issues.
+"""Megatron's MoE layer: what megatron-core's all-to-all token dispatcher issues.
 
 The Megatron schedule (``megatron.py``) calls ``layer_blocks`` for every MoE layer
 (``ModelSpec.is_moe_layer``) in place of the dense MLP's rows. The facts come from
@@ -26,6 +26,15 @@ megatron's order:
    ``explicit_expert_comm``);
 7. combine: a reduce-scatter over expert TP (e > 1) of the experts' output, and the
    all-to-all over EP back (u*k/t).
+
+That is the layer of 0.12 and later. Older releases (``megatron_releases``: the
+``release`` argument of ``layer_blocks``) issue less or otherwise: 0.8 to 0.11 keep the
+probabilities on the token's rank (no rows 4's second all-to-all and 5's second gather);
+0.9 and 0.10 issue step 2 also without a load-balancing loss; 0.8 with t > 1 routes the whole sequence on every TP rank: step 2 is an all-gather over TP
+of the router's bf16 logits (b*s*E values; reduce-scatter backward) and no all-reduce,
+step 3 gathers 8*ep*E bytes over EP alone, and the tokens cross TP by all-to-all (u/t
+bytes: the rank's sequence shard for a hidden shard of the whole sequence) before step 4
+and back after step 7.
 
 Backward reverses each differentiable collective: all-to-all for all-to-all, reduce-scatter
 for all-gather and all-gather for reduce-scatter; the int64 metadata and token counts have
@@ -59,6 +68,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..training import TrainingSetup
+from .megatron_releases import Release
 
 INT64 = 8
 BF16 = 2
@@ -147,12 +157,13 @@ def layer_blocks(
     layer: int,
     micro_batch: int,
     *,
+    release: Release,
     block: Callable[..., object],
     comm: Callable[[str, str, int], object],
     timed: Callable[[str], dict],
     unexpressed: Callable[..., None],
 ) -> list:
-    """The rows of one MoE layer and micro-batch, in megatron's forward order.
+    """The rows of one MoE layer and micro-batch, in ``release``'s forward order.
 
     ``block(name, module, **fields)`` makes a row; ``comm(collective, group, bytes,
     element_bytes=None)`` a collective; ``timed(kind)`` a row's compute times;
@@ -198,28 +209,45 @@ def layer_blocks(
         add(f"{name}_shared_fc1", f"{shared}.linear_fc1", comm("allgather", "TP", u), comm("reducescatter", "TP", u))
         add(f"{name}_shared_fc1_wgrad_gather", f"{shared}.linear_fc1", ig=comm("allgather", "TP", u))
         add(f"{name}_shared_fc2", f"{shared}.linear_fc2", comm("reducescatter", "TP", u), comm("allgather", "TP", u))
-    # 2. The router's load-balancing loss: the token counts per expert summed over TP.
-    if m.moe_aux_loss_coeff > 0:
+    tp_routing = release.tp_routing and sp  # 0.8: every TP rank routes the whole sequence
+    # 2. The router. 0.8 with TP gathers the sequence-parallel logits (bf16, b*s*E values)
+    # and reduces the load-balancing counts over one rank; else, with a load-balancing loss
+    # (0.9 and 0.10: even without), the token counts per expert are summed over TP.
+    if tp_routing:
+        logits = BF16 * T * t * E
+        add(f"{name}_router", f"{mlp}.router", comm("allgather", "TP", logits), comm("reducescatter", "TP", logits))
+    elif m.moe_aux_loss_coeff > 0 or release.counts_without_loss:
         add(f"{name}_router", f"{mlp}.router", maybe("allreduce", "TP", INT64 * E, t, INT64))
-    # 3. The dispatcher's metadata: every rank's token counts per expert.
-    add(f"{name}_dispatch_metadata", mlp,
-        maybe("allgather", tp_ep_group(setup), INT64 * etp * ep * E, etp * ep, INT64))
-    # 4. Dispatch over EP: the permuted tokens and their probabilities.
+    # 3. The dispatcher's metadata: every rank's token counts per expert (0.8: over EP alone).
+    if tp_routing:
+        add(f"{name}_dispatch_metadata", mlp, maybe("allgather", "EP", INT64 * ep * E, ep, INT64))
+    else:
+        add(f"{name}_dispatch_metadata", mlp,
+            maybe("allgather", tp_ep_group(setup), INT64 * etp * ep * E, etp * ep, INT64))
+    # 0.8: the rank's sequence shard becomes a hidden shard of the whole sequence (u/t each way).
+    if tp_routing:
+        add(f"{name}_tp_dispatch", mlp, comm("alltoall", "TP", u // t), comm("alltoall", "TP", u // t))
+    # 4. Dispatch over EP: the permuted tokens and (from 0.12) their probabilities.
     routed_bytes = u * k // t
     add(f"{name}_dispatch", mlp, maybe("alltoall", "EP", routed_bytes, ep), maybe("alltoall", "EP", routed_bytes, ep),
         routed=True)
-    add(f"{name}_dispatch_probs", mlp, maybe("alltoall", "EP", BF16 * T * k, ep),
-        maybe("alltoall", "EP", BF16 * T * k, ep), routed=True)
+    if release.probs_travel:
+        add(f"{name}_dispatch_probs", mlp, maybe("alltoall", "EP", BF16 * T * k, ep),
+            maybe("alltoall", "EP", BF16 * T * k, ep), routed=True)
     # 5-6. The expert-TP gathers, then the experts' GEMMs (the row carries the MLP's times).
     etp_group = expert_tp_group(setup)
     gathered = routed_bytes * etp
     add(f"{name}_expert_fc1", mlp, maybe("allgather", etp_group, gathered, etp),
         maybe("reducescatter", etp_group, gathered, etp), kind="mlp_fc1", routed=True, always=True)
-    add(f"{name}_expert_probs_gather", mlp, maybe("allgather", etp_group, BF16 * T * k * etp, etp),
-        maybe("reducescatter", etp_group, BF16 * T * k * etp, etp), routed=True)
+    if release.probs_travel:
+        add(f"{name}_expert_probs_gather", mlp, maybe("allgather", etp_group, BF16 * T * k * etp, etp),
+            maybe("reducescatter", etp_group, BF16 * T * k * etp, etp), routed=True)
     # 7. Combine: the expert-TP reduce-scatter, then the all-to-all back over EP.
     add(f"{name}_expert_fc2", mlp, maybe("reducescatter", etp_group, gathered, etp),
         maybe("allgather", etp_group, gathered, etp), kind="mlp_fc2", routed=True, always=True)
     add(f"{name}_combine", mlp, maybe("alltoall", "EP", routed_bytes, ep), maybe("alltoall", "EP", routed_bytes, ep),
         routed=True)
+    # 0.8: back from the hidden shard of the whole sequence to the rank's sequence shard.
+    if tp_routing:
+        add(f"{name}_tp_combine", mlp, comm("alltoall", "TP", u // t), comm("alltoall", "TP", u // t))
     return rows
