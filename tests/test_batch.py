@@ -162,6 +162,42 @@ def test_the_batches_causes_put_together_are_the_sweeps(tmp_path, monkeypatch):
         causes.assemble(Path("results/sweep.csv"), parts)
 
 
+def test_the_release_reaches_the_megatron_generation_and_the_audit(tmp_path, monkeypatch):
+    """generator.megatron_version reaches the batches' commands as it reached the per-point
+    rules (--megatron-version: megatron schedule's generation, every audit), and a batch that
+    audits the same workload under two releases one after the other (its cached reference)
+    writes what a process per task writes."""
+    config = sweep.load_config(sweeps.path("moe"))
+    config["sweep"]["tp"] = [2]
+    old = {**config, "generator": {**config["generator"], "megatron_version": "0.8.0"}}
+    tasks = {(t.rule, t.key.split("__")[0].rsplit("_", 1)[-1]): t for b in planned(old).values() for t in b.tasks}
+    generate, audit_aicb = tasks[("generate", "megatron")], tasks[("audit", "aicb")]
+    assert generate.command[-4:-2] == ("--megatron-version", "0.8.0")
+    assert "--megatron-version" not in tasks[("generate", "aicb")].command
+    assert audit_aicb.command[audit_aicb.command.index("--megatron-version") + 1] == "0.8.0"
+    newest = {(t.rule, t.key): t for b in planned(config).values() for t in b.tasks}
+    assert newest[("generate", generate.key)].digest != generate.digest  # a new release reruns it
+    assert newest[("generate", tasks[("generate", "aicb")].key)].digest == tasks[("generate", "aicb")].digest
+
+    env = {**sweeps.env(), provenance.CONFIG_DIGEST_ENV: "sha256:test"}
+    monkeypatch.setenv(provenance.CONFIG_DIGEST_ENV, "sha256:test")
+    for folder in ("batched", "per-stage"):
+        (tmp_path / folder).mkdir()
+    monkeypatch.chdir(tmp_path / "batched")
+    run_all(planned(config))
+    assert not [t for o in run_all(planned(old)).values() for t in o.failed]
+    for b in planned(old).values():
+        for task in b.tasks:
+            subprocess.run([sys.executable, "-m", "commsweep", *task.guard_argv(1)], cwd=tmp_path / "per-stage",
+                           env=env, check=True, capture_output=True)
+    batched, per_stage = files_under(tmp_path / "batched" / "results"), files_under(tmp_path / "per-stage" / "results")
+    assert sweeps.differences(batched, per_stage) == []
+    # Audited against 0.8.0, the 0.8.0 megatron workload is clean; AICB's misses 0.8's TP routing.
+    audits = {key: text for key, text in batched.items() if key.endswith("audit.csv")}
+    assert [len(text.splitlines()) for key, text in sorted(audits.items()) if "_megatron_" in key] == [1]
+    assert any(b"moe_tp_dispatch" in text for key, text in audits.items() if "_aicb_" in key)
+
+
 def test_only_the_tasks_whose_inputs_changed_run_again(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     config = config_of()
