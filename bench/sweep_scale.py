@@ -10,20 +10,26 @@ Then where a point's time goes, in CPU milliseconds per point:
 
 * ``snakemake``: the Snakemake process itself (reading the Snakefile, the DAG, scheduling,
   each job's bookkeeping);
-* ``processes``: starting each job's processes and their imports (the jobs run, times the
-  CPU of starting one: ``python -c 'import commsweep.cli, commsweep.batch'``, and
-  ``import snakemake.script`` for a script job);
-* ``work``: the rest, the jobs' own work (``batches`` says how much of it the batches
+* ``processes``: starting each job's Python (the jobs run, times the CPU of a bare
+  ``python -c pass``);
+* ``imports``: what each job's Python imports before its work (the jobs run, times the CPU of
+  ``python -c 'import commsweep.cli, commsweep.status'``, with ``snakemake.script`` for a
+  script job, less the bare start);
+* ``work``: the rest, the jobs' own work (``tasks`` says how much of it the batches
   measured themselves, their points' tasks and difference by cause, from their logs).
 
     .venv/bin/python bench/sweep_scale.py --sizes 10 100       # some of them
     .venv/bin/python bench/sweep_scale.py --sizes 1024 --record
     .venv/bin/python bench/sweep_scale.py --sizes 1024 --repo /path/to/another/checkout
+    .venv/bin/python bench/sweep_scale.py --sizes 1024 --identical-to /tmp/per-process
 
 ``--repo`` runs another checkout's Snakefile and package (``REPO/src`` first on the Python
 path), e.g. main's, to compare, or a copy of a commit (``git archive``) while you edit this
 one; with the commands of its venv, ``REPO/.venv/bin``, if it has one, else this one's. ``--record`` appends the rows to
-``bench/sweep_scale.md``, which docs/scale.md quotes.
+``bench/sweep_scale.md``, which docs/scale.md quotes. ``--identical-to REPO`` also runs
+REPO's workflow on each sweep (untimed) and checks that both leave the same results, e.g.
+against the per-process pipeline the batches replaced (main before issue 17:
+``git -C . archive 8b67405 | tar -x -C /tmp/per-process``).
 """
 
 from __future__ import annotations
@@ -169,10 +175,11 @@ def snakemake(repo: Path, workdir: Path, config: Path, *extra: str) -> tuple[flo
     return elapsed, cpu, own
 
 
-def startup_cpu(repo: Path, script: bool) -> float:
-    """The CPU seconds of starting a job's Python with what it imports (best of 5)."""
+def startup_cpu(repo: Path, script: bool | None) -> float:
+    """The CPU seconds of starting a job's Python with what it imports (best of 5); with
+    ``script`` None, a bare interpreter's."""
     python = repo / ".venv" / "bin" / "python" if (repo / ".venv" / "bin").is_dir() else Path(sys.executable)
-    code = "import commsweep.cli, commsweep.status" + (", snakemake.script" if script else "")
+    code = "pass" if script is None else "import commsweep.cli, commsweep.status" + (", snakemake.script" if script else "")
     best = float("inf")
     for _ in range(5):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -215,9 +222,41 @@ def steps(results: Path) -> str:
     return ", ".join(out)
 
 
-def measure(size: int, repo: Path, keep: Path | None = None) -> dict[str, float | int]:
+def result_differences(mine: Path, theirs: Path) -> tuple[int, list[str]]:
+    """Compare two runs' results/ (``--identical-to``): every file but the logs, benchmarks
+    and batch manifests (a per-process run has none) byte for byte, but the status files and
+    run.json as JSON without what only a batched run records (a task's ``job`` digest, the
+    ``batch`` key of the config). Returns the files compared and the differences."""
+    import json
+
+    skip = ("logs", "benchmarks", "batches")
+
+    def files(root: Path) -> dict[str, Path]:
+        return {str(p.relative_to(root)): p for p in root.rglob("*")
+                if p.is_file() and p.relative_to(root).parts[0] not in skip}
+
+    def content(path: Path, rel: str):
+        if path.suffix == ".status":
+            record = json.loads(path.read_text())
+            record.pop("job", None)
+            return record
+        if rel == "run.json":
+            record = json.loads(path.read_text())
+            record.get("config", {}).pop("batch", None)
+            return record
+        return path.read_bytes()
+
+    a, b = files(mine), files(theirs)
+    out = [f"only in this run: {p}" for p in sorted(a.keys() - b.keys())]
+    out += [f"only in theirs: {p}" for p in sorted(b.keys() - a.keys())]
+    out += [f"differs: {p}" for p in sorted(a.keys() & b.keys()) if content(a[p], p) != content(b[p], p)]
+    return len(a.keys() & b.keys()), out
+
+
+def measure(size: int, repo: Path, keep: Path | None = None, other: Path | None = None) -> dict[str, float | int]:
     with tempfile.TemporaryDirectory(prefix="commsweep-scale-") as tmp:
-        workdir = Path(tmp) if keep is None else keep / str(size)
+        base = Path(tmp) if keep is None else keep
+        workdir = base / str(size)
         workdir.mkdir(parents=True, exist_ok=True)
         config = workdir / "sweep.yaml"
         config.write_text(SWEEPS[size] + NETWORKS)
@@ -234,18 +273,31 @@ def measure(size: int, repo: Path, keep: Path | None = None) -> dict[str, float 
         tasks = task_cpu(results)
         sweep_wide = steps(results)
         rerun, _, _ = snakemake(repo, workdir, config)
-    shell_start, script_start = startup_cpu(repo, False), startup_cpu(repo, True)
-    processes = (jobs - scripts) * shell_start + scripts * script_start
+        identical = ""
+        if other is not None:
+            theirs = base / f"{size}-theirs"
+            theirs.mkdir(exist_ok=True)
+            (theirs / config.name).write_text(config.read_text())  # run.json names the config as found
+            snakemake(other, theirs, theirs / config.name)
+            compared, differences = result_differences(results, theirs / "results")
+            identical = (f"identical to {other}'s results: {compared} files" if not differences else
+                         f"NOT identical to {other}'s results: {len(differences)} of {compared} files: "
+                         + "; ".join(differences[:10]))
+    bare, shell_start, script_start = startup_cpu(repo, None), startup_cpu(repo, False), startup_cpu(repo, True)
+    processes = jobs * bare
+    imports = (jobs - scripts) * max(0.0, shell_start - bare) + scripts * max(0.0, script_start - bare)
     return {"points": points, "dag_s": dag, "wall_s": wall, "per_point_ms": 1000 * wall / points, "cpu_s": cpu,
             "peak_rss_mib": peak_kib / 1024, "files": files, "rerun_s": rerun, "load_before": load_before,
             "load_after": load_after, "jobs": jobs, "snakemake_ms": 1000 * own / points,
-            "processes_ms": 1000 * processes / points, "work_ms": 1000 * (cpu - own - processes) / points,
-            "tasks_ms": 1000 * tasks / points, "steps": sweep_wide}
+            "processes_ms": 1000 * processes / points, "imports_ms": 1000 * imports / points,
+            "work_ms": 1000 * (cpu - own - processes - imports) / points,
+            "tasks_ms": 1000 * tasks / points, "steps": sweep_wide, "identical": identical}
 
 
 HEAD = (f"{'points':>6} {'DAG s':>6} {'wall s':>7} {'ms/point':>8} {'CPU s':>7} {'peak RSS MiB':>12} {'files':>7} "
         f"{'rerun s':>7} {'load':>9}")
-WHERE = f"{'points':>6} {'jobs':>6} {'CPU ms/point:':>14} {'snakemake':>9} {'processes':>9} {'work':>6} {'(tasks)':>8}"
+WHERE = (f"{'points':>6} {'jobs':>6} {'CPU ms/point:':>14} {'snakemake':>9} {'processes':>9} {'imports':>7} {'work':>6} "
+         f"{'(tasks)':>8}")
 
 
 def main() -> None:
@@ -253,6 +305,11 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 1024, 10000], choices=sorted(SWEEPS))
     parser.add_argument("--repo", type=Path, default=HERE, help="the checkout whose workflow runs (default: this one)")
     parser.add_argument("--record", action="store_true", help="append the results to bench/sweep_scale.md")
+    parser.add_argument("--identical-to", type=Path, metavar="REPO",
+                        help="run REPO's workflow on each sweep too (untimed, e.g. a snapshot of the per-process "
+                             "pipeline) and check that it leaves the same results")
+    parser.add_argument("--label", help="what ran, for the record's heading (default: the checkout's folder and "
+                                         "commit), e.g. 'per-process pipeline (main at 8b67405)'")
     parser.add_argument("--keep", type=Path, help="run each sweep in KEEP/<size> and leave it there (default: a "
                                                   "temporary folder, removed)")
     args = parser.parse_args()
@@ -262,26 +319,32 @@ def main() -> None:
     subprocess.run([str(python), "-m", "compileall", "-q", str(repo / "src")], check=True)
     commit = subprocess.run(["git", "-C", str(repo), "describe", "--always", "--dirty"], capture_output=True,
                             text=True).stdout.strip() or "?"
-    rows, where = [HEAD], [WHERE]
+    rows, where, identical = [HEAD], [WHERE], []
     print(f"{repo} ({commit}), {os.cpu_count()} CPUs, --cores 2", flush=True)
     print(HEAD, flush=True)
     for size in args.sizes:
-        r = measure(size, repo, args.keep.resolve() if args.keep else None)
+        r = measure(size, repo, args.keep.resolve() if args.keep else None,
+                    args.identical_to.resolve() if args.identical_to else None)
         line = (f"{r['points']:>6} {r['dag_s']:>6.1f} {r['wall_s']:>7.1f} {r['per_point_ms']:>8.0f} {r['cpu_s']:>7.1f} "
                 f"{r['peak_rss_mib']:>12.0f} {r['files']:>7} {r['rerun_s']:>7.1f} "
                 f"{r['load_before']:>4.1f}-{r['load_after']:<4.1f}")
         rows.append(line)
         where.append(f"{r['points']:>6} {r['jobs']:>6} {'':>14} {r['snakemake_ms']:>9.1f} {r['processes_ms']:>9.1f} "
-                     f"{r['work_ms']:>6.1f} {r['tasks_ms']:>9.1f}")
+                     f"{r['imports_ms']:>7.1f} {r['work_ms']:>6.1f} {r['tasks_ms']:>8.1f}")
         print(line, flush=True)
         print(f"       sweep-wide steps: {r['steps']}", flush=True)
+        if r["identical"]:
+            print(f"       {r['identical']}", flush=True)
+            identical.append(f"{r['points']:>6} points: {r['identical']}")
     print("\nwhere a point's time goes (CPU ms per point):")
     print("\n".join(where))
     if args.record:
         cpu = platform.processor() or platform.machine()
         with open(HERE / "bench" / "sweep_scale.md", "a", encoding="utf-8") as fh:
-            fh.write(f"\n## {date.today().isoformat()}, {repo.name} at {commit}, {os.cpu_count()} CPUs ({cpu}), "
-                     "`--cores 2`\n\n```\n" + "\n".join(rows) + "\n\n" + "\n".join(where) + "\n```\n")
+            label = args.label or f"{repo.name} at {commit}"
+            fh.write(f"\n## {date.today().isoformat()}, {label}, {os.cpu_count()} CPUs ({cpu}), "
+                     "`--cores 2`\n\n```\n" + "\n".join(rows) + "\n\n" + "\n".join(where)
+                     + "".join(f"\n{line}" for line in ([""] + identical if identical else [])) + "\n```\n")
 
 
 if __name__ == "__main__":
