@@ -152,27 +152,42 @@ class Watch:
         return self.cpu
 
 
-def snakemake(repo: Path, workdir: Path, config: Path, *extra: str) -> tuple[float, float, float]:
-    """Run the workflow; return its wall time, its CPU time (with every child) and the
-    Snakemake process's own CPU time, in seconds."""
+class Run:
+    """One Snakemake run: its wall time, its CPU time (with every child), the Snakemake
+    process's own CPU time, in seconds, and the peak RSS of any one process of it, in KiB."""
+
+    def __init__(self, wall: float, cpu: float, own: float, peak_kib: int) -> None:
+        self.wall, self.cpu, self.own, self.peak_kib = wall, cpu, own, peak_kib
+
+
+def snakemake(repo: Path, workdir: Path, config: Path, *extra: str) -> Run:
+    """Run the workflow (``Run``)."""
     bin_dir = repo / ".venv" / "bin" if (repo / ".venv" / "bin").is_dir() else Path(sys.executable).parent
     # That checkout's package, whatever the venv holds (e.g. a copy of a commit, so that
     # editing the working tree meanwhile does not change what runs).
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(repo / "src")}
     cmd = [str(bin_dir / "snakemake"), "-s", str(repo / "Snakefile"), "--directory", str(workdir),
            "--configfile", str(config), "--cores", "2", "--quiet", "all", *extra]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     watch = Watch(proc.pid)
-    out, err = proc.communicate()
+    streams: dict[str, bytes] = {}
+    readers = [threading.Thread(target=lambda name=name: streams.__setitem__(name, getattr(proc, name).read()))
+               for name in ("stdout", "stderr")]
+    for reader in readers:
+        reader.start()
+    # wait4: this run's own resource use (of Snakemake and every process under it, once
+    # reaped), not the largest of every run this script has made so far (RUSAGE_CHILDREN).
+    _, status, usage = os.wait4(proc.pid, 0)
     elapsed = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    for reader in readers:
+        reader.join()
     own = watch.join()
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
+        out, err = (streams.get(n, b"").decode(errors="replace") for n in ("stdout", "stderr"))
         raise SystemExit(f"snakemake failed:\n{out[-3000:]}\n{err[-3000:]}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return elapsed, cpu, own
+    return Run(elapsed, usage.ru_utime + usage.ru_stime, own, usage.ru_maxrss)
 
 
 def startup_cpu(repo: Path, script: bool | None) -> float:
@@ -260,11 +275,10 @@ def measure(size: int, repo: Path, keep: Path | None = None, other: Path | None 
         workdir.mkdir(parents=True, exist_ok=True)
         config = workdir / "sweep.yaml"
         config.write_text(SWEEPS[size] + NETWORKS)
-        dag, _, _ = snakemake(repo, workdir, config, "--dry-run")
+        dag = snakemake(repo, workdir, config, "--dry-run").wall
         load_before = load()
-        peak_before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-        wall, cpu, own = snakemake(repo, workdir, config)
-        peak_kib = max(peak_before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+        run = snakemake(repo, workdir, config)
+        wall, cpu, own, peak_kib = run.wall, run.cpu, run.own, run.peak_kib
         load_after = load()
         results = workdir / "results"
         points = sum(1 for _ in open(results / "sweep.csv")) - 1
@@ -272,7 +286,7 @@ def measure(size: int, repo: Path, keep: Path | None = None, other: Path | None 
         jobs, scripts = jobs_run(results)
         tasks = task_cpu(results)
         sweep_wide = steps(results)
-        rerun, _, _ = snakemake(repo, workdir, config)
+        rerun = snakemake(repo, workdir, config).wall
         identical = ""
         if other is not None:
             theirs = base / f"{size}-theirs"
@@ -317,8 +331,12 @@ def main() -> None:
     python = repo / ".venv" / "bin" / "python" if (repo / ".venv" / "bin").is_dir() else Path(sys.executable)
     # As `make run` does: the package's modules byte-compiled once, not in every job.
     subprocess.run([str(python), "-m", "compileall", "-q", str(repo / "src")], check=True)
-    commit = subprocess.run(["git", "-C", str(repo), "describe", "--always", "--dirty"], capture_output=True,
+    commit = subprocess.run(["git", "-C", str(repo), "describe", "--always"], capture_output=True,
                             text=True).stdout.strip() or "?"
+    # Dirty: changed besides the record itself (which an earlier --record appended to).
+    changed = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--", ".",
+                              ":(exclude)bench/sweep_scale.md"], capture_output=True, text=True).stdout.strip()
+    commit += "-dirty" if changed else ""
     rows, where, identical = [HEAD], [WHERE], []
     print(f"{repo} ({commit}), {os.cpu_count()} CPUs, --cores 2", flush=True)
     print(HEAD, flush=True)
