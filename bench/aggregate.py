@@ -55,7 +55,7 @@ def main() -> None:
         config = workdir / "sweep.yaml"
         config.write_text(sweep_scale.SWEEPS[args.size] + sweep_scale.NETWORKS)
         print(f"running the {args.size}-point sweep in {workdir} ...", flush=True)
-        print(f"  {sweep_scale.snakemake(REPO, workdir, config)[0]:.0f} s", flush=True)
+        print(f"  {sweep_scale.snakemake(REPO, workdir, config).wall:.0f} s", flush=True)
     points = sum(1 for _ in open(results / "sweep.csv")) - 1
     commsweep = str(BIN / "commsweep")
     with tempfile.TemporaryDirectory(prefix="commsweep-aggregate-") as tmp:
