@@ -36,7 +36,7 @@ def workload_rows(setup) -> int:
 
 
 def job_memory_mb(rows: int) -> int:
-    """The estimated peak memory of a per-point job on a workload of ``rows`` rows, in MB."""
+    """The estimated peak memory of a per-point task on a workload of ``rows`` rows, in MB."""
     return BASE_MB + -(-rows * BYTES_PER_ROW // 2**20)
 
 

@@ -50,7 +50,7 @@ MARKER = "commsweep: no result:"
 
 @dataclass(frozen=True)
 class Status:
-    """The outcome of one per-point job."""
+    """The outcome of one per-point task or sweep-wide step."""
 
     ok: bool
     stage: str
