@@ -9,9 +9,11 @@ import io
 import pytest
 
 from commsweep import memory, sweep
-from commsweep.models import ModelSpec
+from commsweep.models import PRESETS, ModelSpec
 from commsweep.training import TrainingSetup
-from commsweep.workload.megatron import local_parameters
+from commsweep.workload.megatron import expert_parameters, local_parameters, stage_layers
+
+from conftest import REPO
 
 GIB = 1 << 30
 # Korthikanti et al. 2022, Figure 1 (A100 80GB, Table 3's configurations): GiB per GPU of
@@ -149,8 +151,70 @@ def test_a_sweep_marks_the_points_that_do_not_fit(tmp_path):
     assert "skipped: needs" in sweep.table_csv(points, invalid)
 
 
-def test_an_unknown_gpu_label_and_moe_leave_the_verdict_empty():
+def test_an_unknown_gpu_label_leaves_the_verdict_empty():
     setup = paper_setup("22B")
     assert sweep.memory_verdict(setup, "my-lab-gpu")[1] is None
-    moe = dataclasses.replace(setup, model=dataclasses.replace(setup.model, num_experts=8))
-    assert sweep.memory_verdict(moe, "A100-80GB") is None
+    assert sweep.memory_verdict(setup, "A100-80GB")[1] is not None
+
+
+# MoE layers: one expert of the dense MLP's width, top-1, is the dense layer plus what routing
+# adds; the routed experts' optimizer states are sharded over the expert data-parallel group.
+ONE_EXPERT = dataclasses.replace(PRESETS["llama-7b"], name="llama-7b-one-expert", num_experts=1, moe_topk=1)
+
+
+@pytest.mark.parametrize("tp, sp", [(1, False), (2, True), (4, True), (2, False)])
+def test_an_moe_layer_of_one_expert_is_the_dense_layer_plus_its_routing(tp, sp):
+    dense = TrainingSetup(model=PRESETS["llama-7b"], world_size=8, tp=tp, sp=sp, micro_batch=2, global_batch=16,
+                          seq_length=2048)
+    moe = dataclasses.replace(dense, model=ONE_EXPERT)
+    s, b, h = 2048, 2, ONE_EXPERT.hidden_size
+    tokens = s * b // tp if sp else s * b
+    received = tokens * (tp if sp else 1)  # the experts' input is gathered over ETP (= TP) with SP
+    routing = 4 * tokens * (1 + 1) + 2 * received * h + 2 * tokens * h  # router; experts' input; unpermute
+    for flash in (True, False):
+        kept, _ = memory.layer_activations(dense, flash_attention=flash, dropout=True)
+        moe_kept, _ = memory.layer_activations(moe, flash_attention=flash, dropout=True, moe=True)
+        assert moe_kept - kept == pytest.approx(routing, abs=1)
+
+
+def test_top_k_routing_keeps_k_copies_of_the_tokens():
+    base = TrainingSetup(model=dataclasses.replace(ONE_EXPERT, num_experts=8, moe_topk=1), world_size=8, tp=2, sp=True,
+                         ep=4, micro_batch=1, global_batch=8, seq_length=4096)
+    top2 = dataclasses.replace(base, model=dataclasses.replace(base.model, moe_topk=2))
+    one, two = (memory.moe_mlp_activations(s) for s in (base, top2))
+    tokens = 4096 // 2
+    # All but the router's softmax output (T x E fp32) doubles with k; the probabilities add T x 4.
+    router_softmax = 4 * tokens * 8
+    assert two - router_softmax - 4 * tokens * 2 == pytest.approx(2 * (one - router_softmax - 4 * tokens))
+
+
+def test_moe_optimizer_states_add_up_to_12_bytes_per_parameter_over_the_world():
+    # Summed over every rank, the distributed optimizer holds each parameter's 12 bytes once
+    # (the norms, replicated over TP, a little more), the experts sharded over DP_EP.
+    model = PRESETS["mixtral-8x7b"]
+    whole = TrainingSetup(model=model, world_size=1, micro_batch=1, global_batch=1, seq_length=4096)
+    total = local_parameters(whole, 0)
+    for ws, tp, ep, pp in [(64, 2, 4, 1), (64, 1, 8, 2), (128, 4, 8, 4)]:
+        setup = TrainingSetup(model=model, world_size=ws, tp=tp, ep=ep, pp=pp, sp=tp > 1, micro_batch=1,
+                              global_batch=ws, seq_length=4096, distributed_optimizer=True)
+        stages = range(pp)
+        summed = 0
+        for stage in stages:
+            mem = memory.estimate(setup, {stage: local_parameters(setup, stage)},
+                                  expert_parameters={stage: expert_parameters(setup, stage)},
+                                  moe_layers={stage: sum(map(model.is_moe_layer, stage_layers(setup, stage)))})
+            summed += mem.optimizer * ws // pp
+        assert summed == pytest.approx(12 * total, rel=2e-3), (ws, tp, ep, pp)
+
+
+def test_the_moe_sweep_says_which_points_fit_and_keeps_them_when_asked(tmp_path):
+    config = sweep.load_config(REPO / "config" / "moe.yaml")
+    points, _ = sweep.points_from_config(config)
+    table = list(csv.DictReader(io.StringIO(sweep.table_csv(points))))
+    fits = {(row["model"], row["fits"]) for row in table}
+    # Mixtral-8x7B at EP 2 or 4 on 16 H100s needs more than 80 GiB; Qwen1.5-MoE fits.
+    assert fits == {("mixtral-8x7b", "False"), ("qwen1.5-moe-a2.7b", "True")}
+    assert all(float(row["memory_gib"]) > 0 for row in table)
+    dropped, invalid = sweep.points_from_config({**config, "skip_unfit": None})
+    assert {p.model for p in dropped} == {"qwen1.5-moe-a2.7b"}
+    assert any(r.startswith("needs ") and "the H100-SXM has 80 GiB" in r for i in invalid for r in i.reasons)

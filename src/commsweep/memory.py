@@ -26,6 +26,20 @@ micro-batch (s sequence, b micro batch, h hidden, a heads, t TP, 16-bit values):
 * flash attention keeps no s² tensor (its softmax statistics are b·a·s fp32 values);
   without dropout there are no masks (and the softmax output is the values' input).
 
+**MoE layers** (megatron-core's alltoall dispatcher, balanced routing) keep, in place of the
+dense MLP's GEMM inputs, with T tokens on the rank (sb/t with SP, sb without), top-k routing,
+E experts of width f_e split over ETP:
+
+* the router's fp32 softmax output TE·4 and the top-k probabilities Tk·4;
+* the experts' fc1 input: the kT tokens this rank received over EP (as many as it sent,
+  routing balanced), all-gathered over ETP with SP: 2kTh·etp; their activation's input
+  and fc2's input, 2kT·etp·f_e(2 if SwiGLU, else 1)/etp and 2kT·etp·f_e/etp;
+* the combined tokens unpermute weighs by the probabilities: 2kTh;
+* shared experts as a dense MLP of their width, split over TP.
+
+The routed experts' optimizer states are sharded over the expert data-parallel group
+(world / (etp·ep·p)), the other parameters' over DP.
+
 The first pipeline stage holds the most: the 1F1B schedule keeps p micro-batches in
 flight there (each with the stage's L/p layers), the interleaved one p·(1 + (p-1)/(p·v))
 (Korthikanti et al., equation 5; Narayanan et al. 2021 section 2.2.2); fewer when a batch
@@ -73,9 +87,32 @@ class Memory:
         return self.total_gib <= gpu_memory_gib - RESERVE_GIB
 
 
-def layer_activations(setup: TrainingSetup, *, flash_attention: bool, dropout: bool) -> tuple[int, int]:
+def moe_mlp_activations(setup: TrainingSetup) -> float:
+    """Bytes an MoE layer's MLP keeps for one micro-batch beyond its norm's and the router's
+    shared input (which a dense MLP's fc1 input counts the same): router, routed experts,
+    unpermute and shared experts (the module docstring's list)."""
+    m, t, etp = setup.model, setup.tp, setup.expert_tp
+    sp = setup.sp and t > 1
+    assert m.num_experts is not None
+    s, b, h, k = setup.seq_length, setup.micro_batch, m.hidden_size, m.moe_topk
+    tokens = s * b / t if sp else s * b
+    received = k * tokens * (etp if sp else 1)
+    f_e = m.expert_ffn_hidden_size
+    experts = HALF * received * (h + f_e * (2 if m.swiglu else 1) / etp + f_e / etp)
+    router = FP32 * tokens * (m.num_experts + k)
+    unpermute = HALF * k * tokens * h
+    shared = 0.0
+    if m.moe_shared_expert_intermediate_size:
+        f_s = m.moe_shared_expert_intermediate_size
+        shared = HALF * s * b * f_s * ((2 if m.swiglu else 1) + 1) / t
+    return experts + router + unpermute + shared
+
+
+def layer_activations(setup: TrainingSetup, *, flash_attention: bool, dropout: bool,
+                      moe: bool = False) -> tuple[int, int]:
     """Bytes one layer keeps for one micro-batch: (stored until its backward, the whole
-    layer's working set while it is recomputed under full recompute)."""
+    layer's working set while it is recomputed under full recompute). ``moe``: an MoE
+    layer's (its experts in place of the dense MLP's GEMMs)."""
     m, t = setup.model, setup.tp
     s, b, h, a = setup.seq_length, setup.micro_batch, m.hidden_size, m.num_attention_heads
     sp = setup.sp and t > 1
@@ -83,16 +120,19 @@ def layer_activations(setup: TrainingSetup, *, flash_attention: bool, dropout: b
     ffn = m.ffn_hidden_size * (2 if m.swiglu else 1)  # the activation's input; its output is f wide
     mask = 1 if dropout else 0
     sbh = s * b * h
-    # Replicated over TP unless SP: norm inputs, QKV and fc1 inputs, residual dropout masks.
+    # Replicated over TP unless SP: norm inputs, QKV and fc1 (or router) inputs, residual dropout masks.
     replicated = (2 + 2 + 2 + 2) * sbh + 2 * mask * sbh
     split = (HALF * s * b * (h + 2 * kv)  # Q, K, V
-             + 2 * sbh  # the projection's input
-             + HALF * s * b * ffn + HALF * s * b * m.ffn_hidden_size)  # the activation's and fc2's inputs
+             + 2 * sbh)  # the projection's input
+    if not moe:
+        split += HALF * s * b * ffn + HALF * s * b * m.ffn_hidden_size  # the activation's and fc2's inputs
     if flash_attention:
         core = FP32 * a * s * b  # the softmax statistics
     else:
         core = (HALF + (mask + HALF if dropout else 0)) * a * s * s * b
     whole = (replicated / t if sp else replicated) + split / t + core / t
+    if moe:
+        whole += moe_mlp_activations(setup)  # already per rank
     if setup.recompute_mode == "selective":
         return int(whole - core / t), int(whole)
     if setup.recompute_mode == "full":
@@ -111,22 +151,32 @@ def in_flight(setup: TrainingSetup, stage: int) -> float:
 
 
 def estimate(setup: TrainingSetup, parameters: dict[int, int], *, flash_attention: bool = True,
-             dropout: bool = True) -> Memory:
+             dropout: bool = True, expert_parameters: dict[int, int] | None = None,
+             moe_layers: dict[int, int] | None = None) -> Memory:
     """Peak bytes per GPU; ``parameters``: the rank's parameter count per pipeline stage
-    (at least the first and the last, ``workload.megatron.local_parameters``)."""
+    (at least the first and the last, ``workload.megatron.local_parameters``). For an MoE
+    model, ``expert_parameters``: the part of them in routed experts sharded over EP
+    (``workload.megatron.expert_parameters``), and ``moe_layers``: the stage's MoE layers."""
     stored, working = layer_activations(setup, flash_attention=flash_attention, dropout=dropout)
+    moe_stored, moe_working = (layer_activations(setup, flash_attention=flash_attention, dropout=dropout, moe=True)
+                               if moe_layers else (0, 0))
     grad = FP32 if setup.grad_reduce_in_fp32 else HALF
-    optimizer_share = setup.dp if setup.distributed_optimizer else 1
+    dense_share = setup.dp if setup.distributed_optimizer else 1
+    expert_share = setup.expert_dp if setup.distributed_optimizer else 1
     t, sbh = setup.tp, setup.seq_length * setup.micro_batch * setup.model.hidden_size
     best: Memory | None = None
     for stage, params in sorted(parameters.items()):
-        activations = stored * setup.layers_per_stage * in_flight(setup, stage)
+        experts = (expert_parameters or {}).get(stage, 0)
+        moe = (moe_layers or {}).get(stage, 0)
+        per_micro_batch = stored * (setup.layers_per_stage - moe) + moe_stored * moe
+        activations = per_micro_batch * in_flight(setup, stage)
         if setup.recompute_mode == "full":
-            activations += working
+            activations += moe_working if moe else working
         if stage == setup.pp - 1:  # the cross entropy's fp32 logits and the final norm's input
             activations += FP32 * setup.seq_length * setup.micro_batch * setup.padded_vocab / t + HALF * sbh
         memory = Memory(
-            weights=HALF * params, gradients=grad * params, optimizer=-(-12 * params // optimizer_share),
+            weights=HALF * params, gradients=grad * params,
+            optimizer=-(-12 * (params - experts) // dense_share) + -(-12 * experts // expert_share),
             activations=int(activations), stage=stage,
         )
         if best is None or memory.total > best.total:

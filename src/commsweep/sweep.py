@@ -185,15 +185,19 @@ def custom_models(config: dict) -> dict[str, ModelSpec]:
 def memory_verdict(setup: TrainingSetup, gpu: str) -> tuple[float, bool | None] | None:
     """(GiB per GPU, fits) of a sweep point, as megatron-core trains it (distributed
     optimizer, fp32 gradients, flash attention, dropout); ``fits`` None for a GPU the table
-    does not know, None for an MoE model (its memory is not modelled)."""
-    if setup.model.is_moe:
-        return None
+    does not know."""
     from . import memory
     from .aiob import gpus
-    from .workload.megatron import local_parameters
+    from .workload.megatron import expert_parameters, local_parameters, stage_layers
 
-    params = {stage: local_parameters(setup, stage) for stage in {0, setup.pp - 1}}
-    mem = memory.estimate(setup, params, flash_attention=True, dropout=True)
+    stages = {0, setup.pp - 1}
+    params = {stage: local_parameters(setup, stage) for stage in stages}
+    moe = {}
+    if setup.model.is_moe:
+        moe = dict(expert_parameters={stage: expert_parameters(setup, stage) for stage in stages},
+                   moe_layers={stage: sum(map(setup.model.is_moe_layer, stage_layers(setup, stage)))
+                               for stage in stages})
+    mem = memory.estimate(setup, params, flash_attention=True, dropout=True, **moe)
     known = {name.lower(): spec for name, spec in gpus.GPUS.items()}
     spec = known.get(gpu.lower())
     return mem.total_gib, (None if spec is None else mem.fits(spec.memory_gib))
@@ -265,9 +269,10 @@ def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
     models = custom_models(config)
     aiob = config.get("aiob") or {}
     gpu = str(aiob.get("gpu", "H100-SXM"))
-    # With skip_invalid, a point that does not fit its GPU's memory is dropped like an
-    # invalid one; without, it stays, marked fits=False in sweep.csv.
-    skip_unfit = bool(config.get("skip_invalid", False))
+    # With skip_invalid (or skip_unfit), a point that does not fit its GPU's memory is dropped
+    # like an invalid one; without, it stays, marked fits=False in sweep.csv.
+    unfit = config.get("skip_unfit")
+    skip_unfit = bool(config.get("skip_invalid", False) if unfit is None else unfit)
     for name in axes["network"]:
         if name not in nets:
             raise ConfigError(f"unknown network {name!r}; defined: {', '.join(nets) or 'none'}", key="sweep.network")
