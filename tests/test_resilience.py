@@ -185,6 +185,9 @@ def start_mid_sweep(folder: Path, config: Path) -> subprocess.Popen:
     proc = subprocess.Popen(
         sweeps.command(folder, "--configfile", str(config), "--cores", "1"),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=sweeps.env(), start_new_session=True,
+        # Ctrl-C as in a terminal: a suite started in the background (`cmd &` in a script)
+        # would hand Snakemake an ignored SIGINT, and it would run on to the end.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     workloads = folder / "results" / "workloads"
     deadline = time.monotonic() + 300
@@ -246,10 +249,8 @@ def test_ctrl_c_mid_sweep_then_make_run_finishes_it(tmp_path):
     assert second.returncode != 0
     assert f"another Snakemake is running in {run.resolve()} (PID {proc.pid}:" in second.stderr
     assert "its lock is never broken" in second.stderr
-    # Ctrl-C lands while it is paused: pending, the signal is taken the moment it resumes,
-    # before it can schedule anything (however long the batch it waited for ran meanwhile).
-    os.kill(proc.pid, signal.SIGINT)
     os.kill(proc.pid, signal.SIGCONT)
+    os.kill(proc.pid, signal.SIGINT)
     proc.wait(timeout=120)
     assert proc.returncode != 0
     # No verdict and no tables: the run did not end.
