@@ -270,6 +270,7 @@ def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | 
     """
     from . import limits
     from .aiob.backends import user_file
+    from .simulate.ratio import table_files
     from .workload import megatron
 
     points = list(points)
@@ -282,7 +283,7 @@ def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | 
     backend = config["aiob"]["backend"]
     simai = config["simulator"]["backend"] == "simai"
     ratios = ratio_dir(config)
-    ratio_files = [os.path.join(ratios, f"{t}_ratio.csv") for t in ("nvlink", "nic", "ata")] if ratios else []
+    ratio_files = table_files(ratios) if ratios else []
 
     members: dict[int, list] = {}
     for p in points:

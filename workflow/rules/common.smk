@@ -121,11 +121,6 @@ def batch_resources(name):
     return resource
 
 
-def point_args(point):
-    """The point's setup as commsweep arguments, and the pipeline stage its workload holds."""
-    return batch.point_argv(point, config)
-
-
 # -- what the sweep-wide steps read --------------------------------------------------------
 
 
@@ -180,7 +175,7 @@ def timeline_batch(wildcards):
 
 def timeline_args(wildcards):
     point = timeline_point()
-    return shlex.join(point_args(point) + ["--title", point.point_key])
+    return shlex.join(batch.point_argv(point, config) + ["--title", point.point_key])
 
 
 # -- the answer first (workflow/rules/answer.smk) -------------------------------------------

@@ -22,6 +22,7 @@ has no value (SimAI throws; see ``engine`` for what each ``--simai-bugs`` mode d
 from __future__ import annotations
 
 import re
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +31,12 @@ from ..files import read_text
 from .cfloat import div, f32
 
 TABLES = ("nvlink", "nic", "ata")
+
+
+def table_files(directory: str) -> list[str]:
+    """The paths of SimAI's three tables in a ratio directory, in ``TABLES`` order."""
+    return [os.path.join(directory, f"{name}_ratio.csv") for name in TABLES]
+
 RATIO_SUBDIR = Path("astra-sim-alibabacloud") / "inputs" / "ratio"  # in a SimAI checkout
 DEFAULT_SOURCE = "built-in default (efficiency 1.0 for every size; no ratio tables)"
 # Data column (counted after "Size") by node count; any other count reads column 5.
@@ -159,5 +166,5 @@ def load_ratios(directory: str | Path | None) -> Ratios:
     if not directory.is_dir():
         raise InputError("ratio directory not found (expected nvlink_ratio.csv, nic_ratio.csv, ata_ratio.csv)",
                          file=directory)
-    tables = {name: read_table(directory / f"{name}_ratio.csv", name) for name in TABLES}
+    tables = {name: read_table(path, name) for name, path in zip(TABLES, table_files(str(directory)))}
     return Ratios(**tables, source=str(directory))

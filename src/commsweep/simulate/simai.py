@@ -48,7 +48,7 @@ from ..workload import format as wformat
 from . import endtoend as e2e
 from .collectives import CollectiveTime
 from .engine import Network, effective_size, parse_comm_type, _nranks
-from .ratio import RATIO_SUBDIR, TABLES
+from .ratio import RATIO_SUBDIR, table_files
 
 BINARY = Path("bin") / "SimAI_analytical"
 GROUP_ENUM = {0: "TP", 1: "DP", 2: "PP", 3: "EP", 4: "DP_EP", 5: "NONE"}
@@ -177,10 +177,9 @@ def find_binary(root: Path) -> Path:
 
 def prepare_workdir(ratio_dir: Path, parent: str | Path | None = None) -> Path:
     """A fresh working directory laid out as SimAI expects: ratio tables and results/."""
-    for name in TABLES:
-        if not (ratio_dir / f"{name}_ratio.csv").is_file():
-            raise ConfigError(f"{ratio_dir / f'{name}_ratio.csv'} not found (SimAI needs its three ratio tables)",
-                              key="simulator.ratio_dir")
+    for table in table_files(str(ratio_dir)):
+        if not os.path.isfile(table):
+            raise ConfigError(f"{table} not found (SimAI needs its three ratio tables)", key="simulator.ratio_dir")
     workdir = Path(tempfile.mkdtemp(prefix="simai-", dir=parent))
     (workdir / RATIO_SUBDIR).parent.mkdir(parents=True)
     (workdir / RATIO_SUBDIR).symlink_to(ratio_dir.resolve(), target_is_directory=True)
