@@ -9,6 +9,8 @@ rule batch:
     input:
         # Files from outside results/ its tasks read: the user's AIOB files, ratio tables.
         external=lambda wildcards: batch_of(wildcards).inputs,
+        # The batches whose outputs it reads (a packet-level point's: its workload's batch).
+        upstream=lambda wildcards: [L.batch_manifest(name) for name in batch_of(wildcards).after],
     output:
         manifest=L.batch_manifest(),
     params:
