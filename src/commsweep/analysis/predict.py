@@ -17,7 +17,7 @@ numbers from the same files:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..aiob import megatron_kernels as mk
 from ..aiob.gpus import GpuSpec
@@ -63,13 +63,36 @@ class Prediction:
         return self.network.flags()
 
 
+# Rows of the last stage that the other stages do not have: SimAI's bubble leaves them out.
+LAST_STAGE_ONLY = ("optimizer", "output_layer", "output_layer_wgrad_gather", "cross_entropy_max",
+                   "cross_entropy_target", "cross_entropy_sum_exp")
+BUBBLE_EXEMPT = "embedding_layer"  # the one row name SimAI's bubble skips
+
+
+def off_the_bubble(workload: Workload) -> Workload:
+    """``workload`` with the last stage's own rows (the output layer, the loss, the
+    optimizer step) under SimAI's ``embedding_layer`` name, which its bubble skips.
+
+    SimAI's bubble is (p - 1) / (v ga) times the rows' compute and communication: the fill
+    and drain at the pace of the simulated (last) stage. But the last stage is the one that
+    waits: the first micro-batch reaches it after passing the p - 1 stages before it, the
+    last one's gradients leave it for the same p - 1 stages, none of which holds the output
+    layer, the cross entropy or (once per iteration, after the drain) the optimizer step.
+    Skipping those rows makes SimAI's bubble the other stages' fill and drain exactly (the
+    first stage's embedding, a gather, is left out with them)."""
+    rows = tuple(replace(row, name=BUBBLE_EXEMPT) if row.name in LAST_STAGE_ONLY else row
+                 for row in workload.rows)
+    return replace(workload, rows=rows)
+
+
 def predict(setup: TrainingSetup, gpu: GpuSpec, sw: mk.Software, cluster: Cluster,
             ratios: Ratios | None = None) -> Prediction:
     """The predicted iteration of ``setup`` (already configured by ``sw.configure``)."""
     stage = setup.pp - 1
     times = mk.row_times(setup, gpu, sw, parameters=megatron.local_parameters(setup, stage))
     sched = megatron.schedule(setup, stage=stage, times=times, pp_scatter_gather=sw.scatter_gather_pp)
-    workload = sched.workload()
+    as_scheduled = sched.workload()
+    workload = off_the_bubble(as_scheduled) if setup.pp > 1 else as_scheduled
     plain = Network(gpus=setup.world_size, gpus_per_server=cluster.gpus_per_server,
                     nics_per_server=cluster.nics_per_server, nvlink_gbps=cluster.nvlink_gbps,
                     nic_gbps=cluster.nic_gbps)
@@ -90,7 +113,7 @@ def predict(setup: TrainingSetup, gpu: GpuSpec, sw: mk.Software, cluster: Cluste
     sim = simulate(workload, network, ratios)
     c = sim.components
     assert c is not None  # the engine cuts a file short only in SimAI's bug-reproducing mode
-    optimizer_us = sum(row.wg_compute for row in workload.rows if row.name in ("optimizer", "dp_param_allgather")) / 1000
+    optimizer_us = sum(row.wg_compute for row in as_scheduled.rows if row.name in ("optimizer", "dp_param_allgather")) / 1000
     return Prediction(
         total_s=sim.total_us / 1e6,
         compute_s=(c["compute"] - optimizer_us) / 1e6,
