@@ -30,14 +30,31 @@ from ..workload.format import Workload
 BREAKDOWN = ("compute_s", "exposed_tp_s", "exposed_dp_s", "pp_s", "bubble_s", "optimizer_s")
 
 
+# What NCCL's collectives reach of a link's line rate, as NCCL's maintainers give it:
+# NVLink, "with the protocol overhead (~20%)" 370 of NVLink4's 450 GB/s (NVIDIA/nccl-tests
+# issue 212) and about 160 of an A800's 200 (NVIDIA/nccl issue 412); InfiniBand, "24GB/s is
+# the peak performance per 200G NIC" (NVIDIA/nccl-tests issue 119; NVIDIA/nccl issue 1576:
+# 192 GB/s all-reduce bus bandwidth on a DGX A100's eight 200 Gb/s NICs).
+NVLINK_EFFICIENCY = 0.80
+NIC_EFFICIENCY = 0.96
+# SimAI divides bytes by 2^30 and by its bandwidth flags: its "GB/s" are GiB/s.
+GB_IN_SIMAI_UNITS = 1e9 / 2**30
+
+
 @dataclass(frozen=True)
 class Cluster:
-    """SimAI's network flags: GPUs per server, NICs per server, NVLink and NIC GB/s."""
+    """The network: GPUs and NICs per server, and the datasheets' NVLink and NIC bandwidths
+    (GB/s, 10^9 bytes, per direction per GPU and per NIC)."""
 
     gpus_per_server: int
     nics_per_server: int
     nvlink_gbps: float
     nic_gbps: float
+
+    def simai_gbps(self) -> tuple[float, float]:
+        """SimAI's ``-nv`` and ``-nic``: what NCCL reaches of each link, in SimAI's unit."""
+        return (self.nvlink_gbps * NVLINK_EFFICIENCY * GB_IN_SIMAI_UNITS,
+                self.nic_gbps * NIC_EFFICIENCY * GB_IN_SIMAI_UNITS)
 
 
 @dataclass(frozen=True)
@@ -93,9 +110,9 @@ def predict(setup: TrainingSetup, gpu: GpuSpec, sw: mk.Software, cluster: Cluste
     sched = megatron.schedule(setup, stage=stage, times=times, pp_scatter_gather=sw.scatter_gather_pp)
     as_scheduled = sched.workload()
     workload = off_the_bubble(as_scheduled) if setup.pp > 1 else as_scheduled
+    nvlink, nic = (round(x, 3) for x in cluster.simai_gbps())
     plain = Network(gpus=setup.world_size, gpus_per_server=cluster.gpus_per_server,
-                    nics_per_server=cluster.nics_per_server, nvlink_gbps=cluster.nvlink_gbps,
-                    nic_gbps=cluster.nic_gbps)
+                    nics_per_server=cluster.nics_per_server, nvlink_gbps=nvlink, nic_gbps=nic)
     overlap = megatron_overlap(
         sched, plain, ratios,
         wgrad_gemm_us={k: w for k, (w, _) in times.gemm_us.items()},
@@ -103,13 +120,11 @@ def predict(setup: TrainingSetup, gpu: GpuSpec, sw: mk.Software, cluster: Cluste
         fwd_gemm_us=times.fwd_gemm_us,
         async_tp=sw.async_tp, overlap_grad_reduce=sw.overlap_grad_reduce,
         tp_comm_overlap=sw.tp_comm_overlap, overlap_p2p=sw.overlap_p2p,
-        pp_link_gbps=pipeline_link_gbps(setup, cluster.gpus_per_server, cluster.nics_per_server,
-                                        cluster.nvlink_gbps, cluster.nic_gbps),
+        pp_link_gbps=pipeline_link_gbps(setup, cluster.gpus_per_server, cluster.nics_per_server, nvlink, nic),
         workload=workload,
     )
     network = Network(gpus=setup.world_size, gpus_per_server=cluster.gpus_per_server,
-                      nics_per_server=cluster.nics_per_server, nvlink_gbps=cluster.nvlink_gbps,
-                      nic_gbps=cluster.nic_gbps, **overlap.flags())
+                      nics_per_server=cluster.nics_per_server, nvlink_gbps=nvlink, nic_gbps=nic, **overlap.flags())
     sim = simulate(workload, network, ratios)
     c = sim.components
     assert c is not None  # the engine cuts a file short only in SimAI's bug-reproducing mode
