@@ -24,8 +24,8 @@ command: a profile, a workload, its volumes, a point's simulation or audit):
   declared output) is written after all its tasks. A batch cut short has no manifest:
   Snakemake reruns it, and it redoes exactly the tasks without a current status.
 * **A failing point never loses the others.** Each task is guarded as before: a failure is
-  recorded in its status (markers in place of its outputs), the tasks after it record the
-  same failure, and the batch goes on. A task that kills the batch's process (out of
+  recorded in its status (markers in place of its outputs), the tasks after it record that
+  they were not run because of it (naming it), and the batch goes on. A task that kills the batch's process (out of
   memory, say) is found on the next run (``RUNNING``, the task under way) and runs in a
   process of its own; if that is killed too, it is recorded as failed, and the batch ends.
 * **The retry.** The manifest lists the batch's failed tasks; the batch's ``attempt``
@@ -588,7 +588,8 @@ def run(batch: Batch, attempt_: int, manifest_path: str | Path, *, running_dir: 
             except (OSError, InputError):
                 before = None
             next_attempt = 1 if before is None else (before.attempt if before.ok else before.attempt + 1)
-            isolated = task.status == crashed or (before is not None and not before.ok
+            # Killed itself (not merely not run after a killed task: ``status.NOT_RUN``).
+            isolated = task.status == crashed or (before is not None and not before.ok and before.ran
                                                   and before.error.startswith(KILLED))
             # Gone while it runs: a run cut short leaves no status that speaks for new outputs.
             Path(task.status).unlink(missing_ok=True)

@@ -269,7 +269,7 @@ def trace_processes(wildcards):
 # through guarded(): the job then always succeeds for Snakemake and writes `output.status`
 # (results/steps/<rule>.status), saying ok or the error. A failed step leaves one-line
 # markers in place of its outputs, and the steps after it (those listing its status file in
-# `input.after`) record the same failure without running. The batches guard each point's
+# `input.after`) are not run, and record that, naming the failed step (status.NOT_RUN). The batches guard each point's
 # tasks the same way, in-process (commsweep.batch). The summary lists failed points with
 # their error; the check runs last, whatever failed, and fails the run if anything did.
 # `params.attempt` grows after a failure, so the next run retries exactly the failed steps
