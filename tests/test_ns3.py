@@ -321,3 +321,25 @@ def test_real_simulator_writes_the_reference_run(tmp_path, reference):
     assert (result.workdir / conf.FCT_FILE).read_text() == (run / conf.FCT_FILE).read_text()
     assert "debug" in result.build
     shutil.rmtree(result.workdir)
+
+
+def test_simulate_command_with_the_ns3_backend(stand_in, reference, capsys):
+    """`commsweep simulate --backend ns3`: the analytical backends' files, plus the run's record."""
+    from commsweep.cli import main
+    from commsweep.simulate import times
+    from commsweep.simulate.ns3 import record
+
+    binary, run, tmp = stand_in
+    argv = ["simulate", "--backend", "ns3", "-w", str(reference(NS3, "inputs", "workloads", "microAllReduce.txt")),
+            "-g", "8", "-r", "micro-", "--ns3-root", str(binary), "--ns3-build", "-O0 (test)",
+            "--topology-param", "gpu_type=H20", "--topology-param", "bandwidth=200Gbps",
+            "--topology-param", "nvlink_bw=2400Gbps", "--ns3-set", "send_latency_us=6", "--out-dir", str(tmp),
+            "--times", str(tmp / "t.csv")]
+    assert main(argv) == 0
+    assert (tmp / "micro-EndToEnd.csv").read_text() == (run / outputs.ENDTOEND).read_text()
+    assert times.read(tmp / "t.csv").iteration[("total_us", "")] == "1772"
+    rec = record.read(tmp / "micro-ns3.csv")
+    assert (rec["total_us"], rec["AS_SEND_LAT"], rec["flows"], rec["build"]) == ("1772.030", "6", "1792", "-O0 (test)")
+    assert "each flow starts 6 us late" in capsys.readouterr().err
+    assert main(argv[:-2] + ["--ns3-set", "cc_mode=2"]) == 2
+    assert "ns3.cc_mode: must be one of" in capsys.readouterr().err
