@@ -247,13 +247,20 @@ class Batch:
     # difference by cause of its AICB points, which the batch works out too (``run``).
     rows: tuple[Mapping[str, str], ...] = ()
     # The batches whose outputs its tasks read (a packet-level point's batch reads the
-    # workload its settings' batch generates): inputs of its job.
+    # workload its settings' batch generates), and the files of theirs it reads: inputs of its job.
     after: tuple[str, ...] = ()
+    reads: tuple[str, ...] = ()
 
     @property
     def digest(self) -> str:
         """Of its tasks: a changed task, or a changed membership, changes it."""
         return _digest([self.name, [t.digest for t in self.tasks]])
+
+    def outputs(self) -> list[str]:
+        """Every file its job writes but the manifest: each task's status and outputs, its
+        part of the difference by cause. (Declared one by one only without a shared
+        filesystem, where the storage carries exactly the declared files: workflow/rules/batch.smk.)"""
+        return [f for t in self.tasks for f in (t.status, *t.outputs)] + list(self.files.get("causes", ()))
 
     def memory_mb(self) -> int:
         return max([512, *(t.memory_mb for t in self.tasks)])
@@ -418,7 +425,7 @@ def packet_batch(point, config: Mapping, layout, run, generate: Task, *, after: 
     files = {kind: () for kind in FILE_KINDS}
     files.update(status=(simulate.status,), endtoend=(out[0],), collectives=(out[1],), times=(out[2],))
     return Batch(f"packet-{key}", (key,), (simulate,), files, (), ({k: str(v) for k, v in point.row().items()},),
-                 after=(after,))
+                 after=(after,), reads=(generate.outputs[0],))
 
 
 def batch_of_points(batches: Mapping[str, Batch]) -> dict[str, str]:
@@ -476,8 +483,7 @@ def attempt(batch: Batch, manifest_path: str | Path) -> int:
         failed = bool(record["failed"])
     except (OSError, ValueError, KeyError, TypeError):
         return 1
-    made = [f for t in batch.tasks for f in (t.status, *t.outputs)] + list(batch.files.get("causes", ()))
-    if failed or any(not _nonempty(f) for f in made):
+    if failed or any(not _nonempty(f) for f in batch.outputs()):
         return last + 1
     return last
 
@@ -691,8 +697,13 @@ def causes_table(batch: Batch) -> str:
 
 def run_rule(smk) -> None:
     """Rule ``batch`` (a Snakemake ``script:``): run the batch of ``smk.params.plan``, its
-    output (and that of every command it runs, in-process or not) in the rule's log."""
+    output (and that of every command it runs, in-process or not) in the rule's log. Without
+    a shared filesystem it runs from the job's root (``storage.enter``), where the plan's
+    paths are those of the job's files."""
+    from . import storage
+
     batch_ = smk.params.plan
+    running_dir = os.path.abspath(RUNNING)
     with open(smk.log[0], "w", encoding="utf-8") as log:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -703,5 +714,6 @@ def run_rule(smk) -> None:
             sys.stderr.reconfigure(line_buffering=True)
         print(f"batch {batch_.name}: {len(batch_.points)} point(s), {len(batch_.tasks)} task(s), "
               f"attempt {smk.params.attempt}", file=sys.stderr, flush=True)
-        outcome = run(batch_, int(smk.params.attempt), smk.output.manifest)
+        [manifest_path] = storage.enter([smk.output.manifest])
+        outcome = run(batch_, int(smk.params.attempt), manifest_path, running_dir=running_dir)
         print(outcome.line(batch_.name), file=sys.stderr, flush=True)

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from . import storage
 from .errors import CommsweepError
 
 
@@ -735,6 +736,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # A job without a shared filesystem: run from its root, paths relative to it (commsweep.storage).
+    argv = storage.enter(argv)
     parser = build_parser(only=argv[0] if argv[:1] and argv[0] in COMMANDS else None)
     ns = parser.parse_args(argv)
     try:
