@@ -428,3 +428,18 @@ def test_workflow_runs_config_ns3(tmp_path, reference, monkeypatch):
     rows = list(csv.DictReader(open(tmp_path / "w" / "results" / "packet_vs_analytical.csv", newline="")))
     assert [(r["packet_total_us"], r["flows"], r["status"]) for r in rows] == [("21150", "34960", "ok")]
     assert 1 < float(rows[0]["packet_over_analytical"]) < 1.25
+
+
+def test_slurm_runs_the_packet_point_as_a_job_with_its_resources(tmp_path, reference, monkeypatch):
+    """The Slurm profile's plan of config/ns3.yaml: the packet-level point's batch is a job with
+    simulator.ns3's memory and run time (5 + 30 minutes); the comparison joins the tables job."""
+    import sweeps
+
+    pytest.importorskip("snakemake_executor_plugin_slurm", reason="pip install -e '.[slurm]'")
+    monkeypatch.setenv("SIMAI_ROOT", str(replaying_root(tmp_path, reference(NS3, "runs", "gpt7b_L2_tp8_16g_sendlat6"))))
+    result = sweeps.run(tmp_path / "w", "--configfile", str(Path(__file__).resolve().parents[1] / "config" / "ns3.yaml"),
+                        "--dry-run", profile="slurm")
+    lines = result.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if "wildcards: batch=packet-" in line)
+    assert "runtime=35" in lines[at + 1] and "mem_mb=4096" in lines[at + 1]
+    assert "rule packet_vs_analytical:" in result.stdout and result.stdout.count("Group job tables") == 1
