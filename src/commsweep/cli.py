@@ -130,12 +130,18 @@ def _check_sweep(ns: argparse.Namespace, config: dict) -> None:
         except FileNotFoundError:
             raise CommsweepError(f"{ns.made}: no run record: run the sweep first (make run CONFIG={ns.config})") from None
         if record["run"] != run.id:
-            made_from = ", ".join(record.get("config_files") or ["?"])
-            why = ("the same config, but its external inputs or commsweep's version changed since"
-                   if record.get("config_digest") == run.config_digest else f"another config ({made_from})")
-            raise CommsweepError(f"{ns.made} is run {record['run']}, made from {why}, not run {run.id} of "
-                                 f"{ns.config}: run this sweep first (make run CONFIG={ns.config}), or name the "
-                                 f"config of those results (make report CONFIG={made_from})")
+            files, overrides = record.get("config_files") or [], record.get("config_overrides") or []
+            rerun = f"run this sweep first (make run CONFIG={ns.config})"
+            if record.get("config_digest") == run.config_digest:
+                raise CommsweepError(f"{ns.made} is run {record['run']}, made from the same config, but its external "
+                                     f"inputs or commsweep's version changed since, not run {run.id} of {ns.config}: "
+                                     f"{rerun}")
+            made_from = ", ".join(files) or "?"
+            if overrides:
+                made_from += f" with --config {' '.join(overrides)}"
+            raise CommsweepError(f"{ns.made} is run {record['run']}, made from another config ({made_from}), not run "
+                                 f"{run.id} of {ns.config}: {rerun}, or make the report of those results: "
+                                 f"{provenance.report_command(files, overrides)}")
     print(f"{ns.config}: {len(points)} point(s), {len(invalid)} combination(s) skipped; run {run.id}")
     if ns.todo:
         from . import batch

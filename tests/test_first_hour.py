@@ -1,0 +1,67 @@
+"""What a new user did in the first hour, and what each step told them: every message names
+the command or config key that fixes what it reports, and that command works.
+
+The workflow runs here are those of a user in a clone (``sweeps.project``): Snakemake as the
+README gives it, ``make report``, the commands the messages suggest, run as printed.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+
+import pytest
+
+import sweeps
+
+SUGGESTED = "commsweep: the HTML report of these results: "
+
+
+def in_clone(project, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
+    """A command run in the clone's folder, as a user types it."""
+    done = subprocess.run(list(argv), cwd=project, capture_output=True, text=True, env=sweeps.env(), timeout=600)
+    if check and done.returncode != 0:
+        raise AssertionError(f"{argv} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}")
+    return done
+
+
+def suggested(done: subprocess.CompletedProcess) -> str:
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith(SUGGESTED)]
+    return line.removeprefix(SUGGESTED)
+
+
+@pytest.mark.slow
+def test_a_run_leaves_no_report_of_results_it_replaced_and_names_the_command_that_makes_its_own(tmp_path):
+    project = sweeps.project(tmp_path / "clone")
+    (project / "my-sweep.yaml").write_text(sweeps.text("two-points"))
+    snakemake = (".venv/bin/snakemake", "--cores", "2", "--configfile", "my-sweep.yaml")
+    report = project / "results" / "report.html"
+
+    # The README's form: Snakemake makes no report; its end says how to make one, which works.
+    first = in_clone(project, *snakemake)
+    assert suggested(first) == "make report CONFIG=my-sweep.yaml"
+    in_clone(project, *shlex.split(suggested(first)), "-o", ".venv/.base-installed")
+    first_run = json.loads((project / "results" / "run.json").read_text())["run"]
+    assert first_run in report.read_text(errors="replace")
+
+    # The same sweep with an override: the tables change, so the report of the first run goes,
+    # and the command named carries the override.
+    override = "sweep={tp: [2]}"
+    second = in_clone(project, *snakemake, "--config", override)
+    assert not report.exists()
+    command = suggested(second)
+    assert command == (".venv/bin/snakemake --cores 2 --configfile my-sweep.yaml --config 'sweep={tp: [2]}' "
+                       "--report results/report.html")
+    # make report of the config file alone is refused, naming that command, which works.
+    refused = in_clone(project, "make", "-o", ".venv/.base-installed", "report", "CONFIG=my-sweep.yaml", check=False)
+    assert refused.returncode != 0
+    assert "made from another config (my-sweep.yaml with --config sweep={tp: [2]})" in refused.stderr
+    assert f"make the report of those results: {command}\n" in refused.stderr
+    in_clone(project, *shlex.split(command))
+    second_run = json.loads((project / "results" / "run.json").read_text())["run"]
+    assert second_run != first_run and second_run in report.read_text(errors="replace")
+
+    # Nothing to do: the report stays, and nothing is suggested.
+    third = in_clone(project, *snakemake, "--config", override)
+    assert report.exists() and SUGGESTED not in third.stderr
