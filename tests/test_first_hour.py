@@ -8,12 +8,19 @@ README gives it, ``make report``, the commands the messages suggest, run as prin
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 import sweeps
+from commsweep import __version__
+from conftest import REPO
+
+COMMSWEEP = str(Path(sys.executable).with_name("commsweep"))
 
 SUGGESTED = "commsweep: the HTML report of these results: "
 
@@ -65,3 +72,32 @@ def test_a_run_leaves_no_report_of_results_it_replaced_and_names_the_command_tha
     # Nothing to do: the report stays, and nothing is suggested.
     third = in_clone(project, *snakemake, "--config", override)
     assert report.exists() and SUGGESTED not in third.stderr
+
+
+def test_commsweep_version():
+    done = subprocess.run([COMMSWEEP, "--version"], capture_output=True, text=True)
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"commsweep {__version__}\n", "")
+
+
+def test_a_reader_that_stops_reading_is_no_error():
+    """`commsweep sweep FILE | head -1`: the pipe closes before the output is written (here
+    before the command starts, so every run meets it): exit 0, nothing said."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([COMMSWEEP, "sweep", str(REPO / "config" / "moe.yaml")], stdout=write,
+                              stderr=subprocess.PIPE, text=True)
+    finally:
+        os.close(write)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr and "Exception" not in done.stderr
+
+
+def test_the_note_on_points_that_do_not_fit_names_the_key_that_drops_them():
+    from commsweep.config_schema import schema
+
+    done = subprocess.run([COMMSWEEP, "sweep", str(REPO / "config" / "moe.yaml")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    (note,) = [line for line in done.stderr.splitlines() if "do not fit" in line]
+    assert note.endswith("(fits=False in sweep.csv; skip_unfit: true drops them)")
+    assert "skip_unfit" in schema()["properties"]

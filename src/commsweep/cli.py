@@ -7,6 +7,7 @@ need them, so the per-point commands the pipeline runs thousands of times start 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -103,7 +104,7 @@ def cmd_sweep(ns: argparse.Namespace) -> None:
     unfit = [p for p in points if p.memory()["fits"] is False]
     if unfit:
         print(f"note: {len(unfit)} point(s) do not fit their GPU's memory (fits=False in sweep.csv; "
-              "skip_invalid: true drops them)", file=sys.stderr)
+              "skip_unfit: true drops them)", file=sys.stderr)
     if invalid and not config.get("skip_invalid"):
         raise CommsweepError(f"{len(invalid)} invalid combination(s); set skip_invalid: true to drop them")
 
@@ -714,6 +715,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         prog="commsweep",
         description="Sweep LLM-training communication through AICB-style workloads and SimAI's model.",
     )
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, add in COMMANDS.items():
         if only is None or only == name:
@@ -727,6 +731,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = parser.parse_args(argv)
     try:
         ns.func(ns)
+        sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
     except CommsweepError as err:
         print(f"commsweep {ns.command}: error: {err}", file=sys.stderr)
         return 2
@@ -734,8 +739,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"commsweep {ns.command}: error: {err.filename}: no such file", file=sys.stderr)
         return 2
     except BrokenPipeError:
-        return 1
+        # The reader stopped reading (``| head -1``): it has what it wanted, so nothing is
+        # wrong and nothing is said, as ripgrep and friends do; what is left to write goes nowhere.
+        _stdout_to_devnull()
+        return 0
     return 0
+
+
+def _stdout_to_devnull() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush meets no closed pipe."""
+    import os
+
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
 
 
 if __name__ == "__main__":
