@@ -101,3 +101,16 @@ def test_the_note_on_points_that_do_not_fit_names_the_key_that_drops_them():
     (note,) = [line for line in done.stderr.splitlines() if "do not fit" in line]
     assert note.endswith("(fits=False in sweep.csv; skip_unfit: true drops them)")
     assert "skip_unfit" in schema()["properties"]
+
+
+def test_the_count_of_batches_agrees_with_their_names(tmp_path):
+    """A dry run of a two-point sweep: its batches are named N-of-8 (a point's batch is a hash
+    of its model shard into 8), and the line that counts them says of how many."""
+    import re
+
+    config = sweeps.write_config(tmp_path, "two-points")
+    said = sweeps.run(tmp_path, "-n", "--configfile", str(config))
+    names = sorted(set(re.findall(r"results/batches/(\d+-of-\d+)\.json", said.stdout + said.stderr)))
+    assert names and {name.split("-of-")[1] for name in names} == {"8"}
+    line = next(x for x in said.stderr.splitlines() if x.startswith("commsweep: 2 point(s)"))
+    assert f"in {len(names)} batch(es) of 8 ({8 - len(names)} hold no point: a point's batch is a hash" in line

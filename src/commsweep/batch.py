@@ -261,6 +261,11 @@ def batch_name(index: int, count: int) -> str:
     return f"{index:0{len(str(count - 1))}d}-of-{count}"
 
 
+def count_of(name: str) -> int:
+    """The number of batches the sweep is cut into, from a batch's name (``batch_name``)."""
+    return int(name.rsplit("-of-", 1)[1])
+
+
 def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | None = None) -> dict[str, Batch]:
     """Every point's tasks, in batches (name -> Batch; batches without a point are left out).
 

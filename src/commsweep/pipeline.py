@@ -207,8 +207,14 @@ def announce(workflow, points, batches) -> None:
     CONFIG --todo`` says which of their tasks a run would do now."""
     if not workflow.is_main_process:
         return
+    from .batch import count_of
+
     workloads = {p.workload_key for p in points}
     profiles = {p.profile_key for p in points if p.aiob}
+    count = max([len(batches), *(count_of(name) for name in batches)])
+    # A unit's batch is a hash (batch.bucket): of the batches the names count, some may hold no point.
+    empty = (f" of {count} ({count - len(batches)} hold no point: a point's batch is a hash of its model shard)"
+             if count > len(batches) else "")
     print(f"commsweep: {len(points)} point(s), {len(workloads)} workload(s), {len(profiles)} AIOB profile(s), "
-          f"in {len(batches)} batch(es) of about {round(len(points) / max(1, len(batches)))} point(s)",
+          f"in {len(batches)} batch(es){empty}, about {round(len(points) / max(1, len(batches)))} point(s) each",
           file=sys.stderr)
