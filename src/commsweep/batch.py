@@ -578,7 +578,7 @@ def run(batch: Batch, attempt_: int, manifest_path: str | Path, *, running_dir: 
         crashed = running.read_text(encoding="utf-8").strip()
     except OSError:
         crashed = ""
-    with open(running, "w", encoding="utf-8") as marker, synced_once(), reuse_parsed():
+    with open(running, "w", encoding="utf-8") as marker, synced_once(), reuse_parsed(), _interrupt_is_no_crash(running):
         for task in batch.tasks:
             if not any(up in ran for up in task.after) and is_current(task):
                 outcome.skipped += 1
@@ -620,6 +620,17 @@ def run(batch: Batch, attempt_: int, manifest_path: str | Path, *, running_dir: 
     return outcome
 
 
+@contextlib.contextmanager
+def _interrupt_is_no_crash(running: Path):
+    """On Ctrl-C, forget the task under way: it did not kill the batch's process, so the next
+    run need not run it in a process of its own."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        running.unlink(missing_ok=True)
+        raise
+
+
 def causes_table(batch: Batch) -> str:
     """The difference by cause of the batch's AICB points (``analysis.causes.points_causes``):
     its part of ``difference_by_cause.csv``, which the sweep-wide step puts together in the
@@ -653,5 +664,17 @@ def run_rule(smk) -> None:
             sys.stderr.reconfigure(line_buffering=True)
         print(f"batch {batch_.name}: {len(batch_.points)} point(s), {len(batch_.tasks)} task(s), "
               f"attempt {smk.params.attempt}", file=sys.stderr, flush=True)
-        outcome = run(batch_, int(smk.params.attempt), smk.output.manifest)
+        try:
+            outcome = run(batch_, int(smk.params.attempt), smk.output.manifest)
+        except KeyboardInterrupt:
+            # Ctrl-C: Snakemake shows this log; a line says it all (the task lines, up to
+            # one per task, and a traceback would be most of what the terminal shows).
+            from .cli import exit_interrupted
+
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.flush()
+                log.seek(0)
+                log.truncate()
+            exit_interrupted(f"batch {batch_.name}: interrupted (Ctrl-C); the tasks it finished are kept, "
+                             "the next run does the others")
         print(outcome.line(batch_.name), file=sys.stderr, flush=True)

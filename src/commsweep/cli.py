@@ -725,8 +725,30 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def exit_interrupted(said: str) -> None:
+    """End as a program ends on Ctrl-C: ``said`` on one line, no traceback, and killed by
+    SIGINT, the status a shell, make or Snakemake reads as an interruption (not a failure)."""
+    import os
+    import signal
+
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+    print(said, file=sys.stderr, flush=True)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
+    raise SystemExit(128 + signal.SIGINT)  # only if the signal could not end the process
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        exit_interrupted(f"commsweep {argv[0] if argv else ''}: interrupted".replace("  ", " "))
+        return 130
+
+
+def _main(argv: list[str]) -> int:
     parser = build_parser(only=argv[0] if argv[:1] and argv[0] in COMMANDS else None)
     ns = parser.parse_args(argv)
     try:
