@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -114,3 +115,41 @@ def test_the_count_of_batches_agrees_with_their_names(tmp_path):
     assert names and {name.split("-of-")[1] for name in names} == {"8"}
     line = next(x for x in said.stderr.splitlines() if x.startswith("commsweep: 2 point(s)"))
     assert f"in {len(names)} batch(es) of 8 ({8 - len(names)} hold no point: a point's batch is a hash" in line
+
+
+def test_ctrl_c_in_a_command_says_one_line_and_ends_as_interrupted(tmp_path):
+    """Ctrl-C while a command works (here a real SIGINT, sent while it reads the config): one
+    line, no traceback, and the status of a process SIGINT ended, as a shell expects."""
+    script = ("import os, signal\nfrom commsweep import cli, sweep\n"
+              "sweep.load_config = lambda path: os.kill(os.getpid(), signal.SIGINT)\n"
+              "cli.main(['sweep', 'my-sweep.yaml'])\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True)
+    assert (done.returncode, done.stdout, done.stderr) == (-signal.SIGINT, "", "commsweep sweep: interrupted\n")
+
+
+def test_the_command_line_page_covers_every_command_and_plot_kind():
+    """docs/cli.md says it lists every command: each subcommand has its row, and the plot row
+    names every kind of figure."""
+    from commsweep import cli
+    from commsweep.analysis.plots import PLOTS
+
+    page = (REPO / "docs" / "cli.md").read_text()
+    rows = {line.split("`")[1]: line for line in page.splitlines() if line.startswith("| `")}
+    assert set(cli.COMMANDS) <= set(rows), sorted(set(cli.COMMANDS) - set(rows))
+    assert [kind for kind in PLOTS if f"`{kind}`" not in rows["plot"]] == []
+    assert "--version" in page
+
+
+def test_docs_and_sources_cite_public_sources_not_the_maintainers_reference_folder():
+    """A user's clone has no ../shared/reference: what the project says comes from cites the
+    public repositories (and commits, files) instead. The tests may still read it."""
+    places = ["README.md", "Makefile", "Snakefile", "pyproject.toml", "src", "docs", "workflow", "config", "bench",
+              "profiles"]
+    found = []
+    for place in places:
+        for path in [REPO / place] if (REPO / place).is_file() else sorted((REPO / place).rglob("*")):
+            if path.is_file() and path.suffix not in (".pyc", ".png", ".csv"):
+                text = path.read_text(errors="replace")
+                found += [f"{path.relative_to(REPO)}:{n}" for n, line in enumerate(text.splitlines(), 1)
+                          if "shared/reference" in line]
+    assert found == []
