@@ -228,6 +228,12 @@ class Batch:
         """Of its tasks: a changed task, or a changed membership, changes it."""
         return _digest([self.name, [t.digest for t in self.tasks]])
 
+    def outputs(self) -> list[str]:
+        """Every file its job writes but the manifest: each task's status and outputs, its
+        part of the difference by cause. (Declared one by one only without a shared
+        filesystem, where the storage carries exactly the declared files: workflow/rules/batch.smk.)"""
+        return [f for t in self.tasks for f in (t.status, *t.outputs)] + list(self.files.get("causes", ()))
+
     def memory_mb(self) -> int:
         return max([512, *(t.memory_mb for t in self.tasks)])
 
@@ -426,8 +432,7 @@ def attempt(batch: Batch, manifest_path: str | Path) -> int:
         failed = bool(record["failed"])
     except (OSError, ValueError, KeyError, TypeError):
         return 1
-    made = [f for t in batch.tasks for f in (t.status, *t.outputs)] + list(batch.files.get("causes", ()))
-    if failed or any(not _nonempty(f) for f in made):
+    if failed or any(not _nonempty(f) for f in batch.outputs()):
         return last + 1
     return last
 
@@ -652,8 +657,13 @@ def causes_table(batch: Batch) -> str:
 
 def run_rule(smk) -> None:
     """Rule ``batch`` (a Snakemake ``script:``): run the batch of ``smk.params.plan``, its
-    output (and that of every command it runs, in-process or not) in the rule's log."""
+    output (and that of every command it runs, in-process or not) in the rule's log. Without
+    a shared filesystem it runs from the job's root (``storage.enter``), where the plan's
+    paths are those of the job's files."""
+    from . import storage
+
     batch_ = smk.params.plan
+    running_dir = os.path.abspath(RUNNING)
     with open(smk.log[0], "w", encoding="utf-8") as log:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -664,8 +674,9 @@ def run_rule(smk) -> None:
             sys.stderr.reconfigure(line_buffering=True)
         print(f"batch {batch_.name}: {len(batch_.points)} point(s), {len(batch_.tasks)} task(s), "
               f"attempt {smk.params.attempt}", file=sys.stderr, flush=True)
+        [manifest_path] = storage.enter([smk.output.manifest])
         try:
-            outcome = run(batch_, int(smk.params.attempt), smk.output.manifest)
+            outcome = run(batch_, int(smk.params.attempt), manifest_path, running_dir=running_dir)
         except KeyboardInterrupt:
             # Ctrl-C: Snakemake shows this log; a line says it all (the task lines, up to
             # one per task, and a traceback would be most of what the terminal shows).

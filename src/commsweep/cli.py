@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from . import storage
 from .errors import CommsweepError
 
 
@@ -749,6 +750,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
+    # A job without a shared filesystem: run from its root, paths relative to it (commsweep.storage).
+    argv = storage.enter(argv)
     parser = build_parser(only=argv[0] if argv[:1] and argv[0] in COMMANDS else None)
     ns = parser.parse_args(argv)
     try:
