@@ -443,3 +443,9 @@ def test_slurm_runs_the_packet_point_as_a_job_with_its_resources(tmp_path, refer
     at = next(i for i, line in enumerate(lines) if "wildcards: batch=packet-" in line)
     assert "runtime=35" in lines[at + 1] and "mem_mb=4096" in lines[at + 1]
     assert "rule packet_vs_analytical:" in result.stdout and result.stdout.count("Group job tables") == 1
+
+
+def test_flows_past_simais_32_bit_count_are_left_out_of_the_slowdowns():
+    flows = [outputs.Flow(0, 1, 10000, 100, 1000, 0, 20, 10), outputs.Flow(0, 1, 10001, 100, 2**32, 0, 50, 1)]
+    stats = outputs.flow_stats(flows)
+    assert (stats.flows, stats.slowdown_max, stats.fct_max_us) == (2, 2.0, 0.05)
