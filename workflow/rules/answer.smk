@@ -19,6 +19,8 @@ rule difference_by_cause:
         # Each batch's part (its AICB points' causes), put together in the sweep's order.
         command=guarded_argv("causes", "--sweep", "<input.sweep>", "--parts", "<batches.causes>",
                              "-o", "<output.table>"),
+    conda:
+        COMMSWEEP_ENV
     log:
         L.log("difference_by_cause"),
     benchmark:
@@ -43,6 +45,8 @@ rule plot_difference_by_cause:
     params:
         provenance=provenance(),
         attempt=attempt(L.step_status("plot_difference_by_cause")),
+    conda:
+        COMMSWEEP_ENV
     log:
         L.log("plot_difference_by_cause"),
     benchmark:
@@ -68,6 +72,8 @@ rule plot_exposed_tp_by_overlap:
         tp_overlap=config["simulator"]["overlap"]["tp"],
         provenance=provenance(),
         attempt=attempt(L.step_status("plot_exposed_tp_by_overlap")),
+    conda:
+        COMMSWEEP_ENV
     log:
         L.log("plot_exposed_tp_by_overlap"),
     benchmark:
@@ -94,6 +100,8 @@ rule answer:
     params:
         provenance=provenance(),
         attempt=attempt(L.step_status("answer")),
+    conda:
+        COMMSWEEP_ENV
     log:
         L.log("answer"),
     benchmark:

@@ -23,6 +23,8 @@ rule compare:
                              "--audits", "<batches.audits>", "--findings", "<output.findings>",
                              "--comparison", "<output.comparison>", "--verdicts", "<output.verdicts>",
                              "--by-kind", "<output.by_kind>"),
+    conda:
+        COMMSWEEP_ENV
     log:
         L.log("compare"),
     benchmark:
@@ -46,6 +48,8 @@ rule plot_tp_bytes_by_phase:
     params:
         provenance=provenance(),
         attempt=attempt(L.step_status("plot_tp_bytes_by_phase")),
+    conda:
+        COMMSWEEP_ENV
     log:
         L.log("plot_tp_bytes_by_phase"),
     benchmark:
@@ -68,6 +72,8 @@ rule plot_exposed_by_group:
     params:
         provenance=provenance(),
         attempt=attempt(L.step_status("plot_exposed_by_group")),
+    conda:
+        COMMSWEEP_ENV
     log:
         L.log("plot_exposed_by_group"),
     benchmark:
@@ -93,6 +99,8 @@ rule plot_timeline:
         args=timeline_args,
         files=timeline_files,
         attempt=attempt(L.step_status("plot_timeline")),
+    conda:
+        COMMSWEEP_ENV
     log:
         L.log("plot_timeline"),
     benchmark:
@@ -117,6 +125,8 @@ rule plot_audit_by_kind:
     params:
         provenance=provenance(),
         attempt=attempt(L.step_status("plot_audit_by_kind")),
+    conda:
+        COMMSWEEP_ENV
     log:
         L.log("plot_audit_by_kind"),
     benchmark:

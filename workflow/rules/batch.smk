@@ -27,6 +27,8 @@ if not JOB_ROOT:
             attempt=batch_attempt,
             # The tasks themselves (an object: not a rerun trigger of its own, the digest is).
             plan=batch_of,
+        conda:
+            COMMSWEEP_ENV
         log:
             L.log("batch", "{batch}"),
         benchmark:
@@ -54,6 +56,8 @@ else:
                 digest=_batch.digest,
                 attempt=batch.attempt(_batch, LOCAL.batch_manifest(_name)),
                 plan=_batch,
+            conda:
+                COMMSWEEP_ENV
             log:
                 L.log("batch", _name),
             benchmark:

@@ -3,6 +3,7 @@
 
 import os
 import shlex
+from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
@@ -13,6 +14,11 @@ from commsweep.trace.scale import pipeline_dp, trace_setups
 from commsweep.workload import megatron
 
 L = paths.Layout(paths.RESULTS)
+# The conda environment of every rule, for --software-deployment-method conda (the container
+# image is the Snakefile's): this package and its requirements, installed by pip from the
+# workflow's folder (COMMSWEEP_SOURCE). See docs/cluster.md.
+COMMSWEEP_ENV = "../envs/commsweep.yaml"
+os.environ.setdefault("COMMSWEEP_SOURCE", str(Path(workflow.basedir)))
 # Without a shared filesystem (a default storage provider: Kubernetes, a batch service), the
 # folder that holds this node's copies of the storage's files (commsweep.storage), else "".
 # Every job runs from it; this process reads what it knows of earlier runs there (LOCAL).

@@ -13,6 +13,8 @@ rule plot_volume_by_group:
     params:
         provenance=provenance(),
         attempt=attempt(L.step_status("plot_volume_by_group")),
+    conda:
+        COMMSWEEP_ENV
     log:
         L.log("plot_volume_by_group"),
     benchmark:
