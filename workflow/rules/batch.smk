@@ -48,7 +48,8 @@ else:
             name:
                 batch_rule_name(_name)
             input:
-                external=_batch.inputs,
+                # Read on the node (absolute paths in the image), not from the storage.
+                external=[local(f) for f in _batch.inputs],
             output:
                 manifest=L.batch_manifest(_name),
                 points=_batch.outputs(),
