@@ -224,17 +224,19 @@ def megatron_version(config: dict) -> str:
     return megatron_releases.release(given, key="generator.megatron_version").version
 
 
-def schedule_problems(setup: TrainingSetup, schedule: str, megatron_version: str | None = None) -> list[str]:
+def schedule_problems(setup: TrainingSetup, schedule: str, megatron_version: str | None = None, *,
+                      aiob: bool = False) -> list[str]:
     """Why a schedule cannot generate this setup's workload (empty when it can); the
-    megatron schedule that of megatron-core ``megatron_version`` (default: the newest traced)."""
+    megatron schedule that of megatron-core ``megatron_version`` (default: the newest traced),
+    the aicb schedule on AICB's AIOB path when ``aiob`` (its DeepSeek frame's crashes depend on it)."""
     if schedule == "megatron":
         from .workload import megatron
 
         return megatron.unsupported(setup, megatron_version)
     if schedule == "aicb":
-        from .workload import aicb
+        from .workload.aicb_deepseek import frame_module
 
-        return aicb.unsupported(setup)
+        return frame_module(setup).unsupported(setup, aiob=aiob)
     return [f"unknown schedule {schedule!r}; expected one of {', '.join(SCHEDULES)}"]
 
 
@@ -304,7 +306,7 @@ def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
         )
         reasons = setup.problems()
         if not reasons:
-            reasons += schedule_problems(setup, values["schedule"], version)
+            reasons += schedule_problems(setup, values["schedule"], version, aiob=values["aiob"])
         if not reasons and skip_unfit:
             reasons += [r for r in (memory_problem(setup, gpu),) if r]
         if reasons:
