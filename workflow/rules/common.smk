@@ -160,9 +160,14 @@ def point_inputs(*kinds):
     inputs named ``points_KIND``, in the manifests' order: declared only without a shared
     filesystem, where a job gets its declared inputs alone (with one, the manifests stand for
     them: Snakemake then tracks one file per batch, not ten per point)."""
-    if not JOB_ROOT:
-        return {}
-    return {f"points_{kind}": [f for name in sorted(BATCHES) for f in BATCHES[name].files[kind]] for kind in kinds}
+    return storage_inputs(**{f"points_{kind}": [f for name in sorted(BATCHES) for f in BATCHES[name].files[kind]]
+                             for kind in kinds})
+
+
+def storage_inputs(**files):
+    """Named inputs declared only without a shared filesystem: files a step reads that its
+    other inputs stand for (a manifest, a status) when the filesystem is shared."""
+    return files if JOB_ROOT else {}
 
 
 def audit_outputs():
