@@ -36,8 +36,11 @@ POINT_BY_KEY = {p.point_key: p for p in POINTS}
 # The megatron-core release the megatron schedule and the audit follow.
 MEGATRON_VERSION = sweep.megatron_version(config)
 # Points the Megatron schedule can describe: they get an audit.
-AUDITED = [p for p in POINTS if not megatron.unsupported(p.setup, MEGATRON_VERSION)]
+# (A packet-level point's workload is audited with its analytical twin, when the sweep has one.)
+AUDITED = [p for p in POINTS if not p.packet and not megatron.unsupported(p.setup, MEGATRON_VERSION)]
 HAS_MOE = any(p.setup.model.is_moe for p in POINTS)
+# Points simulated by SimAI's packet-level simulator (the sweep's simulation axis).
+PACKET_POINTS = [p for p in POINTS if p.packet]
 # reference: measured traces real megatron-core once per model family, TP, PP and SP,
 # and per release of megatron_core when it lists some (else the installed release).
 TRACES = trace_setups([p.setup for p in POINTS]) if config["reference"] == "measured" else {}
@@ -72,7 +75,7 @@ wildcard_constraints:
 def final_outputs():
     """Everything `rule all` asks for (the check's inputs)."""
     return [L.run_record(), L.summary(), L.plot("volume_by_tp"), *audit_outputs(), *answer_outputs(),
-            *trace_outputs(), *moe_outputs()]
+            *trace_outputs(), *moe_outputs(), *([L.packet_comparison()] if PACKET_POINTS else [])]
 
 
 def moe_outputs():
@@ -89,6 +92,8 @@ def step_statuses():
     steps += ["difference_by_cause", "plot_difference_by_cause", "plot_exposed_tp_by_overlap", "answer"]
     if HAS_MOE:
         steps.append("plot_volume_by_group")
+    if PACKET_POINTS:
+        steps.append("packet_vs_analytical")
     if TRACES:
         steps.append("trace_check")
     if RELEASES:
@@ -131,7 +136,7 @@ def batch_resources(name, batch_name=None):
             return b.runtime()
         if name == "gpu":
             return 1 if torch and batch.torch_on_gpu() else 0
-        return 2 if torch and not batch.torch_on_gpu() else 1  # threads
+        return max(b.threads(), 2 if torch and not batch.torch_on_gpu() else 1)  # threads
 
     return resource
 
