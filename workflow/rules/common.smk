@@ -216,7 +216,7 @@ def timeline_command():
 
 
 def figure_commands(wildcards):
-    """`params.commands` of rule figures: each figure's guarded command (workflow/scripts/commsweep.py
+    """The figures rule's `params.commands`: each figure's guarded command (workflow/scripts/commsweep.py
     runs them one after the other in the job's process). Its attempt is among its words: one more
     after the figure failed, so the next run redraws it."""
     commands = []
