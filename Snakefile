@@ -43,11 +43,11 @@ rule all:
 
 
 onstart:
-    pipeline.on_start(workflow, L)
+    pipeline.on_start(workflow, LOCAL)
 
 
 onsuccess:
-    pipeline.on_success(L)
+    pipeline.on_success(LOCAL)
 
 
 onerror:

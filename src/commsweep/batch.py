@@ -24,8 +24,8 @@ command: a profile, a workload, its volumes, a point's simulation or audit):
   declared output) is written after all its tasks. A batch cut short has no manifest:
   Snakemake reruns it, and it redoes exactly the tasks without a current status.
 * **A failing point never loses the others.** Each task is guarded as before: a failure is
-  recorded in its status (markers in place of its outputs), the tasks after it record the
-  same failure, and the batch goes on. A task that kills the batch's process (out of
+  recorded in its status (markers in place of its outputs), the tasks after it record that
+  they were not run because of it (naming it), and the batch goes on. A task that kills the batch's process (out of
   memory, say) is found on the next run (``RUNNING``, the task under way) and runs in a
   process of its own; if that is killed too, it is recorded as failed, and the batch ends.
 * **The retry.** The manifest lists the batch's failed tasks; the batch's ``attempt``
@@ -228,6 +228,12 @@ class Batch:
         """Of its tasks: a changed task, or a changed membership, changes it."""
         return _digest([self.name, [t.digest for t in self.tasks]])
 
+    def outputs(self) -> list[str]:
+        """Every file its job writes but the manifest: each task's status and outputs, its
+        part of the difference by cause. (Declared one by one only without a shared
+        filesystem, where the storage carries exactly the declared files: workflow/rules/batch.smk.)"""
+        return [f for t in self.tasks for f in (t.status, *t.outputs)] + list(self.files.get("causes", ()))
+
     def memory_mb(self) -> int:
         return max([512, *(t.memory_mb for t in self.tasks)])
 
@@ -421,8 +427,7 @@ def attempt(batch: Batch, manifest_path: str | Path) -> int:
         failed = bool(record["failed"])
     except (OSError, ValueError, KeyError, TypeError):
         return 1
-    made = [f for t in batch.tasks for f in (t.status, *t.outputs)] + list(batch.files.get("causes", ()))
-    if failed or any(not _nonempty(f) for f in made):
+    if failed or any(not _nonempty(f) for f in batch.outputs()):
         return last + 1
     return last
 
@@ -583,7 +588,8 @@ def run(batch: Batch, attempt_: int, manifest_path: str | Path, *, running_dir: 
             except (OSError, InputError):
                 before = None
             next_attempt = 1 if before is None else (before.attempt if before.ok else before.attempt + 1)
-            isolated = task.status == crashed or (before is not None and not before.ok
+            # Killed itself (not merely not run after a killed task: ``status.NOT_RUN``).
+            isolated = task.status == crashed or (before is not None and not before.ok and before.ran
                                                   and before.error.startswith(KILLED))
             # Gone while it runs: a run cut short leaves no status that speaks for new outputs.
             Path(task.status).unlink(missing_ok=True)
@@ -635,8 +641,13 @@ def causes_table(batch: Batch) -> str:
 
 def run_rule(smk) -> None:
     """Rule ``batch`` (a Snakemake ``script:``): run the batch of ``smk.params.plan``, its
-    output (and that of every command it runs, in-process or not) in the rule's log."""
+    output (and that of every command it runs, in-process or not) in the rule's log. Without
+    a shared filesystem it runs from the job's root (``storage.enter``), where the plan's
+    paths are those of the job's files."""
+    from . import storage
+
     batch_ = smk.params.plan
+    running_dir = os.path.abspath(RUNNING)
     with open(smk.log[0], "w", encoding="utf-8") as log:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -647,5 +658,6 @@ def run_rule(smk) -> None:
             sys.stderr.reconfigure(line_buffering=True)
         print(f"batch {batch_.name}: {len(batch_.points)} point(s), {len(batch_.tasks)} task(s), "
               f"attempt {smk.params.attempt}", file=sys.stderr, flush=True)
-        outcome = run(batch_, int(smk.params.attempt), smk.output.manifest)
+        [manifest_path] = storage.enter([smk.output.manifest])
+        outcome = run(batch_, int(smk.params.attempt), manifest_path, running_dir=running_dir)
         print(outcome.line(batch_.name), file=sys.stderr, flush=True)

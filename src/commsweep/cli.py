@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from . import storage
 from .errors import CommsweepError
 
 
@@ -153,6 +154,16 @@ def cmd_summarize(ns: argparse.Namespace) -> None:
 def cmd_simulate(ns: argparse.Namespace) -> None:
     from .simulate.run import options_from_args, run
 
+    if ns.backend != "ns3":  # the analytical backends need SimAI_analytical's network flags
+        missing = [flag for flag, dest in (("-g_p_s/--gpus-per-server", "gpus_per_server"),
+                                           ("-n_p_s/--nic_per_server", "nics_per_server"),
+                                           ("-nv/--nvlink", "nvlink_gbps"), ("-nic/--nic_busbw", "nic_gbps"))
+                   if getattr(ns, dest) is None]
+        if missing:
+            # argparse's way (status 2): they are required but with --backend ns3
+            print("commsweep simulate: error: the following arguments are required: " + ", ".join(missing),
+                  file=sys.stderr)
+            raise SystemExit(2)
     run(options_from_args(ns))
 
 
@@ -327,7 +338,7 @@ def add_simulate_parser(sub) -> None:
     p.add_argument("-w", "--workload", required=True, help="a SimAI workload file")
     add_gpus_argument(p, required=True)
     p.add_argument("-r", "--result", dest="prefix", required=True, help="output name prefix (SimAI's -r)")
-    add_network_arguments(p, required=True)
+    add_network_arguments(p, required=False, title="network (SimAI's flags; required but with --backend ns3)")
     for name, default in (("tp", "0"), ("dp", "0"), ("ep", "0"), ("pp", "1")):
         p.add_argument(f"-{name}_o", f"--{name}_overlap", dest=f"{name}_overlap", type=number_text,
                        default=default, help=f"{name.upper()} overlap ratio (default {default})")
@@ -338,12 +349,16 @@ def add_simulate_parser(sub) -> None:
                                                   "and group, and SimAI's summary line, here (what summarize reads)")
     p.add_argument("--simai-bugs", choices=("fix", "reproduce", "error"), default="fix",
                    help="where SimAI prints nonsense: fix it and warn (default), reproduce SimAI's output, or fail")
-    p.add_argument("--backend", choices=("builtin", "simai"), default="builtin",
-                   help="builtin: the closed-form engine; simai: run <simai-root>/bin/SimAI_analytical")
+    p.add_argument("--backend", choices=("builtin", "simai", "ns3"), default="builtin",
+                   help="builtin: the closed-form engine; simai: run <simai-root>/bin/SimAI_analytical; "
+                        "ns3: run SimAI's packet-level SimAI_simulator (--ns3-root)")
     p.add_argument("--simai-root", help="a built SimAI checkout")
-    p.add_argument("--timeout", type=float, help="seconds before a SimAI run is stopped (simai backend)")
+    p.add_argument("--timeout", type=float, help="seconds before a SimAI run is stopped (simai and ns3 backends)")
     p.add_argument("--strict", action="store_true",
                    help="fail when -g is not the workload's all_gpus (default: warn; SimAI takes DP from -g)")
+    from .simulate.ns3.command import add_arguments as add_ns3_arguments
+
+    add_ns3_arguments(p)
     p.set_defaults(func=cmd_simulate)
 
 
@@ -642,10 +657,11 @@ def add_validate_parser(sub) -> None:
     )
     p.add_argument("runs", help="a runs file (CSV), e.g. src/commsweep/data/validation/korthikanti2022_table5.csv")
     p.add_argument("--format", choices=("table", "csv"), default="table")
-    p.add_argument("--megatron", choices=("2021", "2022", "core"), default="2022",
+    p.add_argument("--megatron", choices=("2021", "2022", "core", "nemo"), default="2022",
                    help="the Megatron-LM the runs used: 2021 (Narayanan et al.: fp16, local DDP), 2022 (default; "
                         "Korthikanti et al.: async TP, gradient-accumulation fusion), core (megatron-core: flash "
-                        "attention, distributed optimizer, overlapped DP)")
+                        "attention, distributed optimizer, overlapped DP), nemo (NVIDIA's performance recipes: "
+                        "core plus TP communication overlap and overlapped pipeline sends)")
     p.add_argument("--ratio-dir", help="SimAI's ratio tables ({nvlink,nic,ata}_ratio.csv); default: efficiency 1.0")
     p.add_argument("--plot", metavar="FILE", help="also draw predicted against measured seconds (PNG)")
     p.add_argument("--workloads", metavar="DIR",
@@ -702,6 +718,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # A job without a shared filesystem: run from its root, paths relative to it (commsweep.storage).
+    argv = storage.enter(argv)
     parser = build_parser(only=argv[0] if argv[:1] and argv[0] in COMMANDS else None)
     ns = parser.parse_args(argv)
     try:

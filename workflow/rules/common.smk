@@ -1,18 +1,27 @@
 # Sweep points and the rules' input functions. Every path comes from commsweep.paths (the
 # results layout), every check and record from the package: this file only connects them.
 
+import os
 import shlex
 from typing import NamedTuple
 
 from snakemake.exceptions import WorkflowError
 
-from commsweep import batch, paths, pipeline, status, sweep
+from commsweep import batch, paths, pipeline, status, storage, sweep
 from commsweep.arguments import to_commsweep_argv
 from commsweep.errors import CommsweepError
 from commsweep.trace.scale import pipeline_dp, trace_setups
 from commsweep.workload import megatron
 
 L = paths.Layout(paths.RESULTS)
+# Without a shared filesystem (a default storage provider: Kubernetes, a batch service), the
+# folder that holds this node's copies of the storage's files (commsweep.storage), else "".
+# Every job runs from it; this process reads what it knows of earlier runs there (LOCAL).
+try:
+    JOB_ROOT = storage.job_root(workflow)
+except ValueError as err:
+    raise WorkflowError(str(err)) from None
+LOCAL = paths.Layout(os.path.join(JOB_ROOT, paths.RESULTS))
 
 try:
     pipeline.load_config(workflow, config)
@@ -45,7 +54,7 @@ def trace_names():
 # The run: external inputs checked (a missing one stops it here) and checksummed, its name,
 # and the outputs of points not in this sweep (ignored, listed by the check).
 try:
-    RUN, IGNORED = pipeline.prepare(workflow, config, POINTS, L, traces=trace_names())
+    RUN, IGNORED = pipeline.prepare(workflow, config, POINTS, L, traces=trace_names(), root=JOB_ROOT)
 except CommsweepError as err:
     raise WorkflowError(str(err)) from None
 
@@ -89,15 +98,21 @@ def batch_of(wildcards):
 def batch_attempt(wildcards):
     """`params.attempt` of a batch: grows after a failed task or with an output missing, so
     Snakemake reruns the batch, which redoes those tasks (commsweep.batch.attempt)."""
-    return batch.attempt(batch_of(wildcards), L.batch_manifest(wildcards.batch))
+    return batch.attempt(batch_of(wildcards), LOCAL.batch_manifest(wildcards.batch))
 
 
-def batch_resources(name):
+def batch_rule_name(name):
+    """The rule of one batch, without a shared filesystem (workflow/rules/batch.smk)."""
+    return f"batch_{name.replace('-', '_')}"
+
+
+def batch_resources(name, batch_name=None):
     """A batch's resources: the most any of its tasks needs (memory, a GPU for a torch
-    profile on CUDA), the sum of their run times."""
+    profile on CUDA), the sum of their run times. ``batch_name``: of that batch (its own
+    rule), else of the job's ``{batch}``."""
 
     def resource(wildcards):
-        b = batch_of(wildcards)
+        b = BATCHES[batch_name] if batch_name is not None else batch_of(wildcards)
         torch = config["aiob"]["backend"] == "torch" and any(t.rule == "profile_torch" for t in b.tasks)
         if name == "mem_mb":
             return b.memory_mb()
@@ -116,6 +131,16 @@ def batch_resources(name):
 def all_batches(wildcards):
     """Every batch's manifest: what the sweep-wide steps read (the points' files it lists)."""
     return [L.batch_manifest(name) for name in sorted(BATCHES)]
+
+
+def point_inputs(*kinds):
+    """The points' files of these kinds (``batch.FILE_KINDS``) that a sweep-wide step reads, as
+    inputs named ``points_KIND``, in the manifests' order: declared only without a shared
+    filesystem, where a job gets its declared inputs alone (with one, the manifests stand for
+    them: Snakemake then tracks one file per batch, not ten per point)."""
+    if not JOB_ROOT:
+        return {}
+    return {f"points_{kind}": [f for name in sorted(BATCHES) for f in BATCHES[name].files[kind]] for kind in kinds}
 
 
 def audit_outputs():
@@ -145,6 +170,24 @@ def timeline_point():
 def timeline_batch(wildcards):
     """The timeline point's batch manifest (none in a sweep without an audit: no timeline)."""
     return [L.batch_manifest(BATCH_OF_POINT[timeline_point().point_key])] if AUDITED else []
+
+
+def timeline_files():
+    """The timeline point's files (made by its batch, listed in its manifest) and the statuses
+    of the tasks that made them (the figure comes after those)."""
+    point = timeline_point()
+    files = [L.workload(point.workload_key), L.endtoend(point.point_key), L.audit(point.point_key)]
+    after = [L.workload_status("workload", point.workload_key), L.point_status("simulate", point.point_key),
+             L.point_status("audit", point.point_key)]
+    return files, after
+
+
+def timeline_inputs():
+    """Without a shared filesystem, the timeline point's files as inputs (see point_inputs)."""
+    if not JOB_ROOT or not AUDITED:
+        return {}
+    files, after = timeline_files()
+    return {"points": [*files, *after]}
 
 
 # -- the answer first (workflow/rules/answer.smk) -------------------------------------------
@@ -205,13 +248,11 @@ def figure_outputs():
 
 
 def timeline_command():
-    """The timeline's command: the point's files (made by its batch, listed in its manifest)
-    and its statuses, which it comes after."""
+    """The timeline's command and the statuses it comes after."""
     point = timeline_point()
-    command = ["timeline", L.workload(point.workload_key), L.endtoend(point.point_key), *batch.point_argv(point, config),
-               "--title", point.point_key, "--audit", L.audit(point.point_key)]
-    after = [L.workload_status("workload", point.workload_key), L.point_status("simulate", point.point_key),
-             L.point_status("audit", point.point_key)]
+    (workload, simulation, audit), after = timeline_files()
+    command = ["timeline", workload, simulation, *batch.point_argv(point, config), "--title", point.point_key,
+               "--audit", audit]
     return command, after
 
 
@@ -225,9 +266,10 @@ def figure_commands(wildcards):
         if name == "timeline":
             command, after = timeline_command()
         command += ["-o", f"<output.{name}>"]
+        attempt_ = status.next_attempt(LOCAL.step_status(f"plot_{name}"))
         commands.append(["guard", "--status", f"<output.{name}_status>", "--outputs", f"<output.{name}>",
-                         "--after", *after, "--attempt", str(status.next_attempt(L.step_status(f"plot_{name}"))),
-                         "--provenance", "<params.provenance>", "--", *command])
+                         "--after", *after, "--attempt", str(attempt_), "--provenance", "<params.provenance>",
+                         "--", *command])
     return commands
 
 
@@ -280,7 +322,7 @@ def trace_processes(wildcards):
 # through guarded(): the job then always succeeds for Snakemake and writes `output.status`
 # (results/steps/<rule>.status), saying ok or the error. A failed step leaves one-line
 # markers in place of its outputs, and the steps after it (those listing its status file in
-# `input.after`) record the same failure without running. The batches guard each point's
+# `input.after`) are not run, and record that, naming the failed step (status.NOT_RUN). The batches guard each point's
 # tasks the same way, in-process (commsweep.batch). The summary lists failed points with
 # their error; the check runs last, whatever failed, and fails the run if anything did.
 # `params.attempt` grows after a failure, so the next run retries exactly the failed steps
@@ -325,4 +367,4 @@ def attempt(status_file):
     One more than the job's last failed run, so Snakemake's params trigger reruns it. (A
     function of the wildcards alone: Snakemake ignores params derived from the outputs.)
     """
-    return lambda wildcards: status.next_attempt(status_file.format(**dict(wildcards.items())))
+    return lambda wildcards: status.next_attempt(os.path.join(JOB_ROOT, status_file.format(**dict(wildcards.items()))))

@@ -15,6 +15,8 @@ rule figures:
         # The timeline point's batch, where that point's files are made (none without an audit).
         timeline=timeline_batch,
         after=[L.step_status(step) for step in ("summarize", "compare", "difference_by_cause")],
+        # Without a shared filesystem, the timeline point's files (common.smk, point_inputs).
+        **timeline_inputs(),
     output:
         **{name: report(L.plot(name), caption=f"../report/{fig.caption}.rst", category=fig.category)
            for name, fig in FIGURES.items()},
