@@ -72,15 +72,18 @@ def run_rule(smk) -> None:
     stderr go to the rule's log; a non-zero exit status of any fails the job (after the
     others ran).
     """
+    from . import storage
     from .cli import main
 
     spaces = {"input": smk.input, "output": smk.output, "params": smk.params}
     templates = smk.params.commands if hasattr(smk.params, "commands") else [smk.params.command]
+    argvs = [expand_command(template, spaces) for template in templates]
     failed = 0
     with open(smk.log[0], "w", encoding="utf-8") as log, contextlib.redirect_stdout(log), \
             contextlib.redirect_stderr(log):
-        for template in templates:
-            argv = expand_command(template, spaces)
+        # Without a shared filesystem: into the job's root once, every command's paths relative to it.
+        words = iter(storage.enter([word for argv in argvs for word in argv]))
+        for argv in [[next(words) for _ in argv] for argv in argvs]:
             print("$ commsweep " + " ".join(argv[:40]) + (f" ... ({len(argv)} arguments)" if len(argv) > 40 else ""))
             failed = failed or main(argv)
     if failed:
