@@ -33,6 +33,7 @@ include: "workflow/rules/trace.smk"
 include: "workflow/rules/audit.smk"
 include: "workflow/rules/answer.smk"
 include: "workflow/rules/figures.smk"
+include: "workflow/rules/packet.smk"
 
 
 rule all:

@@ -141,6 +141,28 @@ def generate_command(point, config: Mapping, workload: str, profile: str | None)
     return argv + ["-o", workload]
 
 
+def packet_command(point, config: Mapping, workload: str, endtoend: str, collectives: str, times: str,
+                   record: str) -> list[str]:
+    """``commsweep simulate --backend ns3`` of a packet-level point: ``simulator.ns3``'s binary,
+    topology template and parameters (the GPU count is the point's world size), settings, limits."""
+    from .simulate.ns3.runner import configured_root
+
+    ns3 = config["simulator"]["ns3"]
+    argv = ["simulate", "--backend", "ns3", "-w", workload, "-g", str(point.world_size), "-r", f"{point.point_key}-",
+            "--strict", "--ns3-root", configured_root(config), "--topology", ns3["topology"]["template"]]
+    if ns3.get("build"):
+        argv += ["--ns3-build", ns3["build"]]
+    for key, value in ns3["topology"].items():
+        if key != "template" and value is not None:
+            argv += ["--topology-param", f"{key}={value}"]
+    for key, value in ns3["settings"].items():
+        argv += ["--ns3-set", f"{key}={int(value) if isinstance(value, bool) else value}"]
+    argv += ["--threads", str(ns3["threads"]), "--stall", str(ns3["stall_s"])]
+    if ns3.get("timeout_s"):
+        argv += ["--timeout", str(ns3["timeout_s"])]
+    return argv + ["--endtoend", endtoend, "--collectives", collectives, "--times", times, "--record", record]
+
+
 def simulate_command(point, config: Mapping, workload: str, endtoend: str, collectives: str, times: str) -> list[str]:
     """``commsweep simulate`` of a point: SimAI's network flags and the simulator config."""
     sim = config["simulator"]
@@ -190,6 +212,8 @@ class Task:
     memory_mb: int = 512
     # Minutes on a cluster.
     runtime: float = 0.1
+    # Threads its command runs (SimAI_simulator's -t for a packet-level point).
+    threads: int = 1
 
     def guard_argv(self, attempt: int) -> list[str]:
         """The same task as a ``commsweep guard`` command line (a process of its own)."""
@@ -200,11 +224,11 @@ class Task:
 
 def make_task(rule: str, key: str, command: Sequence[str], status: str, outputs: Sequence[str], *,
               upstream: Sequence[Task] = (), provenance: Sequence[str] = (), memory_mb: int = 512,
-              runtime: float = 0.1) -> Task:
+              runtime: float = 0.1, threads: int = 1) -> Task:
     digest = _digest({"command": list(command), "provenance": list(provenance),
                       "upstream": [t.digest for t in upstream]})
     return Task(rule, key, tuple(command), status, tuple(outputs), tuple(t.status for t in upstream),
-                tuple(provenance), digest, memory_mb, runtime)
+                tuple(provenance), digest, memory_mb, runtime, threads)
 
 
 @dataclass(frozen=True)
@@ -222,6 +246,10 @@ class Batch:
     # Its points as rows of the points table (strings, ``sweep.Point.row``): for the
     # difference by cause of its AICB points, which the batch works out too (``run``).
     rows: tuple[Mapping[str, str], ...] = ()
+    # The batches whose outputs its tasks read (a packet-level point's batch reads the
+    # workload its settings' batch generates), and the files of theirs it reads: inputs of its job.
+    after: tuple[str, ...] = ()
+    reads: tuple[str, ...] = ()
 
     @property
     def digest(self) -> str:
@@ -240,6 +268,9 @@ class Batch:
     def runtime(self) -> int:
         """Minutes on a cluster: 5, plus each task's estimate."""
         return 5 + int(sum(t.runtime for t in self.tasks) + 0.999)
+
+    def threads(self) -> int:
+        return max([1, *(t.threads for t in self.tasks)])
 
 
 def unit_of(point) -> str:
@@ -265,6 +296,11 @@ def bucket(unit: str, count: int) -> int:
 
 def batch_name(index: int, count: int) -> str:
     return f"{index:0{len(str(count - 1))}d}-of-{count}"
+
+
+def count_of(name: str) -> int:
+    """The number of batches the sweep is cut into, from a batch's name (``batch_name``)."""
+    return int(name.rsplit("-of-", 1)[1])
 
 
 def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | None = None) -> dict[str, Batch]:
@@ -307,7 +343,11 @@ def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | 
         on_workload: dict[str, list] = {}
         for p in group:
             on_workload.setdefault(p.workload_key, []).append(p)
-        for p in group:  # the profiles first, then each workload and the points on it
+        # Packet-level points: their workload is made here, their simulation is a batch (a
+        # job) of its own (below).
+        packet_points = [p for p in group if p.packet]
+        group = [p for p in group if not p.packet]
+        for p in group + packet_points:  # the profiles first, then each workload and the points on it
             if p.aiob and p.profile_key not in profiles:
                 key = p.profile_key
                 out = layout.profile(backend, key), layout.profile_table(backend, key)
@@ -317,7 +357,7 @@ def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | 
                     out, provenance=words, memory_mb=16384 if backend == "torch" else 512,
                     runtime=30 if backend == "torch" else 0.1)
                 tasks.append(profiles[key])
-        for p in group:
+        for p in group + packet_points:
             if p.workload_key in workloads:
                 continue
             key = p.workload_key
@@ -340,6 +380,8 @@ def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | 
             files["workloads"].append(workload)
             # Its points next, while the workload is fresh (format.reuse_parsed).
             for q in on_workload[key]:
+                if q.packet:
+                    continue
                 point = q.point_key
                 out = layout.endtoend(point), layout.collectives(point), layout.times(point)
                 simulate = make_task(
@@ -369,7 +411,26 @@ def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | 
         rows = tuple({k: str(v) for k, v in p.row().items()} for p in group)
         batches[name] = Batch(name, tuple(p.point_key for p in group), tuple(tasks),
                               {kind: tuple(v) for kind, v in files.items()}, tuple(inputs + ratio_files), rows)
+        for p in packet_points:
+            own = packet_batch(p, config, layout, run, workloads[p.workload_key], after=name)
+            batches[own.name] = own
     return batches
+
+
+def packet_batch(point, config: Mapping, layout, run, generate: Task, *, after: str) -> Batch:
+    """A packet-level point's simulation as a batch of its own: one job, with the memory,
+    run time and threads ``simulator.ns3`` gives it, after the batch that makes its workload."""
+    ns3 = config["simulator"]["ns3"]
+    key = point.point_key
+    out = layout.endtoend(key), layout.collectives(key), layout.times(key), layout.packet_record(key)
+    simulate = make_task(
+        "simulate", key, packet_command(point, config, generate.outputs[0], *out), layout.point_status("simulate", key),
+        out, upstream=[generate], provenance=run.job_provenance("simulator.ns3.root"),
+        memory_mb=int(ns3["memory_mb"]), runtime=float(ns3["runtime_min"]), threads=int(ns3["threads"]))
+    files = {kind: () for kind in FILE_KINDS}
+    files.update(status=(simulate.status,), endtoend=(out[0],), collectives=(out[1],), times=(out[2],))
+    return Batch(f"packet-{key}", (key,), (simulate,), files, (), ({k: str(v) for k, v in point.row().items()},),
+                 after=(after,), reads=(generate.outputs[0],))
 
 
 def batch_of_points(batches: Mapping[str, Batch]) -> dict[str, str]:
@@ -578,7 +639,7 @@ def run(batch: Batch, attempt_: int, manifest_path: str | Path, *, running_dir: 
         crashed = running.read_text(encoding="utf-8").strip()
     except OSError:
         crashed = ""
-    with open(running, "w", encoding="utf-8") as marker, synced_once(), reuse_parsed():
+    with open(running, "w", encoding="utf-8") as marker, synced_once(), reuse_parsed(), _interrupt_is_no_crash(running):
         for task in batch.tasks:
             if not any(up in ran for up in task.after) and is_current(task):
                 outcome.skipped += 1
@@ -620,6 +681,17 @@ def run(batch: Batch, attempt_: int, manifest_path: str | Path, *, running_dir: 
     return outcome
 
 
+@contextlib.contextmanager
+def _interrupt_is_no_crash(running: Path):
+    """On Ctrl-C, forget the task under way: it did not kill the batch's process, so the next
+    run need not run it in a process of its own."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        running.unlink(missing_ok=True)
+        raise
+
+
 def causes_table(batch: Batch) -> str:
     """The difference by cause of the batch's AICB points (``analysis.causes.points_causes``):
     its part of ``difference_by_cause.csv``, which the sweep-wide step puts together in the
@@ -659,5 +731,17 @@ def run_rule(smk) -> None:
         print(f"batch {batch_.name}: {len(batch_.points)} point(s), {len(batch_.tasks)} task(s), "
               f"attempt {smk.params.attempt}", file=sys.stderr, flush=True)
         [manifest_path] = storage.enter([smk.output.manifest])
-        outcome = run(batch_, int(smk.params.attempt), manifest_path, running_dir=running_dir)
+        try:
+            outcome = run(batch_, int(smk.params.attempt), manifest_path, running_dir=running_dir)
+        except KeyboardInterrupt:
+            # Ctrl-C: Snakemake shows this log; a line says it all (the task lines, up to
+            # one per task, and a traceback would be most of what the terminal shows).
+            from .cli import exit_interrupted
+
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.flush()
+                log.seek(0)
+                log.truncate()
+            exit_interrupted(f"batch {batch_.name}: interrupted (Ctrl-C); the tasks it finished are kept, "
+                             "the next run does the others")
         print(outcome.line(batch_.name), file=sys.stderr, flush=True)

@@ -28,8 +28,12 @@ AXES = (
 )
 # Axes that name points and fill table columns only where a sweep varies them, so a sweep
 # that leaves them out keeps its point keys and tables. ``tp_overlap``: SimAI's TP overlap
-# ratio (-tp_o); without the axis every point takes ``simulator.overlap.tp``.
-OPTIONAL_AXES = ("tp_overlap",)
+# ratio (-tp_o); without the axis every point takes ``simulator.overlap.tp``. ``simulation``:
+# how a point is simulated, ``analytical`` (``simulator.backend``) or ``packet`` (SimAI's NS-3
+# simulator, ``simulator.ns3``); a packet-level point's key ends in ``_packet``, an analytical
+# point's key is that of a sweep without the axis.
+OPTIONAL_AXES = ("tp_overlap", "simulation")
+SIMULATIONS = ("analytical", "packet")
 SCHEDULES = ("aicb", "megatron")
 NETWORK_FIELDS = ("gpus_per_server", "nics_per_server", "nvlink_gbps", "nic_gbps")
 TABLE_COLUMNS = (
@@ -71,6 +75,13 @@ class Point:
     gpu: str = field(default="H100-SXM", compare=False, repr=False)
     # SimAI's TP overlap ratio when the sweep has a tp_overlap axis (None: no such axis).
     tp_overlap: float | None = None
+    # analytical or packet when the sweep has a simulation axis (None: analytical, no axis).
+    simulation: str | None = None
+
+    @property
+    def packet(self) -> bool:
+        """Whether SimAI's packet-level simulator (NS-3) simulates this point."""
+        return self.simulation == "packet"
 
     @property
     def setup_key(self) -> str:
@@ -87,7 +98,13 @@ class Point:
     @property
     def point_key(self) -> str:
         key = f"{self.workload_key}__{self.network}"
-        return key if self.tp_overlap is None else key + f"_tpo{self.tp_overlap:g}"
+        key = key if self.tp_overlap is None else key + f"_tpo{self.tp_overlap:g}"
+        return key + "_packet" if self.packet else key
+
+    @property
+    def analytical_key(self) -> str:
+        """The key of the same point simulated analytically (its own key when it is)."""
+        return self.point_key.removesuffix("_packet") if self.packet else self.point_key
 
     @property
     def profile_key(self) -> str:
@@ -122,6 +139,8 @@ class Point:
         record.update({f: getattr(self.net, f) for f in NETWORK_FIELDS})
         if self.tp_overlap is not None:
             record["tp_overlap"] = self.tp_overlap
+        if self.simulation is not None:
+            record["simulation"] = self.simulation
         return record
 
 
@@ -224,17 +243,19 @@ def megatron_version(config: dict) -> str:
     return megatron_releases.release(given, key="generator.megatron_version").version
 
 
-def schedule_problems(setup: TrainingSetup, schedule: str, megatron_version: str | None = None) -> list[str]:
+def schedule_problems(setup: TrainingSetup, schedule: str, megatron_version: str | None = None, *,
+                      aiob: bool = False) -> list[str]:
     """Why a schedule cannot generate this setup's workload (empty when it can); the
-    megatron schedule that of megatron-core ``megatron_version`` (default: the newest traced)."""
+    megatron schedule that of megatron-core ``megatron_version`` (default: the newest traced),
+    the aicb schedule on AICB's AIOB path when ``aiob`` (its DeepSeek frame's crashes depend on it)."""
     if schedule == "megatron":
         from .workload import megatron
 
         return megatron.unsupported(setup, megatron_version)
     if schedule == "aicb":
-        from .workload import aicb
+        from .workload.aicb_deepseek import frame_module
 
-        return aicb.unsupported(setup)
+        return frame_module(setup).unsupported(setup, aiob=aiob)
     return [f"unknown schedule {schedule!r}; expected one of {', '.join(SCHEDULES)}"]
 
 
@@ -253,6 +274,29 @@ def tp_overlap_axis(config: dict) -> list[float | None]:
     default = ((config.get("simulator") or {}).get("overlap") or {}).get("tp", 0)
     unique = list(dict.fromkeys(float(v) for v in values))
     return [None] if unique == [float(default)] else unique
+
+
+def simulation_axis(config: dict) -> list[str | None]:
+    """How the sweep's points are simulated: ``[None]`` (no axis, or only ``analytical``:
+    keys and tables as without it) unless ``sweep.simulation`` lists ``packet``."""
+    values = (config.get("sweep") or {}).get("simulation")
+    if values is None:
+        return [None]
+    if not isinstance(values, list) or not values:
+        raise ConfigError("must be a non-empty list", key="sweep.simulation")
+    for v in values:
+        if v not in SIMULATIONS:
+            raise ConfigError(f"values must be {' or '.join(SIMULATIONS)}, got {v!r}", key="sweep.simulation")
+    unique = list(dict.fromkeys(values))
+    if unique == ["analytical"]:
+        return [None]
+    from .simulate.ns3.runner import configured_root
+
+    if not configured_root(config):
+        raise ConfigError("packet-level points need SimAI_simulator: set simulator.ns3.root (or SIMAI_ROOT) to a "
+                          "SimAI checkout built with './scripts/build.sh -c ns3', or to the binary",
+                          key="sweep.simulation")
+    return unique
 
 
 def table_columns(points: list[dict[str, Any]] | list[Point]) -> tuple[str, ...]:
@@ -291,6 +335,10 @@ def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
                 raise ConfigError(f"values must be true or false, got {v!r}", key=f"sweep.{name}")
 
     overlaps = tp_overlap_axis(config)
+    simulations = simulation_axis(config)
+    if "packet" in simulations and overlaps != [None]:
+        raise ConfigError("SimAI's packet-level simulator has no overlap ratios: a sweep with packet-level points "
+                          "cannot have a tp_overlap axis", key="sweep.simulation")
     version = megatron_version(config)
     points: list[Point] = []
     invalid: list[Invalid] = []
@@ -304,14 +352,14 @@ def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
         )
         reasons = setup.problems()
         if not reasons:
-            reasons += schedule_problems(setup, values["schedule"], version)
+            reasons += schedule_problems(setup, values["schedule"], version, aiob=values["aiob"])
         if not reasons and skip_unfit:
             reasons += [r for r in (memory_problem(setup, gpu),) if r]
         if reasons:
             invalid.append(Invalid(values=values, reasons=tuple(reasons)))
         else:
-            points += [Point(**values, setup=setup, net=nets[values["network"]], gpu=gpu, tp_overlap=tpo)
-                       for tpo in overlaps]
+            points += [Point(**values, setup=setup, net=nets[values["network"]], gpu=gpu, tp_overlap=tpo,
+                             simulation=sim) for tpo in overlaps for sim in simulations]
     return points, invalid
 
 

@@ -18,6 +18,8 @@ if not JOB_ROOT:
         input:
             # Files from outside results/ its tasks read: the user's AIOB files, ratio tables.
             external=lambda wildcards: batch_of(wildcards).inputs,
+            # The batches whose outputs it reads (a packet-level point's: its workload's batch).
+            upstream=lambda wildcards: [L.batch_manifest(name) for name in batch_of(wildcards).after],
         output:
             manifest=L.batch_manifest(),
         params:
@@ -47,6 +49,9 @@ else:
                 batch_rule_name(_name)
             input:
                 external=_batch.inputs,
+                # What it reads from other batches (a packet-level point's workload), and their manifests.
+                reads=list(_batch.reads),
+                upstream=[L.batch_manifest(name) for name in _batch.after],
             output:
                 manifest=L.batch_manifest(_name),
                 points=_batch.outputs(),

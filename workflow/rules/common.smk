@@ -37,8 +37,11 @@ POINT_BY_KEY = {p.point_key: p for p in POINTS}
 # The megatron-core release the megatron schedule and the audit follow.
 MEGATRON_VERSION = sweep.megatron_version(config)
 # Points the Megatron schedule can describe: they get an audit.
-AUDITED = [p for p in POINTS if not megatron.unsupported(p.setup, MEGATRON_VERSION)]
+# (A packet-level point's workload is audited with its analytical twin, when the sweep has one.)
+AUDITED = [p for p in POINTS if not p.packet and not megatron.unsupported(p.setup, MEGATRON_VERSION)]
 HAS_MOE = any(p.setup.model.is_moe for p in POINTS)
+# Points simulated by SimAI's packet-level simulator (the sweep's simulation axis).
+PACKET_POINTS = [p for p in POINTS if p.packet]
 # reference: measured traces real megatron-core once per model family, TP, PP and SP,
 # and per release of megatron_core when it lists some (else the installed release).
 TRACES = trace_setups([p.setup for p in POINTS]) if config["reference"] == "measured" else {}
@@ -72,12 +75,15 @@ wildcard_constraints:
 
 def final_outputs():
     """Everything `rule all` asks for (the check's inputs)."""
-    return [L.run_record(), L.summary(), *audit_outputs(), *answer_outputs(), *figure_outputs(), *trace_outputs()]
+    return [L.run_record(), L.summary(), *audit_outputs(), *answer_outputs(), *figure_outputs(), *trace_outputs(),
+            *([L.packet_comparison()] if PACKET_POINTS else [])]
 
 
 def step_statuses():
     """The status files of the sweep-wide steps (their outcome, read by the check)."""
     steps = ["summarize", "compare", "difference_by_cause", *(f"plot_{name}" for name in FIGURES), "answer"]
+    if PACKET_POINTS:
+        steps.append("packet_vs_analytical")
     if TRACES:
         steps.append("trace_check")
     if RELEASES:
@@ -120,7 +126,7 @@ def batch_resources(name, batch_name=None):
             return b.runtime()
         if name == "gpu":
             return 1 if torch and batch.torch_on_gpu() else 0
-        return 2 if torch and not batch.torch_on_gpu() else 1  # threads
+        return max(b.threads(), 2 if torch and not batch.torch_on_gpu() else 1)  # threads
 
     return resource
 

@@ -74,8 +74,9 @@ COLUMNS = (
 PHASE_ORDER = ("fwd", "ig", "wg", "pp")
 ITERATION = "iteration"
 
-# Module kind of a workload row, by name. AICB's names (SPEC.md) and the reference's
-# own row names; the first pattern that matches the whole name wins.
+# Module kind of a workload row, by name. AICB's names (aliyun/aicb @ 23eec3c,
+# workload_generator/SimAI_training_workload_generator.py) and the Megatron schedule's own
+# row names; the first pattern that matches the whole name wins.
 ROW_KINDS: tuple[tuple[str, str], ...] = (
     (r"embedding_layer", "embedding"),
     (r"layer\d+_recompute_.*", "recompute"),

@@ -70,7 +70,7 @@ def _causes(*entries: tuple[str, str, str]) -> dict[str, Cause]:
 
 # The causes, in the order tables and figures list them. Sources: AICB 23eec3c
 # (workload_generator/SimAI_training_workload_generator.py), Megatron-LM's schedule as
-# workload/megatron.py writes it (../shared/reference/megatron/GROUND_TRUTH.md).
+# workload/megatron.py writes it (its sources: NVIDIA/Megatron-LM, megatron/core/tensor_parallel/).
 CAUSES: dict[str, Cause] = _causes(
     ("missing_bwd_tp_allreduce", "backward TP all-reduces dropped",
      "Without SP, Megatron all-reduces on TP the input gradients of linear_qkv and linear_fc1 in every layer "

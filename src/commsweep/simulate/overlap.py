@@ -21,8 +21,8 @@ same exposed total is the hidden time over the whole time, collective by collect
   the GEMM's time (the row's forward GEMM in forward, its input-gradient GEMM in
   backward, the weight-gradient GEMM for the asynchronous input-gradient reduction).
 * **PP**: SimAI's pipeline term is ``2 * vpp * ga * pp_comm / 2^30 * (1 - pp_o) / pp_o``
-  seconds (``SEMANTICS.md``: it divides by the overlap ratio and multiplies by its
-  complement), i.e. the sends at ``pp_o / (1 - pp_o)`` GB/s in SimAI's bandwidth unit: a
+  seconds (SimAI @ cef83f9d, ``workload/Layer.cc``: it divides by the overlap ratio and
+  multiplies by its complement), i.e. the sends at ``pp_o / (1 - pp_o)`` GB/s in SimAI's bandwidth unit: a
   send and a receive per micro-batch and model chunk. On the 1F1B schedule's critical
   path there are more: the first micro-batch's activations cross the p - 1 stage
   boundaries before the last stage starts, the last one's gradients cross them back, so
@@ -100,11 +100,13 @@ def _column_kind(name: str) -> tuple[str | None, bool]:
 
 def pipeline_link_gbps(setup: TrainingSetup, gpus_per_server: int, nics_per_server: int,
                        nvlink_gbps: float, nic_gbps: float) -> float:
-    """Bandwidth of one rank's pipeline send (SimAI's GB/s): neighbouring stages are t*d
-    ranks apart (Megatron orders ranks TP first, then DP, then PP), so on one server only
-    when t*d is below the server's GPU count; across servers each GPU sends through its
-    share of the NICs."""
-    if setup.tp * setup.dp < gpus_per_server:
+    """Bandwidth of one rank's pipeline send (SimAI's GB/s): NVLink when the whole pipeline
+    sits on one server, else the NIC. Neighbouring stages are t*d ranks apart (Megatron
+    orders ranks TP first, then DP, then PP), so a server holds gpus_per_server / (t*d)
+    consecutive stages and, once the pipeline is longer, some stage boundary crosses
+    servers; the 1F1B schedule runs every stage in lockstep, so that slowest boundary
+    paces every send. Across servers each GPU sends through its share of the NICs."""
+    if setup.tp * setup.dp * setup.pp <= gpus_per_server:
         return nvlink_gbps
     return nic_gbps * min(1.0, nics_per_server / gpus_per_server)
 

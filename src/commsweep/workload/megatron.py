@@ -2,7 +2,9 @@
 
 One source of truth for the pipeline: ``schedule()`` lists, for one pipeline stage's
 view of one training iteration, every collective with its module, layer, phase, group
-and bytes (``../shared/reference/megatron/GROUND_TRUTH.md``; checked against traces of
+and bytes (NVIDIA/Megatron-LM's ``megatron/core/tensor_parallel/mappings.py`` and ``layers.py``,
+``megatron/core/pipeline_parallel/schedules.py``, ``megatron/core/transformer/moe/token_dispatcher.py``;
+Shoeybi et al. 2019, Narayanan et al. 2021, Korthikanti et al. 2022; checked against traces of
 real megatron-core by ``commsweep trace``). ``Schedule.workload()`` writes it as a SimAI
 workload; what that format cannot carry is kept in ``Schedule.unexpressed``.
 
