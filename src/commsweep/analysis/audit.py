@@ -116,7 +116,7 @@ def module_kind(module: str) -> str:
     """The module kind of a reference block, from its megatron-core module path."""
     if module == "embedding":
         return "embedding"
-    if ".self_attention." in module:
+    if ".self_attention." in module or module.endswith(".self_attention"):  # MLA's own gathers too
         return "attention"
     if ".mlp." in module or module.endswith(".mlp"):
         return "mlp"
@@ -540,25 +540,28 @@ def to_table(findings: list[Finding]) -> str:
     for kind, (count, delta, us) in totals.items():
         time = "" if us is None else f", {us:,.1f} us"
         lines.append(f"{kind}: {count} finding(s), {_mib(delta)} MiB{time}")
-    moe = moe_causes(findings)
-    if moe:
-        lines += ["", "MoE causes (docs/moe.md):"]
-    for cause, (count, delta, us) in moe.items():
-        time = "" if us is None else f", {us:,.1f} us"
-        lines.append(f"  {cause.slug}: {count} finding(s), {_mib(delta)} MiB{time}: {cause.label}")
+    for title, family in (("MoE causes (docs/moe.md):", "moe"), ("DeepSeek causes (docs/deepseek.md):", "deepseek")):
+        named = moe_causes(findings, family=family)
+        if named:
+            lines += ["", title]
+        for cause, (count, delta, us) in named.items():
+            time = "" if us is None else f", {us:,.1f} us"
+            lines.append(f"  {cause.slug}: {count} finding(s), {_mib(delta)} MiB{time}: {cause.label}")
     return "\n".join(lines) + "\n"
 
 
-def moe_causes(findings: Iterable[Finding]) -> dict:
-    """Per MoE cause of one point's findings (``causes.MOE_CAUSES``): (findings, summed
-    delta_bytes, summed delta_us or None), in ``causes.CAUSES`` order."""
+def moe_causes(findings: Iterable[Finding], family: str = "moe") -> dict:
+    """Per MoE cause (``causes.MOE_CAUSES``; ``family="deepseek"``: per DeepSeek cause,
+    ``causes.DEEPSEEK_CAUSES``) of one point's findings: (findings, summed delta_bytes,
+    summed delta_us or None), in ``causes.CAUSES`` order."""
     from . import causes
 
     findings = list(findings)
+    wanted = causes.DEEPSEEK_CAUSES if family == "deepseek" else causes.MOE_CAUSES
     slugs = causes.classify([causes.item(r) for r in as_rows(findings)])
     acc: dict[str, list] = {}
     for f, slug in zip(findings, slugs):
-        if slug in causes.MOE_CAUSES:
+        if slug in wanted:
             entry = acc.setdefault(slug, [0, 0, None])
             entry[0] += 1
             entry[1] += f.delta_bytes
