@@ -51,6 +51,8 @@ def test_a_run_leaves_no_report_of_results_it_replaced_and_names_the_command_tha
     assert suggested(first) == "make report CONFIG=my-sweep.yaml"
     in_clone(project, *shlex.split(suggested(first)), "-o", ".venv/.base-installed")
     first_run = json.loads((project / "results" / "run.json").read_text())["run"]
+    # Its end says how it went, and where the answer is.
+    assert f"commsweep: all 2 point(s) ok (run {first_run}); the answer: results/answer.md\n" in first.stderr
     assert first_run in report.read_text(errors="replace")
 
     # The same sweep with an override: the tables change, so the report of the first run goes,
