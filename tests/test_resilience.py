@@ -265,6 +265,7 @@ def test_ctrl_c_mid_sweep_then_make_run_finishes_it(tmp_path):
     assert all(re.fullmatch(r"batch \S+: interrupted \(Ctrl-C\); the tasks it finished are kept, "
                             r"the next run does the others\n", log) for log in logs), after
     assert len(after.splitlines()) <= 20 * max(1, len(logs)), after
+    assert "commsweep: the run did not finish (above: why); the same command again keeps what is done" in after
     # No verdict and no tables: the run did not end.
     assert not (run / "results" / "status.txt").exists() and not (run / "results" / "summary.csv").exists()
 

@@ -132,10 +132,13 @@ def on_start(workflow, layout) -> None:
 
 
 def on_error() -> None:
-    """A run that failed (e.g. a job killed outside commsweep's guard): Snakemake releases its lock; forget the holder."""
+    """A run that did not finish (Ctrl-C, or a job killed outside commsweep's guard):
+    Snakemake releases its lock; forget the holder, and say what the next run does."""
     from .locks import release_holder
 
     release_holder()
+    print("commsweep: the run did not finish (above: why); the same command again keeps what is done and "
+          "does the rest", file=sys.stderr, flush=True)
 
 
 def on_success(layout) -> None:
