@@ -32,7 +32,7 @@ include: "workflow/rules/summary.smk"
 include: "workflow/rules/trace.smk"
 include: "workflow/rules/audit.smk"
 include: "workflow/rules/answer.smk"
-include: "workflow/rules/moe.smk"
+include: "workflow/rules/figures.smk"
 include: "workflow/rules/packet.smk"
 
 

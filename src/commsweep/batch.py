@@ -298,8 +298,14 @@ def batch_name(index: int, count: int) -> str:
     return f"{index:0{len(str(count - 1))}d}-of-{count}"
 
 
+PACKET_PREFIX = "packet-"
+
+
 def count_of(name: str) -> int:
-    """The number of batches the sweep is cut into, from a batch's name (``batch_name``)."""
+    """The number of batches the sweep is cut into, from a batch's name (``batch_name``); 0
+    for a packet-level point's batch of its own (``packet_batch``), which is not one of them."""
+    if name.startswith(PACKET_PREFIX):
+        return 0
     return int(name.rsplit("-of-", 1)[1])
 
 
@@ -429,7 +435,7 @@ def packet_batch(point, config: Mapping, layout, run, generate: Task, *, after: 
         memory_mb=int(ns3["memory_mb"]), runtime=float(ns3["runtime_min"]), threads=int(ns3["threads"]))
     files = {kind: () for kind in FILE_KINDS}
     files.update(status=(simulate.status,), endtoend=(out[0],), collectives=(out[1],), times=(out[2],))
-    return Batch(f"packet-{key}", (key,), (simulate,), files, (), ({k: str(v) for k, v in point.row().items()},),
+    return Batch(f"{PACKET_PREFIX}{key}", (key,), (simulate,), files, (), ({k: str(v) for k, v in point.row().items()},),
                  after=(after,), reads=(generate.outputs[0],))
 
 

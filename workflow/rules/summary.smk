@@ -71,28 +71,6 @@ rule summarize:
         "../scripts/commsweep.py"
 
 
-rule plot_volume_by_tp:
-    input:
-        summary=L.summary(),
-        after=L.step_status("summarize"),
-    output:
-        plot=report(L.plot("volume_by_tp"), caption="../report/volume_by_tp.rst", category="Communication volumes"),
-        status=L.step_status("plot_volume_by_tp"),
-    params:
-        provenance=provenance(),
-        attempt=attempt(L.step_status("plot_volume_by_tp")),
-    log:
-        L.log("plot_volume_by_tp"),
-    benchmark:
-        L.benchmark("plot_volume_by_tp")
-    resources:
-        mem_mb=2048,
-        runtime=10,
-    threads: 1
-    shell:
-        guarded("plot volume-by-tp {input.summary} -o {output.plot}")
-
-
 rule check:
     # Last, whatever failed before it: the verdict of the run in status.txt (the failed
     # points and steps, and why), and the run fails if anything did. The next run retries

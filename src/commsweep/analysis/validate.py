@@ -218,7 +218,7 @@ def validate(runs: list[Run], sw: mk.Software, *, ratios=None, source: str | Pat
         except CommsweepError as err:
             raise InputError(f"cannot predict this run: {err}", file=source, line=run.line) from None
         params = {stage: local_parameters(setup, stage) for stage in {0, setup.pp - 1}}
-        mem = memory.estimate(setup, params, flash_attention=sw.attention == "flash", dropout=sw.dropout)
+        mem = memory.estimate(setup, params, flash_attention=sw.attention in ("flash", "cudnn"), dropout=sw.dropout)
         out.append(Result(run=run, prediction=p, memory=mem, fits=mem.fits(run.gpu.memory_gib)))
     return out
 
