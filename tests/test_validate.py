@@ -129,7 +129,10 @@ def test_a_run_without_a_measurement_is_predicted_only(tmp_path, capsys):
     rows = list(csv.DictReader(io.StringIO(out)))
     assert rc == 0 and rows[0]["measured_s"] == "" and rows[0]["error_pct"] == "" and float(rows[0]["predicted_s"]) > 1
     assert list(rows[0])[: len(validate.RUN_COLUMNS)] == list(validate.RUN_COLUMNS)
-    assert list(rows[0])[len(validate.RUN_COLUMNS):] == list(validate.RESULT_COLUMNS)
+    n = len(validate.RUN_COLUMNS) + len(validate.OPTIONAL_COLUMNS)
+    assert list(rows[0])[len(validate.RUN_COLUMNS):n] == list(validate.OPTIONAL_COLUMNS)
+    assert [rows[0][c] for c in validate.OPTIONAL_COLUMNS] == ["gpt", "", "bf16"]  # the defaults
+    assert list(rows[0])[n:] == list(validate.RESULT_COLUMNS)
 
 
 HEADER = ",".join(validate.RUN_COLUMNS)

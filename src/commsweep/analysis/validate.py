@@ -244,14 +244,14 @@ def write_workloads(results: list[Result], folder: str | Path) -> Path:
 
 def _cells(r: Result) -> list[str]:
     err = r.error_pct
-    return ([r.run.values[c] for c in RUN_COLUMNS] + [f"{r.predicted_s:.4f}", "" if err is None else f"{err:.2f}"]
+    return ([r.run.values[c] for c in (*RUN_COLUMNS, *OPTIONAL_COLUMNS)] + [f"{r.predicted_s:.4f}", "" if err is None else f"{err:.2f}"]
             + [f"{r.breakdown[b]:.4f}" for b in BREAKDOWN] + [f"{r.memory.total_gib:.1f}", str(r.fits).lower()])
 
 
 def to_csv(results: list[Result]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow([*RUN_COLUMNS, *RESULT_COLUMNS])
+    writer.writerow([*RUN_COLUMNS, *OPTIONAL_COLUMNS, *RESULT_COLUMNS])
     for r in results:
         writer.writerow(_cells(r))
     return buf.getvalue()
