@@ -142,30 +142,41 @@ def on_start(workflow, layout) -> None:
 
 
 def on_error() -> None:
-    """A run that failed (e.g. a job killed outside commsweep's guard): Snakemake releases its lock; forget the holder."""
+    """A run that did not finish (Ctrl-C, or a job killed outside commsweep's guard):
+    Snakemake releases its lock; forget the holder, and say what the next run does."""
     from .locks import release_holder
 
     release_holder()
+    print("commsweep: the run did not finish (above: why); the same command again keeps what is done and "
+          "does the rest", file=sys.stderr, flush=True)
 
 
 def on_success(layout) -> None:
-    """After the last job: a run whose check recorded failures ends with an error, and the list."""
+    """After the last job: the run's verdict (ok, and where the answer is; or the failed
+    points and steps, and the run ends with an error), and the command that makes the report
+    when there is none of these results."""
     from .locks import release_holder
     from .status import verdict_failed
 
     release_holder()
-    if _RUN["report_command"] and not Path(layout.report()).exists():
-        print(f"commsweep: the HTML report of these results: {_RUN['report_command']}", file=sys.stderr, flush=True)
-    if not _RUN["checks"]:  # e.g. --until volumes: the verdict on file is an earlier run's
-        return
     path = Path(layout.verdict())
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError:
-        return
-    if verdict_failed(text):
-        sys.stderr.write(f"commsweep: {text}commsweep: the run failed ({path}); the next run retries what failed\n")
-        sys.stderr.flush()
+    text = ""
+    if _RUN["checks"]:  # else (e.g. --until volumes) the verdict on file is an earlier run's
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError:
+            pass
+    failed = verdict_failed(text)
+    if failed:
+        sys.stderr.write(f"commsweep: {text}")
+    elif text:
+        print(f"commsweep: {text.splitlines()[0]}; the answer: {layout.answer_page()}", file=sys.stderr)
+    if _RUN["report_command"] and not Path(layout.report()).exists():
+        print(f"commsweep: the HTML report of these results: {_RUN['report_command']}", file=sys.stderr)
+    if failed:
+        sys.stderr.write(f"commsweep: the run failed ({path}); the next run retries what failed\n")
+    sys.stderr.flush()
+    if failed:
         raise SystemExit(1)
 
 
