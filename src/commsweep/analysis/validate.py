@@ -58,7 +58,7 @@ RECOMPUTE = ("none", "selective", "full")
 # The published tables shipped with the package, and the Megatron-LM each was measured with.
 DATA = Path(__file__).resolve().parents[1] / "data" / "validation"
 PUBLISHED = {"korthikanti2022_table5.csv": "2022", "narayanan2021_table1.csv": "2021",
-             "nemo2407_h100.csv": "nemo", "nemo_later_h100.csv": "nemo"}
+             "nemo2407_h100.csv": "nemo", "nemo2409_h100.csv": "nemo", "nemo_later_h100.csv": "nemo"}
 
 
 @dataclass(frozen=True)
