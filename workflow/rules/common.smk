@@ -3,6 +3,7 @@
 
 import os
 import shlex
+from pathlib import Path
 from typing import NamedTuple
 
 from snakemake.exceptions import WorkflowError
@@ -14,6 +15,11 @@ from commsweep.trace.scale import pipeline_dp, trace_setups
 from commsweep.workload import megatron
 
 L = paths.Layout(paths.RESULTS)
+# The conda environment of every rule, for --software-deployment-method conda (the container
+# image is the Snakefile's): this package and its requirements, installed by pip from the
+# workflow's folder (COMMSWEEP_SOURCE). See docs/cluster.md.
+COMMSWEEP_ENV = "../envs/commsweep.yaml"
+os.environ.setdefault("COMMSWEEP_SOURCE", str(Path(workflow.basedir)))
 # Without a shared filesystem (a default storage provider: Kubernetes, a batch service), the
 # folder that holds this node's copies of the storage's files (commsweep.storage), else "".
 # Every job runs from it; this process reads what it knows of earlier runs there (LOCAL).
@@ -144,9 +150,14 @@ def point_inputs(*kinds):
     inputs named ``points_KIND``, in the manifests' order: declared only without a shared
     filesystem, where a job gets its declared inputs alone (with one, the manifests stand for
     them: Snakemake then tracks one file per batch, not ten per point)."""
-    if not JOB_ROOT:
-        return {}
-    return {f"points_{kind}": [f for name in sorted(BATCHES) for f in BATCHES[name].files[kind]] for kind in kinds}
+    return storage_inputs(**{f"points_{kind}": [f for name in sorted(BATCHES) for f in BATCHES[name].files[kind]]
+                             for kind in kinds})
+
+
+def storage_inputs(**files):
+    """Named inputs declared only without a shared filesystem: files a step reads that its
+    other inputs stand for (a manifest, a status) when the filesystem is shared."""
+    return files if JOB_ROOT else {}
 
 
 def audit_outputs():

@@ -7,6 +7,8 @@ rule sweep_table:
     params:
         # The table itself: a changed sweep reruns this rule and everything after it.
         table=sweep.table_csv(POINTS, INVALID),
+    conda:
+        COMMSWEEP_ENV
     log:
         L.log("sweep_table"),
     benchmark:
@@ -28,6 +30,8 @@ rule run_record:
     params:
         # (a function: Snakemake would read {profile} in aiob.file as a wildcard)
         text=lambda wildcards: RUN.record(),
+    conda:
+        COMMSWEEP_ENV
     log:
         L.log("run_record"),
     benchmark:
@@ -59,6 +63,8 @@ rule summarize:
         command=guarded_argv("summarize", "--sweep", "<input.sweep>", "--status", "<batches.status>",
                              "--volumes", "<batches.volumes>", "--times", "<batches.times>", "--run", "<params.run>",
                              "-o", "<output.summary>"),
+    conda:
+        COMMSWEEP_ENV
     log:
         L.log("summarize"),
     benchmark:
@@ -88,6 +94,8 @@ rule check:
         ignored=lambda wildcards: IGNORED,
         command=["check", "--sweep", "<input.sweep>", "--status", "<batches.status>", "--steps", "<input.steps>",
                  "--run", "<params.run>", "--ignored", "<params.ignored>", "--exit-zero", "-o", "<output.verdict>"],
+    conda:
+        COMMSWEEP_ENV
     log:
         L.log("check"),
     benchmark:
