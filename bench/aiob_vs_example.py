@@ -28,8 +28,8 @@ from pathlib import Path
 
 from commsweep.aiob import gpus, roofline
 from commsweep.aiob import profile_file as pf
-from commsweep.models import PRESETS, ModelSpec
-from commsweep.training import TrainingSetup
+from commsweep.setup.models import PRESETS, ModelSpec
+from commsweep.setup.training import TrainingSetup
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT = REPO.parent / "shared" / "reference" / "aicb" / "aiob_inputs" / "Example.txt"

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from commsweep import cli, paths, sweep
 from commsweep.analysis import answer, causes
+from commsweep.base import paths
+from commsweep.orchestration import cli, sweep
 from test_causes import default_config, run_sweep
 
 GiB = 2**30

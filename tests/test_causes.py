@@ -15,11 +15,12 @@ import pytest
 import yaml
 
 import sweeps
-from commsweep import cli, paths, sweep
 from commsweep.aiob.backends import profile_setup
 from commsweep.analysis import causes
-from commsweep.arguments import to_commsweep_argv
-from commsweep.errors import InputError
+from commsweep.base import paths
+from commsweep.base.errors import InputError
+from commsweep.orchestration import cli, sweep
+from commsweep.setup.arguments import to_commsweep_argv
 from conftest import REPO
 
 GiB = 2**30
@@ -27,7 +28,7 @@ GiB = 2**30
 
 def run_sweep(results: Path, config: dict) -> list[dict[str, str]]:
     """Every per-point result of a sweep, made by the commands the rules run; the points table."""
-    from commsweep.config_schema import validate_config
+    from commsweep.setup.config_schema import validate_config
 
     validate_config(config)
     points, invalid = sweep.points_from_config(config)
@@ -72,7 +73,7 @@ def run_sweep(results: Path, config: dict) -> list[dict[str, str]]:
 
 
 def config_of(text: str) -> dict:
-    from commsweep.config_schema import validate_config
+    from commsweep.setup.config_schema import validate_config
 
     config = yaml.safe_load(text)
     validate_config(config)

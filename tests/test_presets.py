@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from commsweep import cli, sweep
 from commsweep.aiob import gpus
 from commsweep.aiob import profile_file as pf
-from commsweep.models import presets
-from commsweep.training import TrainingSetup
+from commsweep.orchestration import cli, sweep
+from commsweep.setup.models import presets
+from commsweep.setup.training import TrainingSetup
 from commsweep.workload import format as wformat
+from commsweep.workload import generate
 
 
 def setup_args(name):
@@ -22,7 +23,7 @@ def setup_args(name):
 def schedules(name):
     m = presets()[name]
     setup = TrainingSetup(model=m, world_size=8, tp=2, ep=2 if m.is_moe else 1, sp=m.is_moe, global_batch=8)
-    return [s for s in sweep.SCHEDULES if not sweep.schedule_problems(setup, s)]
+    return [s for s in generate.SCHEDULES if not generate.schedule_problems(setup, s)]
 
 
 @pytest.mark.parametrize("name", list(presets()))

@@ -45,8 +45,8 @@ import csv
 import io
 from dataclasses import dataclass
 
-from ..errors import ConfigError
-from ..training import TrainingSetup
+from ..base.errors import ConfigError
+from ..setup.training import TrainingSetup
 from .gpus import GpuSpec
 from .profile_file import STANDARD_SECTIONS, AiobProfile, OpTime
 

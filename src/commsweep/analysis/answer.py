@@ -252,7 +252,7 @@ FIGURES = {
 
 def write(causes_csv: Path, sweep_csv: Path, markdown: Path, rst: Path | None = None) -> None:
     """Write answer.md (figures linked relative to it) and, if asked, answer.rst (embedded)."""
-    from ..files import write_text
+    from ..base.files import write_text
     from .summary import read_points
 
     rows = cz.read_csv(causes_csv)

@@ -59,8 +59,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ConfigError, InputError
-from ..training import TrainingSetup
+from ..base.errors import ConfigError, InputError
+from ..setup.training import TrainingSetup
 from ..workload import format as wf
 from ..workload import megatron
 
@@ -307,7 +307,7 @@ def audit(
 
 # The last audit before its times, by its workload (the object itself: a ``Workload`` is
 # immutable, and ``format.reuse_parsed`` gives the same object for the same file), setup,
-# stage and GPUs. A batch of points (``commsweep.batch``) audits each workload once per
+# stage and GPUs. A batch of points (``commsweep.orchestration.batch``) audits each workload once per
 # network, and only the times differ.
 _LAST: dict[tuple, tuple[wf.Workload, list[Finding], wf.Header]] = {}
 
@@ -512,8 +512,9 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:,.2f}"
 
 
-def to_table(findings: list[Finding]) -> str:
-    """Findings for a reader: sizes in MiB, the size ratio, and totals per kind."""
+def to_table(findings: list[Finding], moe: dict | None = None) -> str:
+    """Findings for a reader: sizes in MiB, the size ratio, and totals per kind; ``moe``: the
+    totals per MoE cause (``causes.moe_causes``), listed after them."""
     head = ("row", "name", "layer", "phase", "kind", "expected", "found", "ratio", "delta MiB", "delta us")
     rows = []
     for f in findings:
@@ -539,31 +540,13 @@ def to_table(findings: list[Finding]) -> str:
     for kind, (count, delta, us) in totals.items():
         time = "" if us is None else f", {us:,.1f} us"
         lines.append(f"{kind}: {count} finding(s), {_mib(delta)} MiB{time}")
-    moe = moe_causes(findings)
+    moe = moe or {}
     if moe:
         lines += ["", "MoE causes (docs/moe.md):"]
     for cause, (count, delta, us) in moe.items():
         time = "" if us is None else f", {us:,.1f} us"
         lines.append(f"  {cause.slug}: {count} finding(s), {_mib(delta)} MiB{time}: {cause.label}")
     return "\n".join(lines) + "\n"
-
-
-def moe_causes(findings: Iterable[Finding]) -> dict:
-    """Per MoE cause of one point's findings (``causes.MOE_CAUSES``): (findings, summed
-    delta_bytes, summed delta_us or None), in ``causes.CAUSES`` order."""
-    from . import causes
-
-    findings = list(findings)
-    slugs = causes.classify([causes.item(r) for r in as_rows(findings)])
-    acc: dict[str, list] = {}
-    for f, slug in zip(findings, slugs):
-        if slug in causes.MOE_CAUSES:
-            entry = acc.setdefault(slug, [0, 0, None])
-            entry[0] += 1
-            entry[1] += f.delta_bytes
-            if f.delta_us is not None:
-                entry[2] = (entry[2] or 0.0) + f.delta_us
-    return {c: tuple(acc[slug]) for slug, c in causes.CAUSES.items() if slug in acc}
 
 
 def as_rows(findings: Iterable[Finding]) -> list[dict[str, str]]:

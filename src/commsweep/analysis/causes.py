@@ -40,9 +40,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from .. import paths
-from ..errors import InputError
-from ..files import read_text
+from ..base import paths
+from ..base.errors import InputError
+from ..base.files import read_text
 from ..simulate import engine
 from ..simulate import times as sim_times
 from ..workload import format as wf
@@ -439,8 +439,8 @@ class Simulated:
 
 def read_simulated(files: paths.PointFiles, point: str) -> Simulated | None:
     """A point's collectives.csv and times.csv, or None when it has no (complete) simulation."""
+    from ..base.status import is_marker
     from ..simulate.collectives import COLUMNS as TIDY
-    from ..status import is_marker
 
     coll_path, times_path = files.collectives(point), files.times(point)
     if coll_path is None or times_path is None:
@@ -603,6 +603,22 @@ def aggregate(point_parts: list[Part], total_bytes: int | None = None, total_exp
     return rows
 
 
+def moe_causes(findings: Iterable[audit.Finding]) -> dict:
+    """Per MoE cause of one point's findings (``MOE_CAUSES``): (findings, summed
+    delta_bytes, summed delta_us or None), in ``CAUSES`` order (``audit.to_table`` lists them)."""
+    findings = list(findings)
+    slugs = classify([item(r) for r in audit.as_rows(findings)])
+    acc: dict[str, list] = {}
+    for f, slug in zip(findings, slugs):
+        if slug in MOE_CAUSES:
+            entry = acc.setdefault(slug, [0, 0, None])
+            entry[0] += 1
+            entry[1] += f.delta_bytes
+            if f.delta_us is not None:
+                entry[2] = (entry[2] or 0.0) + f.delta_us
+    return {c: tuple(acc[slug]) for slug, c in CAUSES.items() if slug in acc}
+
+
 # -- the sweep -----------------------------------------------------------------------------
 
 
@@ -653,7 +669,7 @@ class PointCauses:
 def point_causes(files: paths.PointFiles, point: dict[str, str], partner: dict[str, str] | None
                  ) -> PointCauses | None:
     """An AICB point's causes against its Megatron point (None: the point has no audit)."""
-    from ..status import is_marker
+    from ..base.status import is_marker
 
     audit_path = files.audit(point["point"])
     if audit_path is None or not audit_path.exists() or is_marker(audit_path):
@@ -684,9 +700,9 @@ def points_causes(points: list[dict[str, str]], files: paths.PointFiles) -> list
 
     A point's Megatron partner is one of the same setting (``megatron_partners``), so any set
     of points that holds every point of its settings gives each point what the whole sweep
-    would: a batch of points does (``commsweep.batch``: a batch holds whole model shards).
+    would: a batch of points does (``commsweep.orchestration.batch``: a batch holds whole model shards).
     """
-    from ..status import failures
+    from ..base.status import failures
 
     ok = {p["point"]: p for p in points if not failures(files, p["workload"], p["point"])}
     partners = megatron_partners(list(ok.values()))
@@ -723,7 +739,7 @@ def assemble(sweep_csv: Path, parts: Iterable[str | Path]) -> str:
     """``difference_by_cause.csv`` from tables of parts of the sweep (``to_csv`` of
     ``points_causes``, one per batch of points): their rows, point by point in the sweep's
     order. A part that is a failed job's marker (``status.MARKER``) is an error naming it."""
-    from ..status import MARKER
+    from ..base.status import MARKER
     from .summary import read_points
 
     rows_of: dict[str, list[list[str]]] = {}

@@ -21,10 +21,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..arguments import add_training_arguments, setup_from_args, to_commsweep_argv
-from ..errors import CommsweepError
-from ..files import write_text
-from ..training import TrainingSetup
+from ..base.errors import CommsweepError
+from ..base.files import write_text
+from ..setup.arguments import add_training_arguments, setup_from_args, to_commsweep_argv
+from ..setup.training import TrainingSetup
 from .records import RankInfo, Trace, TraceRecord
 from .versions import Environment
 

@@ -89,7 +89,7 @@ def load_config(workflow, config: dict) -> None:
     The files are those Snakemake read (``--configfile``, else the Snakefile's default),
     the overrides the raw ``--config KEY=VALUE`` arguments; ``config`` is updated in place.
     """
-    from .configfile import load
+    from ..setup.configfile import load
 
     files = [str(f) for f in workflow.configfiles]
     overrides = list(getattr(workflow.config_settings, "config_args", None) or ())
@@ -131,8 +131,8 @@ def on_error() -> None:
 
 def on_success(layout) -> None:
     """After the last job: a run whose check recorded failures ends with an error, and the list."""
+    from ..base.status import verdict_failed
     from .locks import release_holder
-    from .status import verdict_failed
 
     release_holder()
     if not _RUN["checks"]:  # e.g. --until volumes: the verdict on file is an earlier run's
@@ -169,7 +169,9 @@ def prepare(workflow, config: dict, points, layout, *, traces=()):
         config_files=tuple(provenance.relative_to_cwd(f) for f in workflow.configfiles),
     )
     os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
-    os.environ[provenance.CONFIG_DIGEST_ENV] = run.config_digest
+    from ..base.status import CONFIG_DIGEST_ENV
+
+    os.environ[CONFIG_DIGEST_ENV] = run.config_digest
     ignored: list[str] = []
     if workflow.is_main_process:
         from .locks import LockHeld, clear_stale
@@ -191,7 +193,7 @@ def prepare(workflow, config: dict, points, layout, *, traces=()):
 
 def announce(workflow, points, batches) -> None:
     """Say, once per run, how much per-point work the sweep holds and how it is batched
-    (``commsweep.batch``): a dry run shows batch jobs, not points. ``commsweep sweep --check
+    (``commsweep.orchestration.batch``): a dry run shows batch jobs, not points. ``commsweep sweep --check
     CONFIG --todo`` says which of their tasks a run would do now."""
     if not workflow.is_main_process:
         return
