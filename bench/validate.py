@@ -1,18 +1,21 @@
-"""The time model against the published measurements: error per source, and the A100 fit.
+"""The time model against the published measurements: error per source, and the fits.
 
 For each published table shipped in ``src/commsweep/data/validation/`` (Korthikanti et al.
-2022 Table 5, Narayanan et al. 2021 Table 1), runs ``commsweep validate``'s prediction
-under the Megatron-LM version the table was measured with and under the default version
-(2022), and prints the mean and largest absolute error per source.
+2022 Table 5, Narayanan et al. 2021 Table 1 on A100; NVIDIA's NeMo 24.07 table and its
+later releases' on H100), runs ``commsweep validate``'s prediction under the Megatron-LM
+version the table was measured with (and the A100 tables under the default version, 2022
+too), and prints the mean and largest absolute error per source.
 
 ``--plot FILE`` draws both tables' predictions against the measurements (the figure of
 ``docs/validation.md``). ``--fit`` redoes the fit of the two A100 efficiencies of ``aiob/gpus.py`` (the large-GEMM
 efficiency and the streaming-kernel memory efficiency; everything else in the model is a
 datasheet figure or a count of bytes and FLOPs): a grid search minimising the mean of the
 two tables' mean absolute errors, each table under its own Megatron-LM version. These two
-tables are the only data the fit sees. About 5 minutes on 2 cores.
+tables are the only data the fit sees. About 5 minutes on 2 cores. ``--fit-fp8`` redoes the
+fit of Hopper's FP8 GEMM efficiency on the NeMo 24.07 table alone (steps of 0.01), which
+every other table then takes as it is.
 
-Run with ``.venv/bin/python bench/validate.py [--plot FILE] [--fit]``.
+Run with ``.venv/bin/python bench/validate.py [--plot FILE] [--fit] [--fit-fp8]``.
 """
 
 from __future__ import annotations
@@ -27,7 +30,11 @@ from commsweep.analysis import validate
 
 
 CITATION = {"korthikanti2022_table5.csv": "Korthikanti et al. 2022, Table 5",
-            "narayanan2021_table1.csv": "Narayanan et al. 2021, Table 1"}
+            "narayanan2021_table1.csv": "Narayanan et al. 2021, Table 1",
+            "nemo2407_h100.csv": "NeMo 24.07, DGX-H100 FP8",
+            "nemo_later_h100.csv": "NeMo 25.02 / 25.11, DGX-H100 FP8"}
+A100 = ("korthikanti2022_table5.csv", "narayanan2021_table1.csv")
+FP8_FIT = "nemo2407_h100.csv"
 
 
 def errors(runs: dict[str, list], versions: dict[str, str], gpu_changes: dict | None = None) -> dict[str, dict]:
@@ -42,21 +49,32 @@ def errors(runs: dict[str, list], versions: dict[str, str], gpu_changes: dict | 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fit", action="store_true", help="grid-search the A100 GEMM and memory efficiencies")
-    parser.add_argument("--plot", metavar="FILE", help="draw both tables, each under its own version (docs/validation.png)")
+    parser.add_argument("--fit-fp8", action="store_true", help="fit Hopper's FP8 GEMM efficiency on the NeMo 24.07 table")
+    parser.add_argument("--plot", metavar="FILE", help="draw every table, each under its own version (docs/validation.png)")
     args = parser.parse_args()
     runs = {name: validate.read_runs(validate.DATA / name) for name in validate.PUBLISHED}
-    a100 = gpus.gpu("A100-80GB")
-    print(f"A100 efficiencies: gemm {a100.gemm_efficiency}, memory {a100.memory_efficiency}")
+    a100_runs = {name: runs[name] for name in A100}
+    a100, h100 = gpus.gpu("A100-80GB"), gpus.gpu("H100-SXM")
+    print(f"fitted: A100 gemm {a100.gemm_efficiency}, memory {a100.memory_efficiency} (on {', '.join(A100)}); "
+          f"Hopper FP8 gemm {h100.fp8_gemm_efficiency} (on {FP8_FIT})")
     print(f"{'source':<28} {'megatron':>8} {'runs':>4} {'mean |err| %':>12} {'mean err %':>10} {'max |err| %':>11}  worst")
-    for label, versions in (("own", validate.PUBLISHED), ("default", {n: "2022" for n in validate.PUBLISHED})):
-        for name, s in errors(runs, versions).items():
+    for versions in (validate.PUBLISHED, {n: "2022" for n in A100}):
+        for name, s in errors({n: runs[n] for n in versions}, versions).items():
             print(f"{name.removesuffix('.csv'):<28} {versions[name]:>8} {s['runs']:>4} {s['mean_abs_error_pct']:>12.2f} "
                   f"{s['mean_error_pct']:>+10.2f} {s['max_abs_error_pct']:>11.2f}  {s['worst']}")
     if args.plot:
         groups = {f"{CITATION[name]} (Megatron-LM {v})": validate.validate(runs[name], software(v))
                   for name, v in validate.PUBLISHED.items()}
-        validate.plot(groups, args.plot, title="Iteration time on A100 (Selene): predicted vs measured")
+        validate.plot(groups, args.plot, title="Iteration time on A100 (Selene) and H100 (DGX H100): predicted vs measured")
         print(f"wrote {args.plot}")
+    if args.fit_fp8:
+        fits = []
+        for step in range(35, 81):
+            e = errors({FP8_FIT: runs[FP8_FIT]}, validate.PUBLISHED, {"fp8_gemm_efficiency": step / 100})[FP8_FIT]
+            fits.append((e["mean_abs_error_pct"], step / 100, e))
+        score, eff, e = min(fits)
+        print(f"\nFP8 fit on {FP8_FIT}: fp8_gemm_efficiency {eff}: mean |error| {score:.2f}% "
+              f"(max {e['max_abs_error_pct']:.2f}%, {e['worst']})")
     if not args.fit:
         return
     start = time.perf_counter()
@@ -66,7 +84,7 @@ def main() -> None:
     for _ in range(2):
         for gemm, mem in grid:
             changes = {"gemm_efficiency": round(gemm, 2), "memory_efficiency": round(mem, 2)}
-            e = errors(runs, validate.PUBLISHED, changes)
+            e = errors(a100_runs, validate.PUBLISHED, changes)
             score = sum(s["mean_abs_error_pct"] for s in e.values()) / len(e)
             if best is None or score < best[0]:
                 best = (score, changes, e)

@@ -74,5 +74,19 @@ def test_unknown_argument_is_rejected(capsys):
 
 
 def test_unsupported_frame():
-    with pytest.raises(ConfigError, match="--frame: only --frame=Megatron"):
+    with pytest.raises(ConfigError, match="--frame: commsweep emulates --frame=Megatron and --frame=DeepSeek, got 'DeepSpeed'"):
         setup_from_args(parse(["--frame=DeepSpeed"]))
+
+
+def test_deepseek_frame_takes_aicb_defaults_and_the_preset():
+    # AICB's get_deepseek_params defaults, with every layer after the third an MoE layer.
+    m = setup_from_args(parse(["--frame=DeepSeek", "--ffn_hidden_size=512"])).model
+    assert (m.q_lora_rank, m.kv_lora_rank, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim) == (1536, 512, 128, 64, 128)
+    assert m.moe_first_k_dense == 3 and m.moe_shared_expert_intermediate_size == 2 * 512 and m.num_experts == 1
+    # A preset with MLA picks the frame; its flags override the preset; AICB's q_lora_rank 0 is no query latent.
+    m = setup_from_args(parse(["--model", "deepseek-v3", "--q_lora_rank=0", "--n_dense_layers=1"])).model
+    assert m.q_lora_rank is None and m.moe_first_k_dense == 1 and m.moe_ffn_hidden_size == 2048
+    with pytest.raises(ConfigError, match="--frame: deepseek-v3 has multi-latent attention"):
+        setup_from_args(parse(["--model", "deepseek-v3", "--frame=Megatron"]))
+    # Under AICB's Megatron frame the DeepSeek flags are ignored, as AICB ignores them.
+    assert not setup_from_args(parse(["--kv_lora_rank=64"])).model.is_mla

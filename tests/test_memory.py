@@ -219,3 +219,30 @@ def test_the_moe_sweep_says_which_points_fit_and_keeps_them_when_asked(tmp_path)
     dropped, invalid = sweep.points_from_config({**config, "skip_unfit": None})
     assert {p.model for p in dropped} == {"qwen1.5-moe-a2.7b"}
     assert any(r.startswith("needs ") and "the H100-SXM has 80 GiB" in r for i in invalid for r in i.reasons)
+
+
+@pytest.mark.trace
+def test_a_megatron_core_layer_keeps_what_the_model_counts():
+    """Measured, not derived: one layer of real megatron-core (its local GPT spec, on the
+    CPU) keeps for backward what ``layer_activations`` counts without flash attention or
+    dropout, to the norms' statistics (two fp32 values per token and norm)."""
+    import json
+    import subprocess
+    import sys
+
+    from commsweep.trace import runner
+
+    missing = runner.missing_dependencies()
+    if missing:
+        pytest.skip(missing)
+    s, b, h, a, f = 128, 2, 256, 4, 1024
+    out = subprocess.run([sys.executable, "-m", "commsweep.trace.activations", "--hidden", str(h), "--heads", str(a),
+                          "--ffn", str(f), "--seq", str(s), "--micro-batch", str(b)],
+                         capture_output=True, text=True, timeout=600, check=True)
+    measured = json.loads(out.stdout.splitlines()[-1])["saved_bytes_16bit"]
+    model = ModelSpec(name="layer", num_layers=1, hidden_size=h, num_attention_heads=a, ffn_hidden_size=f,
+                      vocab_size=128, max_position_embeddings=s)
+    setup = TrainingSetup(model=model, world_size=1, micro_batch=b, global_batch=b, seq_length=s)
+    stored, _ = memory.layer_activations(setup, flash_attention=False, dropout=False)
+    norm_statistics = 2 * 2 * 4 * s * b // 2  # two norms, mean and rstd, fp32, per 16-bit value
+    assert measured == stored + norm_statistics

@@ -26,8 +26,14 @@ def schedules(name):
     return [s for s in generate.SCHEDULES if not generate.schedule_problems(setup, s)]
 
 
+def skip_mla(name):
+    if presets()[name].is_mla:
+        pytest.skip("multi-latent attention: AICB's DeepSeek frame and the MLA profile land next (issue 23)")
+
+
 @pytest.mark.parametrize("name", list(presets()))
 def test_preset_generates(name, tmp_path):
+    skip_mla(name)
     assert schedules(name), f"{name}: no schedule can write it"
     for schedule in schedules(name):
         out = tmp_path / f"{schedule}.txt"
@@ -39,6 +45,7 @@ def test_preset_generates(name, tmp_path):
 
 @pytest.mark.parametrize("name", list(presets()))
 def test_preset_profiles_on_every_gpu(name, tmp_path):
+    skip_mla(name)
     for gpu in gpus.known_gpus():
         out = tmp_path / f"{gpu}.txt"
         assert cli.main(["profile", *setup_args(name), "--gpu", gpu, "-o", str(out)]) == 0
@@ -50,3 +57,24 @@ def test_unknown_preset_is_a_config_error(capsys):
     assert cli.main(["generate", "--model", "gpt-9b"]) == 2
     err = capsys.readouterr().err
     assert "--model: unknown preset 'gpt-9b'; presets: gpt-7b, gpt-13b" in err
+
+
+def test_deepseek_presets_keep_their_published_layout():
+    v3, lite = presets()["deepseek-v3"], presets()["deepseek-v2-lite"]
+    # DeepSeek-V3: 3 dense layers, then 58 MoE layers; V2-Lite: 1, then 26.
+    assert [v3.is_moe_layer(i) for i in range(61)] == [False] * 3 + [True] * 58
+    assert sum(map(lite.is_moe_layer, range(27))) == 26
+    assert v3.qk_head_dim == 192 and lite.q_lora_rank is None and lite.is_mla
+
+
+@pytest.mark.parametrize("fields, key", [
+    ({"kv_lora_rank": 64, "qk_rope_head_dim": 16, "v_head_dim": 32}, "models.m.qk_nope_head_dim"),
+    ({"q_lora_rank": 64}, "models.m.q_lora_rank"),
+])
+def test_incomplete_mla_is_a_config_error_naming_the_field(fields, key):
+    from commsweep.errors import ConfigError
+    from commsweep.models import model_from_dict
+
+    with pytest.raises(ConfigError) as err:
+        model_from_dict("m", {"base": "gpt-7b", **fields})
+    assert err.value.key == key

@@ -21,6 +21,12 @@ validated against measurements:
   e.g. the GEMMs' slowdown beside concurrent NCCL kernels). Hopper: 650-750 of 989 TFLOP/s
   (0.70) as NVIDIA's and MLPerf-style GEMM sweeps commonly show; the H20's tensor cores are
   capped so far below its memory system that GEMMs run close to the cap (0.85).
+* ``fp8_gemm``: large FP8 GEMMs (Transformer Engine, the transformer layers' linears), as
+  a fraction of the dense FP8 peak. Hopper: 0.49, **fitted** on one table only, NVIDIA's
+  NeMo 24.07 DGX-H100 pre-training table (``nemo2407_h100.csv``; ``bench/validate.py
+  --fit-fp8``), and held fixed for every other table; it carries what the model leaves out
+  of FP8 training (the scaling factors' amax reductions, the casts' launch gaps). The
+  B200's 0.60 is an assumption, not validated.
 * ``attention``: FlashAttention-2's forward, which AICB times. The FlashAttention-2 paper
   (Dao, 2023) reports up to 70-73 % of A100 peak forward, less with a causal mask at 2-4k
   tokens (0.60); the FlashAttention-3 paper (Shah et al., 2024) shows FlashAttention-2 at
@@ -65,6 +71,10 @@ class GpuSpec:
     # A measured GEMM efficiency table: (FLOPs of one GEMM, fraction of peak), interpolated
     # in log FLOPs; empty: the wave-quantization model of ``megatron_kernels.gemm_efficiency``.
     gemm_table: tuple[tuple[float, float], ...] = ()
+    # Dense FP8 tensor-core peak (TFLOP/s; 0: no FP8 tensor cores, as the A100) and the
+    # fraction of it large FP8 GEMMs reach (before wave quantization).
+    fp8_tflops: float = 0.0
+    fp8_gemm_efficiency: float = 0.0
 
     @property
     def peak_flops(self) -> float:
@@ -89,8 +99,10 @@ class GpuSpec:
 
 
 # A100: GEMM and memory efficiencies fitted (see the module docstring); attention and launch assumed.
+# Hopper: the FP8 GEMM efficiency fitted on NeMo 24.07's H100 table; the others assumed.
 _AMPERE = dict(gemm_efficiency=0.74, attention_efficiency=0.60, memory_efficiency=0.64, launch_us=5.0)
-_HOPPER = dict(gemm_efficiency=0.70, attention_efficiency=0.35, memory_efficiency=0.80, launch_us=5.0)
+_HOPPER = dict(gemm_efficiency=0.70, attention_efficiency=0.35, memory_efficiency=0.80, launch_us=5.0,
+               fp8_gemm_efficiency=0.49)
 
 GPUS: dict[str, GpuSpec] = {
     g.name: g
@@ -106,27 +118,30 @@ GPUS: dict[str, GpuSpec] = {
                        "gemm and mem efficiencies fitted (docs/validation.md)"),
         # NVIDIA H100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h100/, "h100-datasheet"):
         # H100 SXM BF16 Tensor Core 1,979 TFLOPS with sparsity (989.5 dense); 3.35 TB/s.
-        GpuSpec("H100-SXM", 989.5, 3.35, **_HOPPER, sm_count=132, memory_gib=80,
+        # FP8 Tensor Core 3,958 TFLOPS with sparsity (1,979 dense).
+        GpuSpec("H100-SXM", 989.5, 3.35, **_HOPPER, sm_count=132, memory_gib=80, fp8_tflops=1979.0,
                 source="NVIDIA H100 datasheet, SXM column (nvidia.com/en-us/data-center/h100/): 1,979 TFLOPS bf16 sparse, 3.35 TB/s"),
         # NVIDIA H800 SXM5 product brief: the H100 SXM's compute and HBM3 (1,979 TFLOPS bf16 sparse,
         # 3.35 TB/s), NVLink reduced to 400 GB/s (which the roofline does not use).
-        GpuSpec("H800", 989.5, 3.35, **_HOPPER, sm_count=132, memory_gib=80,
+        GpuSpec("H800", 989.5, 3.35, **_HOPPER, sm_count=132, memory_gib=80, fp8_tflops=1979.0,
                 source="NVIDIA H800 SXM5 product brief: 1,979 TFLOPS bf16 sparse, 3.35 TB/s (NVLink 400 GB/s)"),
         # NVIDIA HGX H20 specifications (2024; no public NVIDIA datasheet URL, published by server
         # vendors and e.g. huggingface.co/hardware/h20): FP16/BF16 148 TFLOPS dense, 96 GB HBM3 4.0 TB/s.
         GpuSpec("H20", 148.0, 4.0, gemm_efficiency=0.85, attention_efficiency=0.60, memory_efficiency=0.80, launch_us=5.0,
-                sm_count=78, memory_gib=96,
+                sm_count=78, memory_gib=96, fp8_tflops=296.0, fp8_gemm_efficiency=0.85,
                 source="NVIDIA HGX H20 specifications (2024, as published by server vendors): 148 TFLOPS bf16 dense, 4.0 TB/s"),
         # NVIDIA H200 datasheet (nvidia.com/en-us/data-center/h200/): H200 SXM BF16 1,979 TFLOPS with
         # sparsity (989.5 dense), 141 GB HBM3e 4.8 TB/s.
-        GpuSpec("H200", 989.5, 4.8, **_HOPPER, sm_count=132, memory_gib=141,
+        # FP8 3,958 TFLOPS with sparsity (1,979 dense).
+        GpuSpec("H200", 989.5, 4.8, **_HOPPER, sm_count=132, memory_gib=141, fp8_tflops=1979.0,
                 source="NVIDIA H200 datasheet, SXM column (nvidia.com/en-us/data-center/h200/): 1,979 TFLOPS bf16 sparse, 4.8 TB/s"),
         # NVIDIA HGX B200 specifications (nvidia.com/en-us/data-center/hgx/): FP16/BF16 Tensor Core
         # 4.5 PFLOPS per GPU with sparsity (2.25 dense); NVIDIA DGX B200 datasheet: 64 TB/s HBM3e for
         # 8 GPUs, 8 TB/s each (the HGX table's later revision prints 7.7 TB/s; the higher value keeps
         # the roofline a lower bound).
+        # FP8 9 PFLOPS with sparsity (4.5 dense).
         GpuSpec("B200", 2250.0, 8.0, gemm_efficiency=0.70, attention_efficiency=0.45, memory_efficiency=0.80, launch_us=5.0,
-                sm_count=148, memory_gib=180,
+                sm_count=148, memory_gib=180, fp8_tflops=4500.0, fp8_gemm_efficiency=0.60,
                 source="NVIDIA HGX B200 specifications (nvidia.com/en-us/data-center/hgx/): 4.5 PFLOPS bf16 sparse; DGX B200 datasheet: 8 TB/s per GPU"),
     )
 }

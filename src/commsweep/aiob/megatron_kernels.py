@@ -69,6 +69,15 @@ class Software:
     scatter_gather_pp: bool  # pipeline sends split over the TP ranks (u/t each) even without SP
     distributed_optimizer: bool  # --use-distributed-optimizer
     description: str = field(default="", compare=False)
+    # Transformer Engine's userbuffers (--tp-comm-overlap): every TP collective of a linear
+    # layer, forward and backward, is cut into chunks pipelined with the layer's GEMM.
+    tp_comm_overlap: bool = False
+    # --overlap-p2p-communication: the interleaved schedule's sends run beside the next
+    # chunk's compute (only with virtual pipeline stages; 1F1B's sends stay blocking).
+    overlap_p2p: bool = False
+    # FP8 GEMMs in the transformer layers (Transformer Engine; the precision column of a
+    # runs file): set per run, not per version.
+    fp8: bool = False
 
     def configure(self, setup: TrainingSetup) -> TrainingSetup:
         """``setup`` as this Megatron-LM trains it: its optimizer and gradient precision."""
@@ -102,6 +111,15 @@ SOFTWARE: dict[str, Software] = {
         Software("core", attention="flash", dropout=False, fp16=False, gradient_accumulation_fusion=True,
                  async_tp=True, overlap_grad_reduce=True, scatter_gather_pp=False, distributed_optimizer=True,
                  description="megatron-core: flash attention, bf16, overlapped gradient reduction"),
+        # NVIDIA's performance recipes (NeMo 24.07 and later, on megatron-core with
+        # Transformer Engine): core, plus the TP communication overlap of userbuffers
+        # (tp_comm_overlap), the interleaved schedule's overlapped sends
+        # (overlap_p2p_comm) and the distributed optimizer's overlapped gradient reduction
+        # and parameter gather; FP8 per run (the tables' precision).
+        Software("nemo", attention="flash", dropout=False, fp16=False, gradient_accumulation_fusion=True,
+                 async_tp=True, overlap_grad_reduce=True, scatter_gather_pp=False, distributed_optimizer=True,
+                 tp_comm_overlap=True, overlap_p2p=True,
+                 description="NeMo performance recipes: megatron-core, TP communication overlap, overlapped sends"),
     )
 }
 
@@ -130,15 +148,18 @@ class Kernel:
     n: int = 0
     k: int = 0
     batch: int = 1
+    fp8: bool = False  # an FP8 GEMM (the GPU's FP8 peak)
 
 
 def gemm(name: str, m: int, k: int, n: int, *, batch: int = 1, out_bytes: int = HALF,
-         extra_bytes: float = 0.0) -> Kernel:
-    """``batch`` products ``[m, k] x [k, n]`` in 16-bit: 2mkn FLOPs each; inputs read and
-    the output written once (``out_bytes`` per output value: 8 for an fp32 accumulation,
-    read and written)."""
+         extra_bytes: float = 0.0, fp8: bool = False) -> Kernel:
+    """``batch`` products ``[m, k] x [k, n]`` in 16-bit (or with 1-byte FP8 inputs): 2mkn
+    FLOPs each; inputs read and the output written once (``out_bytes`` per output value: 8
+    for an fp32 accumulation, read and written)."""
+    width = 1 if fp8 else HALF
     return Kernel(name, "gemm", 2.0 * batch * m * k * n,
-                  batch * (HALF * (m * k + k * n) + out_bytes * m * n) + extra_bytes, m=m, n=n, k=k, batch=batch)
+                  batch * (width * (m * k + k * n) + out_bytes * m * n) + extra_bytes, m=m, n=n, k=k, batch=batch,
+                  fp8=fp8)
 
 
 def memory(name: str, nbytes: float) -> Kernel:
@@ -223,19 +244,29 @@ class Part:
     wg: tuple[Kernel, ...] = ()
 
 
-def _linear(name: str, m: int, k: int, n: int, sw: Software, *, bias: bool, main_grad: int) -> Part:
+def _linear(name: str, m: int, k: int, n: int, sw: Software, *, bias: bool, main_grad: int,
+            fp8: bool = False) -> Part:
     """A linear layer's GEMMs: forward, input gradient, weight gradient (accumulated into
     the main gradient: by the GEMM with fusion, else by a separate pass that reads the
-    16-bit gradient and reads and writes the main gradient of ``main_grad`` bytes)."""
-    fwd = gemm(f"{name}.fwd", m, k, n)
-    dgrad = gemm(f"{name}.dgrad", m, n, k)
+    16-bit gradient and reads and writes the main gradient of ``main_grad`` bytes).
+
+    ``fp8``: Transformer Engine's FP8 linear: the GEMMs at the FP8 rate, plus the casts it
+    adds, each a streaming pass: in forward the input's cast and transpose (read 16-bit,
+    write the FP8 value and its transpose for the weight gradient), in backward the output
+    gradient's (the same). The weights' casts happen once per iteration, not counted."""
+    fwd: tuple[Kernel, ...] = (gemm(f"{name}.fwd", m, k, n, fp8=fp8),)
+    dgrad: tuple[Kernel, ...] = (gemm(f"{name}.dgrad", m, n, k, fp8=fp8),)
+    if fp8:
+        fwd = (memory(f"{name}.cast_transpose", (HALF + 2) * m * k), *fwd)
+        dgrad = (memory(f"{name}.grad_cast_transpose", (HALF + 2) * m * n), *dgrad)
     if sw.gradient_accumulation_fusion:
-        wg: tuple[Kernel, ...] = (gemm(f"{name}.wgrad", k, m, n, out_bytes=2 * FP32),)
+        wg: tuple[Kernel, ...] = (gemm(f"{name}.wgrad", k, m, n, out_bytes=2 * FP32, fp8=fp8),)
     else:
-        wg = (gemm(f"{name}.wgrad", k, m, n), memory(f"{name}.grad_accumulate", (HALF + 2 * main_grad) * k * n))
+        wg = (gemm(f"{name}.wgrad", k, m, n, fp8=fp8),
+              memory(f"{name}.grad_accumulate", (HALF + 2 * main_grad) * k * n))
     if bias:
         wg += (memory(f"{name}.bias_grad", HALF * m * n),)
-    return Part(fwd=(fwd,), ig=(dgrad,), wg=wg)
+    return Part(fwd=fwd, ig=dgrad, wg=wg)
 
 
 def _attention_core(sh: Shape, sw: Software) -> tuple[tuple[Kernel, ...], tuple[Kernel, ...]]:
@@ -299,16 +330,17 @@ def kernels(setup: TrainingSetup, sw: Software) -> LayerKernels:
     parts: dict[str, Part] = {}
 
     ln1, ln1_b = _norm("input_norm", rows, h)
-    qkv = _linear("qkv", n, h, sh.qkv, sw, bias=sh.bias, main_grad=main_grad)
+    fp8 = sw.fp8  # the transformer layers' linears; the output layer stays 16-bit
+    qkv = _linear("qkv", n, h, sh.qkv, sw, bias=sh.bias, main_grad=main_grad, fp8=fp8)
     parts["attention_qkv"] = Part(fwd=(ln1, *qkv.fwd), ig=(*qkv.ig, *ln1_b), wg=qkv.wg)
 
     core, core_b = _attention_core(sh, sw)
-    proj = _linear("proj", n, sh.a * sh.d, h, sw, bias=False, main_grad=main_grad)
+    proj = _linear("proj", n, sh.a * sh.d, h, sw, bias=False, main_grad=main_grad, fp8=fp8)
     parts["attention_proj"] = Part(fwd=(*core, *proj.fwd), ig=(*proj.ig, *core_b), wg=proj.wg)
 
     bda1, bda1_b = _dropout_add("attention_residual", rows * h, sw.dropout, sh.bias)
     ln2, ln2_b = _norm("pre_mlp_norm", rows, h)
-    fc1 = _linear("fc1", n, h, sh.fc1, sw, bias=sh.bias, main_grad=main_grad)
+    fc1 = _linear("fc1", n, h, sh.fc1, sw, bias=sh.bias, main_grad=main_grad, fp8=fp8)
     wide = n * sh.f
     if sh.swiglu:
         act, act_b = memory("swiglu.fwd", 3 * HALF * wide), memory("swiglu.bwd", 5 * HALF * wide)
@@ -316,7 +348,7 @@ def kernels(setup: TrainingSetup, sw: Software) -> LayerKernels:
         act, act_b = memory("bias_gelu.fwd", 2 * HALF * wide), memory("bias_gelu.bwd", 3 * HALF * wide)
     parts["mlp_fc1"] = Part(fwd=(bda1, ln2, *fc1.fwd, act), ig=(act_b, *fc1.ig, *ln2_b, *bda1_b), wg=fc1.wg)
 
-    fc2 = _linear("fc2", n, sh.f, h, sw, bias=False, main_grad=main_grad)
+    fc2 = _linear("fc2", n, sh.f, h, sw, bias=False, main_grad=main_grad, fp8=fp8)
     bda2, bda2_b = _dropout_add("mlp_residual", rows * h, sw.dropout, sh.bias)
     parts["mlp_fc2"] = Part(fwd=(*fc2.fwd, bda2), ig=(*bda2_b, *fc2.ig), wg=fc2.wg)
 
@@ -379,9 +411,10 @@ def gemm_efficiency(gpu: GpuSpec, kernel: Kernel) -> float:
     best, and splits the K dimension over more SMs when there are fewer tiles than SMs
     (``split_k``). Batched products tile each matrix of the batch.
     """
-    if gpu.gemm_table:
+    if gpu.gemm_table and not kernel.fp8:
         return _interpolate(gpu.gemm_table, kernel.flops / kernel.batch)
-    return gpu.gemm_efficiency * max(_wave_use(kernel, tile, gpu.sm_count) for tile in GEMM_TILES)
+    large = gpu.fp8_gemm_efficiency if kernel.fp8 else gpu.gemm_efficiency
+    return large * max(_wave_use(kernel, tile, gpu.sm_count) for tile in GEMM_TILES)
 
 
 GEMM_TILES = ((256, 128), (128, 256), (128, 128))
@@ -415,7 +448,8 @@ def kernel_us(kernel: Kernel, gpu: GpuSpec) -> float:
     if kernel.kind == "memory":
         return max(memory_us, gpu.launch_us)
     eff = gpu.attention_efficiency if kernel.kind == "attention" else gemm_efficiency(gpu, kernel)
-    return max(kernel.flops / (gpu.peak_flops * eff) * 1e6, memory_us, gpu.launch_us)
+    peak = gpu.fp8_tflops * 1e12 if kernel.fp8 else gpu.peak_flops
+    return max(kernel.flops / (peak * eff) * 1e6, memory_us, gpu.launch_us)
 
 
 def total_us(ks: tuple[Kernel, ...] | list[Kernel], gpu: GpuSpec) -> float:
@@ -433,6 +467,8 @@ class RowTimes:
     # per row kind, (weight-gradient, input-gradient) GEMM us: what an asynchronous TP
     # collective of that row hides behind (``simulate/overlap.py``)
     gemm_us: dict[str, tuple[float, float]]
+    # per row kind, the forward GEMM us (what userbuffers hide a forward TP collective behind)
+    fwd_gemm_us: dict[str, float] = field(default_factory=dict)
 
     def get(self, kind: str) -> tuple[float, float, float]:
         return self.rows.get(kind, (0.0, 0.0, 0.0))
@@ -444,6 +480,7 @@ def row_times(setup: TrainingSetup, gpu: GpuSpec, sw: Software, *, parameters: i
     lk = kernels(setup, sw)
     rows: dict[str, tuple[float, float, float]] = {}
     gemm_us: dict[str, tuple[float, float]] = {}
+    fwd_gemm_us: dict[str, float] = {}
     for kind, part in lk.parts.items():
         fwd, ig, wg = (total_us(part.fwd, gpu), total_us(part.ig, gpu), total_us(part.wg, gpu))
         if kind == "attention_proj" and setup.recompute_mode == "selective":
@@ -451,11 +488,12 @@ def row_times(setup: TrainingSetup, gpu: GpuSpec, sw: Software, *, parameters: i
         rows[kind] = (fwd, ig, wg)
         gemm_us[kind] = (sum(kernel_us(k, gpu) for k in part.wg if k.kind == "gemm"),
                          sum(kernel_us(k, gpu) for k in part.ig if k.kind == "gemm"))
+        fwd_gemm_us[kind] = sum(kernel_us(k, gpu) for k in part.fwd if k.kind == "gemm")
     if setup.recompute_mode == "full":
         rows["recompute_attention"] = (0.0, rows["attention_qkv"][0] + rows["attention_proj"][0], 0.0)
         rows["recompute_mlp"] = (0.0, rows["mlp_fc1"][0] + rows["mlp_fc2"][0], 0.0)
     rows["optimizer"] = (0.0, 0.0, optimizer_us(setup, gpu, sw, parameters))
-    return RowTimes(rows=rows, gemm_us=gemm_us)
+    return RowTimes(rows=rows, gemm_us=gemm_us, fwd_gemm_us=fwd_gemm_us)
 
 
 def optimizer_us(setup: TrainingSetup, gpu: GpuSpec, sw: Software, parameters: int) -> float:

@@ -153,6 +153,8 @@ class Shard:
 
 def check_shard(setup: TrainingSetup) -> Shard:
     problems = setup.shard_problems()
+    if setup.model.is_mla:
+        problems.append("the AIOB profiles do not model multi-latent attention (kv_lora_rank) yet")
     if problems:
         raise ConfigError("; ".join(problems), key="arguments")
     return Shard.of(setup)

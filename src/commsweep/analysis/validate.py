@@ -24,7 +24,7 @@ import csv
 import io
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..aiob import gpus
@@ -42,6 +42,14 @@ RUN_COLUMNS = (
     "tp", "pp", "dp", "micro_batch", "global_batch", "recompute", "sequence_parallel", "virtual_pipeline", "gpu",
     "gpus_per_server", "nics_per_server", "nvlink_gbps", "nic_gbps", "measured_s",
 )
+# Columns a runs file may leave out, and the value they then take: the model's architecture
+# (``gpt``: learned position embedding, LayerNorm, GeLU MLP with biases, tied embeddings, as
+# the 2021-2022 Megatron-LM runs; ``llama``: RoPE, RMSNorm, SwiGLU, no biases, untied
+# embeddings), its key/value groups (empty: one per head) and the GEMMs' precision
+# (``bf16``, or ``fp8``: Transformer Engine's FP8 GEMMs, as NVIDIA's published H100 runs).
+OPTIONAL_COLUMNS = {"architecture": "gpt", "num_query_groups": "", "precision": "bf16"}
+ARCHITECTURES = ("gpt", "llama")
+PRECISIONS = ("bf16", "fp8")
 RESULT_COLUMNS = ("predicted_s", "error_pct", *BREAKDOWN, "memory_gib", "fits")
 _INTS = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "seq_length", "vocab_size",
          "tp", "pp", "dp", "micro_batch", "global_batch", "virtual_pipeline", "gpus_per_server", "nics_per_server")
@@ -49,7 +57,8 @@ _FLOATS = ("nvlink_gbps", "nic_gbps")
 RECOMPUTE = ("none", "selective", "full")
 # The published tables shipped with the package, and the Megatron-LM each was measured with.
 DATA = Path(__file__).resolve().parents[1] / "data" / "validation"
-PUBLISHED = {"korthikanti2022_table5.csv": "2022", "narayanan2021_table1.csv": "2021"}
+PUBLISHED = {"korthikanti2022_table5.csv": "2022", "narayanan2021_table1.csv": "2021",
+             "nemo2407_h100.csv": "nemo", "nemo_later_h100.csv": "nemo"}
 
 
 @dataclass(frozen=True)
@@ -62,6 +71,7 @@ class Run:
     gpu: gpus.GpuSpec
     cluster: Cluster
     measured_s: float | None
+    fp8: bool = False  # the precision column: FP8 GEMMs
 
     @property
     def name(self) -> str:
@@ -82,13 +92,14 @@ def read_runs(path: str | Path) -> list[Run]:
         header = [h.strip() for h in next(reader)]
     except csv.Error as err:
         raise InputError(f"not CSV: {err}", file=path, line=skip + 1) from None
-    unknown = [h for h in header if h not in RUN_COLUMNS]
+    unknown = [h for h in header if h not in RUN_COLUMNS and h not in OPTIONAL_COLUMNS]
     missing = [c for c in RUN_COLUMNS if c not in header]
     duplicate = sorted({h for h in header if header.count(h) > 1})
     for problem, cols in (("unknown column", unknown), ("missing column", missing), ("repeated column", duplicate)):
         if cols:
             raise InputError(f"{problem}{'s' if len(cols) > 1 else ''} {', '.join(map(repr, cols))}; a runs file has "
-                             f"exactly the columns {', '.join(RUN_COLUMNS)}", file=path, line=skip + 1,
+                             f"the columns {', '.join(RUN_COLUMNS)} "
+                             f"(and optionally {', '.join(OPTIONAL_COLUMNS)})", file=path, line=skip + 1,
                              field=cols[0])
     runs = []
     try:
@@ -98,7 +109,8 @@ def read_runs(path: str | Path) -> list[Run]:
                 continue
             if len(cells) != len(header):
                 raise InputError(f"{len(cells)} fields, the header has {len(header)}", file=path, line=line)
-            runs.append(_run(dict(zip(header, (c.strip() for c in cells))), path, line))
+            values = {**OPTIONAL_COLUMNS, **dict(zip(header, (c.strip() for c in cells)))}
+            runs.append(_run(values, path, line))
     except csv.Error as err:
         raise InputError(f"not CSV: {err}", file=path, line=skip + reader.line_num) from None
     if not runs:
@@ -134,14 +146,27 @@ def _run(values: dict[str, str], path: str | Path, line: int) -> Run:
         raise bad("recompute", " or ".join(RECOMPUTE))
     if values["sequence_parallel"] not in ("true", "false"):
         raise bad("sequence_parallel", "true or false")
+    if values["architecture"] not in ARCHITECTURES:
+        raise bad("architecture", " or ".join(ARCHITECTURES))
+    if values["precision"] not in PRECISIONS:
+        raise bad("precision", " or ".join(PRECISIONS))
+    groups = values["num_query_groups"]
+    if groups and (not groups.isdigit() or int(groups) < 1 or ints["num_attention_heads"] % int(groups)):
+        raise bad("num_query_groups", "empty or a positive divisor of num_attention_heads")
     try:
         gpu = gpus.gpu(values["gpu"])
     except ConfigError as err:
         raise InputError(err.message, file=path, line=line, field="gpu") from None
+    if values["precision"] == "fp8" and not gpu.fp8_tflops:
+        raise InputError(f"the {gpu.name} has no FP8 tensor cores", file=path, line=line, field="precision")
+    llama = values["architecture"] == "llama"
     model = ModelSpec(
         name=values["name"], num_layers=ints["num_layers"], hidden_size=ints["hidden_size"],
         num_attention_heads=ints["num_attention_heads"], ffn_hidden_size=ints["ffn_hidden_size"],
         vocab_size=ints["vocab_size"], max_position_embeddings=ints["seq_length"],
+        num_query_groups=int(groups) if groups else None, swiglu=llama,
+        position_embedding="rope" if llama else "learned", normalization="rmsnorm" if llama else "layernorm",
+        add_bias_linear=not llama, tie_embeddings=not llama,
     )
     recompute = values["recompute"]
     setup = TrainingSetup(
@@ -156,7 +181,8 @@ def _run(values: dict[str, str], path: str | Path, line: int) -> Run:
         raise InputError("; ".join(problems), file=path, line=line)
     cluster = Cluster(gpus_per_server=ints["gpus_per_server"], nics_per_server=ints["nics_per_server"],
                       nvlink_gbps=floats["nvlink_gbps"], nic_gbps=floats["nic_gbps"])
-    return Run(line=line, values=values, setup=setup, gpu=gpu, cluster=cluster, measured_s=floats.get("measured_s"))
+    return Run(line=line, values=values, setup=setup, gpu=gpu, cluster=cluster, measured_s=floats.get("measured_s"),
+               fp8=values["precision"] == "fp8")
 
 
 @dataclass(frozen=True)
@@ -185,9 +211,10 @@ def validate(runs: list[Run], sw: mk.Software, *, ratios=None, source: str | Pat
     """Predict every run under Megatron-LM ``sw``."""
     out = []
     for run in runs:
-        setup = sw.configure(run.setup)
+        run_sw = replace(sw, fp8=run.fp8)
+        setup = run_sw.configure(run.setup)
         try:
-            p = predict(setup, run.gpu, sw, run.cluster, ratios)
+            p = predict(setup, run.gpu, run_sw, run.cluster, ratios)
         except CommsweepError as err:
             raise InputError(f"cannot predict this run: {err}", file=source, line=run.line) from None
         params = {stage: local_parameters(setup, stage) for stage in {0, setup.pp - 1}}

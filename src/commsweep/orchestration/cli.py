@@ -454,10 +454,11 @@ def add_validate_parser(sub) -> None:
     )
     p.add_argument("runs", help="a runs file (CSV), e.g. src/commsweep/data/validation/korthikanti2022_table5.csv")
     p.add_argument("--format", choices=("table", "csv"), default="table")
-    p.add_argument("--megatron", choices=("2021", "2022", "core"), default="2022",
+    p.add_argument("--megatron", choices=("2021", "2022", "core", "nemo"), default="2022",
                    help="the Megatron-LM the runs used: 2021 (Narayanan et al.: fp16, local DDP), 2022 (default; "
                         "Korthikanti et al.: async TP, gradient-accumulation fusion), core (megatron-core: flash "
-                        "attention, distributed optimizer, overlapped DP)")
+                        "attention, distributed optimizer, overlapped DP), nemo (NVIDIA's performance recipes: "
+                        "core plus TP communication overlap and overlapped pipeline sends)")
     p.add_argument("--ratio-dir", help="SimAI's ratio tables ({nvlink,nic,ata}_ratio.csv); default: efficiency 1.0")
     p.add_argument("--plot", metavar="FILE", help="also draw predicted against measured seconds (PNG)")
     p.add_argument("--workloads", metavar="DIR",

@@ -33,15 +33,21 @@ _IGNORED_INTS = (
     "--stage", "--reduce_bucket_size", "--allgather_bucket_size", "--param_persistence_threshold",
     "--model_persistence_threshold", "--max_live_parameters", "--prefetch_bucket_size",
     "--begin_size", "--end_size", "--iter_num", "--multi_all_reduce_enable",
-    "--n_dense_layers", "--n_shared_expert", "--qk_rope_dim", "--qk_nope_dim", "--q_lora_rank",
-    "--kv_lora_rank", "--v_head_dim",
 )
+# AICB's DeepSeek frame (``get_deepseek_params``): its flags and defaults. Under
+# ``--frame=Megatron`` AICB ignores them, and so does commsweep.
+DEEPSEEK_DEFAULTS = {
+    "n_dense_layers": 3, "n_shared_expert": 2, "qk_rope_dim": 64, "qk_nope_dim": 128,
+    "q_lora_rank": 1536, "kv_lora_rank": 512, "v_head_dim": 128,
+}
+FRAMES = ("Megatron", "DeepSeek")
 
 
 def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     """Add AICB's training arguments (its names and defaults) and commsweep's extensions."""
     a = parser.add_argument_group("training setup (AICB's argument names)")
-    a.add_argument("--frame", default="Megatron", help="only Megatron is supported")
+    a.add_argument("--frame", default=None,
+                   help="AICB's frame: Megatron, or DeepSeek (multi-latent attention; default: the model's)")
     # No `choices`: listing the presets would read them on every start (see models.presets).
     a.add_argument("--model", metavar="PRESET",
                    help="fill every model field from a preset (gpt-7b, llama-70b, ...; docs/config.md lists them)")
@@ -76,6 +82,9 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
         a.add_argument(name, type=int, default=None, help=argparse.SUPPRESS,
                        **({"choices": (1, 2, 3)} if name == "--stage" else {}))
     a.add_argument("--test_comm", default=None, help=argparse.SUPPRESS)
+    d = parser.add_argument_group("AICB's DeepSeek frame (--frame DeepSeek; AICB's defaults)")
+    for name, default in DEEPSEEK_DEFAULTS.items():
+        d.add_argument(f"--{name}", type=int, default=None, help=f"default {default}")
     # commsweep's own flags: hyphens, the first underscore spellings kept as aliases (flags.py).
     x = parser.add_argument_group("architecture beyond AICB's arguments (Megatron schedule)")
     add_flag(x, "--num-query-groups", type=int, default=None, help="GQA key/value heads")
@@ -91,6 +100,8 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
              help="the shared experts' total FFN width (default: no shared expert)")
     add_flag(e, "--moe-shared-expert-gate", action="store_true", default=None)
     add_flag(e, "--moe-layer-freq", type=int, default=None, help="one MoE layer every N layers (default 1)")
+    add_flag(e, "--moe-first-k-dense", type=int, default=None,
+             help="the first k layers dense (default 0; with --frame DeepSeek, AICB's --n_dense_layers)")
     add_flag(e, "--moe-aux-loss-coeff", type=float, default=None, help="load-balancing loss (default 0)")
 
 
@@ -127,8 +138,63 @@ def _pick(value, default):
     return default if value is None else value
 
 
+def frame_of(ns: argparse.Namespace) -> str:
+    """AICB's ``--frame`` of the arguments: as given, else the preset's (DeepSeek for a
+    multi-latent-attention preset), else Megatron; a ConfigError for a frame commsweep
+    does not emulate or one the preset cannot be written in."""
+    base = preset(ns.model) if ns.model is not None else None
+    frame = ns.frame or ("DeepSeek" if base is not None and base.is_mla else "Megatron")
+    if frame not in FRAMES:
+        raise ConfigError(f"commsweep emulates --frame={' and --frame='.join(FRAMES)}, got {frame!r}", key="--frame")
+    if frame == "Megatron" and base is not None and base.is_mla:
+        raise ConfigError(f"{base.name} has multi-latent attention, which AICB's Megatron frame cannot build; "
+                          "use --frame=DeepSeek", key="--frame")
+    return frame
+
+
+def _deepseek_fields(ns: argparse.Namespace, base: ModelSpec | None, expert_ffn: int) -> dict:
+    """The DeepSeek frame's model fields: AICB's DeepSeek flags, else the (MLA) preset's
+    values, else AICB's defaults. AICB's ``--q_lora_rank=0`` (its scripts' spelling of
+    queries without a latent) is ``q_lora_rank: null``; AICB's one shared MLP is as wide as
+    a routed expert, so ``--n_shared_expert=n`` is n such experts."""
+    mla = base if base is not None and base.is_mla else None
+    given = {name: getattr(ns, name) for name in DEEPSEEK_DEFAULTS}
+    for name, value in given.items():
+        low = 0 if name in ("q_lora_rank", "n_dense_layers", "n_shared_expert") else 1
+        if value is not None and value < low:
+            raise ConfigError(f"must be at least {low} (got {value})", key=f"--{name}")
+
+    def pick(flag: str, field: str):
+        if given[flag] is not None:
+            return given[flag]
+        return getattr(mla, field) if mla is not None else DEEPSEEK_DEFAULTS[flag]
+
+    q_lora = given["q_lora_rank"] if given["q_lora_rank"] is not None else (
+        mla.q_lora_rank if mla is not None else DEEPSEEK_DEFAULTS["q_lora_rank"])
+    if ns.moe_shared_expert_intermediate_size is not None:
+        shared = ns.moe_shared_expert_intermediate_size
+    elif given["n_shared_expert"] is not None or mla is None:
+        count = _pick(given["n_shared_expert"], DEEPSEEK_DEFAULTS["n_shared_expert"])
+        shared = count * expert_ffn if count > 0 else None
+    else:
+        shared = mla.moe_shared_expert_intermediate_size
+    first_k = ns.moe_first_k_dense if ns.moe_first_k_dense is not None else pick("n_dense_layers", "moe_first_k_dense")
+    return dict(
+        q_lora_rank=q_lora or None, kv_lora_rank=pick("kv_lora_rank", "kv_lora_rank"),
+        qk_nope_head_dim=pick("qk_nope_dim", "qk_nope_head_dim"), qk_rope_head_dim=pick("qk_rope_dim", "qk_rope_head_dim"),
+        v_head_dim=pick("v_head_dim", "v_head_dim"), moe_shared_expert_intermediate_size=shared,
+        moe_first_k_dense=first_k,
+    )
+
+
 def model_from_args(ns: argparse.Namespace) -> ModelSpec:
-    """The model the arguments describe: a preset, overridden by any explicit field."""
+    """The model the arguments describe: a preset, overridden by any explicit field.
+
+    Under ``--frame=DeepSeek`` the model is AICB's DeepSeek model: multi-latent attention
+    and MoE layers after the first dense ones, whether or not ``--moe_enable`` is given
+    (AICB builds them either way; with ``num_experts`` 1 and top-1 by default).
+    """
+    frame = frame_of(ns)
     if ns.model is not None:
         base = preset(ns.model)
         name = base.name
@@ -145,7 +211,7 @@ def model_from_args(ns: argparse.Namespace) -> ModelSpec:
     else:
         # AICB's default (utils.get_params): 4h, or 2/3 of that rounded down to 64 for swiglu.
         ffn = int((4 * hidden * 2 / 3) / 64) * 64 if swiglu else 4 * hidden
-    moe = bool(_pick(ns.moe_enable, base.is_moe if base else False))
+    moe = frame == "DeepSeek" or bool(_pick(ns.moe_enable, base.is_moe if base else False))
     moe_base = base if base is not None and base.is_moe else None
     if moe:
         experts = _pick(ns.num_experts, moe_base.num_experts if moe_base else 1)
@@ -160,6 +226,14 @@ def model_from_args(ns: argparse.Namespace) -> ModelSpec:
         return _pick(getattr(ns, name), getattr(moe_base, name) if moe_base else default)
 
     llama_like = swiglu
+    if frame == "DeepSeek":
+        expert_ffn = _pick(moe_field("moe_ffn_hidden_size", None), ffn)
+        extra = _deepseek_fields(ns, base, expert_ffn)
+    else:
+        extra = dict(
+            moe_shared_expert_intermediate_size=moe_field("moe_shared_expert_intermediate_size", None),
+            moe_first_k_dense=moe_field("moe_first_k_dense", 0),
+        )
     return ModelSpec(
         name=name,
         aicb_name=ns.model_name or (base.aicb_name if base else None),
@@ -180,17 +254,15 @@ def model_from_args(ns: argparse.Namespace) -> ModelSpec:
         num_experts=experts,
         moe_topk=topk,
         moe_ffn_hidden_size=moe_field("moe_ffn_hidden_size", None),
-        moe_shared_expert_intermediate_size=moe_field("moe_shared_expert_intermediate_size", None),
         moe_shared_expert_gate=bool(moe_field("moe_shared_expert_gate", False)),
         moe_layer_freq=moe_field("moe_layer_freq", 1),
         moe_aux_loss_coeff=moe_field("moe_aux_loss_coeff", 0.0),
+        **extra,
     )
 
 
 def setup_from_args(ns: argparse.Namespace) -> TrainingSetup:
     """Validate the parsed arguments and build the setup; raise ConfigError naming the argument."""
-    if ns.frame != "Megatron":
-        raise ConfigError(f"only --frame=Megatron is supported, got {ns.frame!r}", key="--frame")
     if ns.context_parallel_size != 1:
         raise ConfigError("context parallelism is not modelled; use 1", key="--context-parallel-size")
     model = model_from_args(ns)
@@ -225,7 +297,7 @@ def to_aicb_argv(setup: TrainingSetup) -> list[str]:
     """
     m = setup.model
     argv = [
-        "--frame=Megatron",
+        f"--frame={'DeepSeek' if m.is_mla else 'Megatron'}",
         f"--world_size={setup.world_size}",
         f"--tensor_model_parallel_size={setup.tp}",
         f"--pipeline_model_parallel={setup.pp}",
@@ -262,7 +334,22 @@ def to_aicb_argv(setup: TrainingSetup) -> list[str]:
         ]
     elif setup.ep != 1:
         argv.append(f"--expert_model_parallel_size={setup.ep}")
+    if m.is_mla:
+        argv += [f"--{flag}={value}" for flag, value in deepseek_flags(m).items()]
     return argv
+
+
+def deepseek_flags(m: ModelSpec) -> dict[str, int]:
+    """AICB's DeepSeek flags for an MLA model, as its own scripts spell them: no query latent
+    is ``--q_lora_rank=0``; the shared experts are counted in routed experts' widths (AICB
+    builds one shared MLP whatever the count, so only 0 or more matters)."""
+    shared = m.moe_shared_expert_intermediate_size
+    return {
+        "n_dense_layers": m.moe_first_k_dense,
+        "n_shared_expert": max(1, shared // m.expert_ffn_hidden_size) if shared else 0,
+        "qk_rope_dim": m.qk_rope_head_dim, "qk_nope_dim": m.qk_nope_head_dim,
+        "q_lora_rank": m.q_lora_rank or 0, "kv_lora_rank": m.kv_lora_rank, "v_head_dim": m.v_head_dim,
+    }
 
 
 def to_commsweep_argv(setup: TrainingSetup) -> list[str]:
@@ -287,6 +374,8 @@ def to_commsweep_argv(setup: TrainingSetup) -> list[str]:
         for name in ("moe_ffn_hidden_size", "moe_shared_expert_intermediate_size"):
             if getattr(m, name) is not None:
                 argv.append(f"--{name.replace('_', '-')}={getattr(m, name)}")
+        if m.moe_first_k_dense:
+            argv.append(f"--moe-first-k-dense={m.moe_first_k_dense}")
         if m.moe_shared_expert_gate:
             argv.append("--moe-shared-expert-gate")
         if m.moe_layer_freq != 1:

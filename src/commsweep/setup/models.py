@@ -50,6 +50,12 @@ class ModelSpec:
     moe_shared_expert_gate: bool = False
     moe_layer_freq: int = 1
     moe_aux_loss_coeff: float = 0.0
+    moe_first_k_dense: int = 0
+    q_lora_rank: int | None = None
+    kv_lora_rank: int | None = None
+    qk_nope_head_dim: int | None = None
+    qk_rope_head_dim: int | None = None
+    v_head_dim: int | None = None
     aicb_name: str | None = None
 
     @property
@@ -62,9 +68,23 @@ class ModelSpec:
         return self.moe_ffn_hidden_size or self.ffn_hidden_size
 
     def is_moe_layer(self, layer: int) -> bool:
-        """Whether global layer ``layer`` (0-based) is an MoE layer: megatron's integer
-        ``moe_layer_freq`` N makes layers 0, N, 2N, ... MoE and the others dense."""
-        return self.is_moe and layer % self.moe_layer_freq == 0
+        """Whether global layer ``layer`` (0-based) is an MoE layer: the first
+        ``moe_first_k_dense`` layers are dense (DeepSeek), and of the others megatron's integer
+        ``moe_layer_freq`` N makes layers 0, N, 2N, ... MoE and the rest dense."""
+        return self.is_moe and layer >= self.moe_first_k_dense and layer % self.moe_layer_freq == 0
+
+    @property
+    def is_mla(self) -> bool:
+        """Multi-latent attention (DeepSeek-V2/V3): keys and values through a compressed latent."""
+        return self.kv_lora_rank is not None
+
+    @property
+    def qk_head_dim(self) -> int:
+        """One head's query/key width: MLA's no-RoPE plus RoPE parts, else hidden / heads."""
+        if self.is_mla:
+            assert self.qk_nope_head_dim is not None and self.qk_rope_head_dim is not None
+            return self.qk_nope_head_dim + self.qk_rope_head_dim
+        return self.head_dim
 
     @property
     def kv_groups(self) -> int:
@@ -136,7 +156,23 @@ def model_from_dict(
             raise ConfigError(f"unknown base model {values['base']!r}; presets: {', '.join(known)}",
                               key=f"{where}.base", source=source)
         fields = {**dataclasses.asdict(known[values["base"]]), **fields}
-    return ModelSpec(**{**fields, "name": name})
+    spec = ModelSpec(**{**fields, "name": name})
+    for problem, field in mla_problems(spec):
+        raise ConfigError(problem, key=f"{where}.{field}", source=source)
+    return spec
+
+
+_MLA_DIMS = ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+
+
+def mla_problems(m: ModelSpec) -> list[tuple[str, str]]:
+    """(sentence, field) for each way the MLA fields do not make one attention: MLA needs
+    ``kv_lora_rank`` and the three head widths together; ``q_lora_rank`` only with MLA."""
+    if not m.is_mla:
+        given = [f for f in ("q_lora_rank", *_MLA_DIMS) if getattr(m, f) is not None]
+        return [(f"{f} describes multi-latent attention, which needs kv_lora_rank too", f) for f in given]
+    return [(f"multi-latent attention (kv_lora_rank={m.kv_lora_rank}) needs {f} too", f)
+            for f in _MLA_DIMS if getattr(m, f) is None]
 
 
 def preset(name: str, *, key: str = "--model") -> ModelSpec:

@@ -15,12 +15,22 @@ same exposed total is the hidden time over the whole time, collective by collect
   micro-batch's backward pass (hiding up to its compute), the distributed optimizer's
   parameter all-gather during the next forward pass. Without it (Megatron-LM's local
   DDP), the reduction follows the backward pass: nothing hidden.
+* **TP with userbuffers** (``Software.tp_comm_overlap``, Transformer Engine's
+  ``--tp-comm-overlap``): every TP collective of a linear layer, forward and backward, is
+  split into chunks pipelined with that layer's GEMM of the same pass; each hides up to
+  the GEMM's time (the row's forward GEMM in forward, its input-gradient GEMM in
+  backward, the weight-gradient GEMM for the asynchronous input-gradient reduction).
 * **PP**: SimAI's pipeline term is ``2 * vpp * ga * pp_comm / 2^30 * (1 - pp_o) / pp_o``
   seconds (``SEMANTICS.md``: it divides by the overlap ratio and multiplies by its
-  complement), i.e. the sends at ``pp_o / (1 - pp_o)`` GB/s in SimAI's bandwidth unit. So
-  ``pp_o = B / (B + 1)`` makes it the sends at the link's bandwidth B: the NIC when
-  neighbouring stages are on different servers, else NVLink. Megatron's 1F1B sends are
-  blocking, so they are exposed.
+  complement), i.e. the sends at ``pp_o / (1 - pp_o)`` GB/s in SimAI's bandwidth unit: a
+  send and a receive per micro-batch and model chunk. On the 1F1B schedule's critical
+  path there are more: the first micro-batch's activations cross the p - 1 stage
+  boundaries before the last stage starts, the last one's gradients cross them back, so
+  the blocking sends on the path are ``2 (v ga + p - 1)``. ``pp_o = B' / (B' + 1)`` with
+  ``B' = B v ga / (v ga + p - 1)`` makes SimAI's term exactly that at the link's
+  bandwidth B (the NIC when neighbouring stages are on different servers, else NVLink).
+  With the interleaved schedule's overlapped sends (``Software.overlap_p2p``) only the
+  fill's and drain's ``2 (p - 1)`` remain exposed: ``B' = B v ga / (p - 1)``.
 """
 
 from __future__ import annotations
@@ -57,6 +67,27 @@ def _text(ratio: float) -> str:
     return f"{ratio:.9f}".rstrip("0").rstrip(".") if ratio else "0"
 
 
+# Every row kind with a GEMM (what userbuffers pipeline a TP collective with).
+GEMM_KINDS = ("attention_qkv", "attention_proj", "mlp_fc1", "mlp_fc2", "output_layer")
+
+
+def _gemm_kind(name: str) -> str | None:
+    base = name.removesuffix("_wgrad_gather")
+    for kind in GEMM_KINDS:
+        if base == kind or base.endswith("_" + kind):
+            return kind
+    return None
+
+
+def pipeline_bandwidth(link_gbps: float, *, pp: int, vpp: int, ga: int, overlapped: bool) -> float:
+    """The bandwidth B' that makes SimAI's pipeline term (2 vpp ga sends) carry the sends
+    on the schedule's critical path at ``link_gbps`` (the module docstring's **PP**)."""
+    steps = vpp * max(ga, 1)
+    if overlapped and vpp > 1:
+        return link_gbps * steps / (pp - 1)
+    return link_gbps * steps / (steps + pp - 1)
+
+
 def _column_kind(name: str) -> tuple[str | None, bool]:
     """The column-parallel kind a row belongs to, and whether it is the wgrad re-gather."""
     gather = name.endswith("_wgrad_gather")
@@ -81,12 +112,14 @@ def pipeline_link_gbps(setup: TrainingSetup, gpus_per_server: int, nics_per_serv
 def megatron_overlap(schedule: Schedule, network: Network, ratios: Ratios | None, *,
                      wgrad_gemm_us: dict[str, float], dgrad_gemm_us: dict[str, float],
                      async_tp: bool, overlap_grad_reduce: bool, pp_link_gbps: float,
-                     workload: Workload | None = None) -> Overlap:
+                     workload: Workload | None = None, fwd_gemm_us: dict[str, float] | None = None,
+                     tp_comm_overlap: bool = False, overlap_p2p: bool = False) -> Overlap:
     """The ratios for ``schedule`` on ``network`` (whose own ratios are ignored).
 
     ``wgrad_gemm_us`` / ``dgrad_gemm_us``: per column-parallel kind, its weight- and
     input-gradient GEMM time per micro-batch (what an asynchronous collective hides behind).
     ``workload``: the schedule's workload, when the caller has it already.
+    ``fwd_gemm_us``: per GEMM kind its forward GEMM time (for ``tp_comm_overlap``).
     """
     workload = workload if workload is not None else schedule.workload()
     header = workload.header
@@ -112,7 +145,16 @@ def megatron_overlap(schedule: Schedule, network: Network, ratios: Ratios | None
             ns = comm_ns(comm.comm_type(), phase, comm.bytes)
             if comm.group == "TP":
                 tp_total += ns
-                if async_tp and phase == "ig" and kind is not None:
+                gemm_kind = _gemm_kind(block.name)
+                if tp_comm_overlap and gemm_kind is not None:
+                    if phase == "fwd":
+                        gemm = (fwd_gemm_us or {}).get(gemm_kind, 0.0)
+                    elif kind is not None and not regather and comm.collective != "allgather":
+                        gemm = wgrad_gemm_us[kind]  # the asynchronous input-gradient reduction
+                    else:
+                        gemm = dgrad_gemm_us.get(gemm_kind, 0.0)
+                    tp_hidden += min(ns, round(gemm * 1000))
+                elif async_tp and phase == "ig" and kind is not None:
                     gemm = dgrad_gemm_us[kind] if regather else wgrad_gemm_us[kind]
                     if comm.collective != "allgather" or regather:
                         tp_hidden += min(ns, round(gemm * 1000))
@@ -126,8 +168,11 @@ def megatron_overlap(schedule: Schedule, network: Network, ratios: Ratios | None
         for collective, ns in dp:
             dp_hidden += min(ns, (fwd_compute if collective == "allgather" else bwd_compute) // ga)
     pp = 1.0
-    if schedule.setup.pp > 1:
-        pp = pp_link_gbps / (pp_link_gbps + 1.0)
+    setup = schedule.setup
+    if setup.pp > 1:
+        b = pipeline_bandwidth(pp_link_gbps, pp=setup.pp, vpp=setup.virtual_pipeline, ga=header.ga,
+                               overlapped=overlap_p2p)
+        pp = b / (b + 1.0)
     return Overlap(
         tp=tp_hidden / tp_total if tp_total else 0.0, dp=dp_hidden / dp_total if dp_total else 0.0, pp=pp,
         tp_total_ns=tp_total, tp_hidden_ns=tp_hidden, dp_total_ns=dp_total, dp_hidden_ns=dp_hidden,

@@ -141,6 +141,9 @@ def unsupported(setup: TrainingSetup) -> list[str]:
     """Configurations AICB itself refuses, with its reason (the sweep's schedule check),
     and Megatron options AICB has no argument for."""
     out = problems(setup)
+    if setup.model.is_mla:
+        out.append("multi-latent attention (kv_lora_rank) needs AICB's DeepSeek frame, which the aicb schedule "
+                   "does not emulate yet")
     if setup.recompute_mode == "full":
         out.append("AICB has no full recomputation (only --recompute_activations); use the megatron schedule")
     if setup.virtual_pipeline > 1:

@@ -222,6 +222,8 @@ def stage_layers(setup: TrainingSetup, stage: int) -> list[int]:
 def unsupported(setup: TrainingSetup, megatron_version: str | megatron_releases.Release | None = None) -> list[str]:
     """Why the Megatron schedule of megatron-core ``megatron_version`` (default: the newest
     traced release) cannot describe this setup (empty when it can)."""
+    if setup.model.is_mla:
+        return ["the megatron schedule does not model multi-latent attention (kv_lora_rank) yet"]
     if setup.model.is_moe:
         out = megatron_moe.problems(setup) + megatron_releases.problems(setup, megatron_releases.release(megatron_version))
         if setup.recompute_mode == "full":

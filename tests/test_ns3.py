@@ -1,0 +1,323 @@
+"""SimAI's packet-level simulator (SimAI_simulator, NS-3): its inputs written, its outputs read, its failures caught.
+
+The writers and parsers run on the real runs recorded in ../shared/reference/simai/ns3
+(skipped without them); the runner's plumbing (private directory, environment, watching,
+judging) runs against a stand-in that replays one of those runs; the real simulator runs
+when SIMAI_ROOT points at a SimAI checkout built with ``./scripts/build.sh -c ns3``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import reference_files
+
+from commsweep.simulate.ns3 import checks, conf, outputs, runner, topology
+from commsweep.workload import format as wf
+
+NS3 = "simai/ns3"
+SIMAI_ROOT = os.environ.get("SIMAI_ROOT")
+needs_simai = pytest.mark.skipif(not SIMAI_ROOT, reason="set SIMAI_ROOT to a SimAI checkout built with "
+                                 "'./scripts/build.sh -c ns3' to run SimAI_simulator and its topology generator")
+
+
+def index(reference):
+    with open(reference(NS3, "INDEX.csv"), newline="") as fh:
+        return {row["run"]: row for row in csv.DictReader(fh)}
+
+
+def quickstart_topology(gpus: int) -> topology.Topology:
+    """SimAI's quickstart topology: gen_Topo_Template.py --ro -g N -gt H20 -bw 200Gbps -nvbw 2400Gbps."""
+    return topology.generate(topology.resolve(None, ro=True, gpu=gpus, gpu_type="H20", bandwidth="200Gbps",
+                                              nvlink_bw="2400Gbps"))
+
+
+# -- topology ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("gpus", [8, 16])
+def test_topology_is_simai_generators_file(reference, gpus):
+    """The quickstart's two topologies, as SimAI's generator wrote them, byte for byte (name too)."""
+    topo = quickstart_topology(gpus)
+    path = reference(NS3, "inputs", "topo", topo.file_name)
+    assert topo.text == path.read_text()
+    parsed = topology.read(path)
+    assert (parsed.gpus, parsed.nodes, parsed.gpu_type, parsed.known_gpu_type) == (gpus, {8: 81, 16: 90}[gpus], "H20",
+                                                                                    False)
+    assert len(parsed.links) == int(path.read_text().split()[4])
+
+
+TEMPLATES = [
+    ("Spectrum-X", {}, dict(gpu=16)),
+    ("Spectrum-X", {}, dict(gpu=8, gpu_per_server=4, nv_switch_per_server=2, asw_switch_num=5)),
+    ("AlibabaHPN", {}, dict(gpu=16)),
+    ("AlibabaHPN", dict(dp=True), dict(gpu=64)),
+    ("DCN+", {}, dict(gpu=256, nics_per_aswitch=32)),
+    ("DCN+", dict(dt=True), dict(gpu=16, error_rate="0.001", latency="0.001ms")),
+    (None, dict(ro=True, dt=True, dp=True), dict(gpu=32, psw_switch_num=8)),
+    (None, {}, dict(gpu=32)),
+]
+
+
+@needs_simai
+@pytest.mark.parametrize("template,flags,params", TEMPLATES)
+def test_topology_equals_the_generator_run(tmp_path, template, flags, params):
+    """Each template against SimAI's own gen_Topo_Template.py run on the same flags."""
+    p = topology.resolve(template, **flags, **params)
+    argv = topology.hand_command(p).split()
+    argv[1] = str(Path(SIMAI_ROOT) / argv[1])
+    subprocess.run(argv, cwd=tmp_path, check=True, capture_output=True)
+    (written,) = tmp_path.iterdir()
+    mine = topology.generate(p)
+    assert (mine.file_name, mine.text) == (written.name, written.read_text())
+
+
+@pytest.mark.parametrize("params,message", [
+    (dict(gpu=12), "not a whole number of servers"),
+    (dict(gpu=100000), "more than one pod"),
+])
+def test_topology_the_generator_cannot_make(params, message):
+    with pytest.raises(topology.TopologyError, match=message):
+        topology.generate(topology.resolve("Spectrum-X", **params))
+
+
+def test_topology_reader_refuses_what_simai_misreads(reference):
+    text = reference(NS3, "inputs", "topo", "Rail_Opti_SingleToR_8g_8gps_200Gbps_H20").read_text()
+    lines = text.split("\n")
+    with pytest.raises(topology.InputError, match="announces 528 links, the file has 527"):
+        topology.parse("\n".join(lines[:-2]) + "\n")
+    with pytest.raises(topology.InputError, match="t:4: field 'rate'"):
+        topology.parse("\n".join(lines[:3] + [lines[3].replace("200Gbps", "200")] + lines[4:]), source="t")
+
+
+# -- SimAI.conf and the knobs -------------------------------------------------------------
+
+
+def test_conf_is_the_reference_runs_file(reference):
+    """SimAI's shipped SimAI.conf with its paths in the run directory: what every reference run used."""
+    for run in index(reference):
+        assert conf.render(conf.Settings()) == reference(NS3, "runs", run, "SimAI.conf").read_text()
+
+
+@needs_simai
+def test_conf_defaults_are_simais_shipped_file():
+    shipped = Path(SIMAI_ROOT, "astra-sim-alibabacloud", "inputs", "config", "SimAI.conf").read_text()
+    assert conf.render(conf.Settings(), "/etc/astra-sim/simulation/") == shipped
+
+
+def test_conf_settings_change_their_lines():
+    text = conf.render(conf.Settings(cc_mode=3, buffer_mb=16, ecn=False, packet_payload=1000))
+    assert {"CC_MODE 3", "BUFFER_SIZE 16", "ENABLE_QCN 0", "PACKET_PAYLOAD_SIZE 1000"} <= set(text.split("\n"))
+    assert "/etc/astra-sim" not in text
+
+
+@pytest.mark.parametrize("changes,key", [
+    (dict(cc_mode=2), "ns3.cc_mode"), (dict(send_latency_us=3_000_000), "ns3.send_latency_us"),
+    (dict(send_latency_us=1.5), "ns3.send_latency_us"), (dict(buffer_mb=0), "ns3.buffer_mb"),
+])
+def test_conf_refuses_what_simai_cannot_take(changes, key):
+    with pytest.raises(conf.ConfigError, match=key):
+        conf.Settings(**changes)
+
+
+def test_environment_sets_send_latency_in_simais_unit_and_drops_inherited_knobs():
+    env = conf.environment(conf.Settings(send_latency_us=6), {"PATH": "/bin", "AS_SEND_LAT": "6000", "AS_LOG_LEVEL": "DEBUG"})
+    assert env == {"PATH": "/bin", "AS_SEND_LAT": "6", "AS_NVLS_ENABLE": "0", "AS_PXN_ENABLE": "0"}
+
+
+def test_send_latency_unit_matches_the_reference_runs(reference):
+    """AS_SEND_LAT=v delays each flow v us: the 8-GPU all-reduces' 2 x 14 ring steps move the total
+    by 28 x (v2 - v1) us exactly, from 6 to 6000 and from 6000 to 7200."""
+    runs = index(reference)
+    total = {int(r["AS_SEND_LAT"]): outputs.parse_endtoend(reference(NS3, "runs", name, outputs.ENDTOEND).read_text())
+             .total_time for name, r in runs.items() if name.startswith("microAllReduce_8g")}
+    assert round(total[6000] - total[6], 3) == 28 * (6000 - 6)
+    assert round(total[7200] - total[6000], 3) == 28 * 1200
+
+
+# -- outputs --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("run", reference_files(f"{NS3}/runs", "*"))
+def test_outputs_of_every_reference_run(reference, run):
+    """Each recorded run parses strictly, adds up, and agrees with INDEX.csv and its workload."""
+    meta = index(reference)[run.name]
+    parsed = outputs.parse_endtoend((run / outputs.ENDTOEND).read_text())
+    workload = wf.read(reference(NS3, "inputs", "workloads", meta["workload"]))
+    assert parsed.complete and parsed.total == float(meta["total_time_us"])
+    assert outputs.inconsistencies(parsed, rows=len(workload.rows), stdout=(run / "stdout.log").read_text()) == []
+    assert outputs.finished_at_ns((run / "stdout.log").read_text()) == round(parsed.total_time * 1000)
+    flows = outputs.parse_fct((run / conf.FCT_FILE).read_text())
+    assert len(flows) == int(meta["fct_rows"])
+    stats = outputs.flow_stats(flows)
+    assert stats.fct_p50_us <= stats.fct_p99_us <= stats.fct_max_us and stats.slowdown_p50 >= 1
+    assert outputs.parse_pfc((run / conf.PFC_FILE).read_text()) == []
+    util = outputs.parse_utilization((run / "ncclFlowModel_test1_dimension_utilization_0.csv").read_text())
+    assert len(util) == int(parsed.total_time // 10)
+    table = runner.tidy(workload, parsed)
+    assert len(table) == len(list(wf.collectives(workload)))
+
+
+def test_endtoend_checks_catch_what_does_not_add_up(reference):
+    text = reference(NS3, "runs", "gpt7b_L2_tp4_16g_sendlat6", outputs.ENDTOEND).read_text()
+    lines = text.split("\n")
+    lines[3] = lines[3].replace("1601.830000", "1611.830000", 1)  # one row's fwd exposed comm
+    problems = outputs.inconsistencies(outputs.parse_endtoend("\n".join(lines)), rows=17)
+    assert problems == ["SUM fwd_exposed is 4557.668, the rows add up to 4567.668000"]
+    assert outputs.inconsistencies(outputs.parse_endtoend(text), rows=18)[0] == "17 row line(s) for a workload of 18 row(s)"
+    cut = outputs.parse_endtoend("\n".join(text.split("\n")[2:9]) + "\n")
+    assert (cut.complete, len(cut.rows)) == (False, 6)
+    assert outputs.parse_endtoend("").empty
+    with pytest.raises(outputs.InputError, match=":4: field 'wg_comm'"):
+        outputs.parse_endtoend(text.replace("19489.785000", "19489.785", 1))
+
+
+# -- checks before a run ---------------------------------------------------------------------
+
+
+def micro(reference, name="microAllReduce.txt") -> wf.Workload:
+    return wf.read(reference(NS3, "inputs", "workloads", name))
+
+
+def test_checks_transform_zero_byte_blocking_collectives(reference):
+    w = micro(reference)
+    row = w.rows[1].__class__(**{**{f: getattr(w.rows[1], f) for f in wf.ROW_FIELDS}, "ig_comm": "REDUCESCATTER",
+                                  "ig_size": 0})
+    w0 = wf.with_rows(w, [w.rows[0], row])
+    topo = topology.parse(quickstart_topology(8).text)
+    prepared = checks.prepare(w0, topo, conf.Settings())
+    assert prepared.changed and prepared.workload.rows[1].ig_comm == "NONE"
+    assert "row 2 (embedding_layer ig REDUCESCATTER 0)" in prepared.warnings[-1]
+    assert "runs as NONE" in prepared.warnings[0]  # H20 is not a GPU type SimAI's NS-3 front end knows
+
+
+def test_checks_leave_aicbs_zero_byte_weight_gradient_collectives(reference):
+    """AICB's ALLGATHER_DP_EP 0 rows finished in 0 us in the reference runs: not changed."""
+    w = micro(reference, "gpt7b_L2_ws16_tp4_pp1_seq2048_mbs1_ga1_sp0_default.txt")
+    prepared = checks.prepare(w, topology.parse(quickstart_topology(16).text), conf.Settings())
+    assert not prepared.changed and prepared.workload is w
+
+
+@pytest.mark.parametrize("change,message", [
+    (dict(pp=2), "pp 2: SimAI's NS-3 path hard-codes PP_size = 1"),
+    (dict(all_gpus=16), "all_gpus 16 but the topology has 8 GPUs"),
+    (dict(checkpoints=(1,)), "activation recomputation"),
+])
+def test_checks_refuse_what_hangs(reference, change, message):
+    import dataclasses
+
+    w = micro(reference)
+    w = dataclasses.replace(w, header=dataclasses.replace(w.header, **change))
+    with pytest.raises(checks.RefusedError, match=message):
+        checks.prepare(w, topology.parse(quickstart_topology(8).text), conf.Settings())
+
+
+def test_checks_refuse_nvls_on_a_gpu_simai_does_not_know(reference):
+    with pytest.raises(checks.RefusedError, match="nvls is on but the topology's GPU type 'H20'"):
+        checks.prepare(micro(reference), topology.parse(quickstart_topology(8).text), conf.Settings(nvls=True))
+
+
+# -- the runner, against a stand-in replaying a reference run ---------------------------------
+
+STAND_IN = """#!{python}
+import os, shutil, sys, time
+mode = os.environ.get("STAND_IN_MODE", "replay")
+src = os.environ["STAND_IN_RUN"]
+with open(os.environ["STAND_IN_SEEN"], "w") as fh:
+    fh.write(" ".join(sys.argv[1:]) + "\\n" + os.environ.get("AS_SEND_LAT", "-") + " " + os.environ.get("AS_LOG_LEVEL", "-")
+             + "\\n" + " ".join(sorted(os.listdir("."))))
+if mode == "hang":
+    time.sleep(3600)
+if mode == "crash":
+    os.kill(os.getpid(), 11)
+if mode == "empty":
+    open("ncclFlowModel_EndToEnd.csv", "w").close(); sys.exit(0)
+for name in ("ncclFlowModel_EndToEnd.csv", "llama_hpn7_fct.txt", "llama_hpn7_pfc.txt",
+             "ncclFlowModel_test1_dimension_utilization_0.csv"):
+    shutil.copy(os.path.join(src, name), name)
+if mode == "tampered":
+    text = open("ncclFlowModel_EndToEnd.csv").read().replace("total time,1772.030000", "total time,1773.030000")
+    open("ncclFlowModel_EndToEnd.csv", "w").write(text)
+sys.stdout.write(open(os.path.join(src, "stdout.log")).read())
+sys.exit(3 if mode == "exit3" else 0)
+"""
+
+
+@pytest.fixture
+def stand_in(tmp_path, monkeypatch, reference):
+    run = reference(NS3, "runs", "microAllReduce_8g_sendlat6")
+    binary = tmp_path / "SimAI_simulator"
+    binary.write_text(STAND_IN.format(python=sys.executable))
+    binary.chmod(binary.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("STAND_IN_RUN", str(run))
+    monkeypatch.setenv("STAND_IN_SEEN", str(tmp_path / "seen.txt"))
+    monkeypatch.setenv("AS_LOG_LEVEL", "DEBUG")  # inherited: must not reach the simulator
+    return binary, run, tmp_path
+
+
+def run_micro(stand_in, reference, **kw):
+    binary, run, tmp = stand_in
+    topo = quickstart_topology(8)
+    return runner.run(binary, reference(NS3, "inputs", "workloads", "microAllReduce.txt"), topo.file_name, topo.text,
+                      conf.Settings(send_latency_us=6), parent=tmp, build="-O0 (test)", **kw)
+
+
+def test_run_in_a_private_directory(stand_in, reference, monkeypatch):
+    binary, run, tmp = stand_in
+    log = io.StringIO()
+    result = run_micro(stand_in, reference, log=log)
+    assert result.endtoend_text == (run / outputs.ENDTOEND).read_text()
+    assert log.getvalue() == (run / "stdout.log").read_text()
+    assert (result.endtoend.total_time, result.flows.flows, result.pfc_pauses) == (1772.03, 1792, 0)
+    assert [c.time_us for c in result.collectives] == ["183.464", "476.556"]
+    args, knobs, files = (tmp / "seen.txt").read_text().split("\n")
+    assert args == "-t 1 -w ./workload.txt -n ./Rail_Opti_SingleToR_8g_8gps_200Gbps_H20 -c ./SimAI.conf"
+    assert knobs == "6 -"
+    assert files == "Rail_Opti_SingleToR_8g_8gps_200Gbps_H20 SimAI.conf command.txt stderr.log stdout.log workload.txt"
+    assert result.build == "-O0 (test)" and "AS_SEND_LAT=6" in result.command
+    assert not list(tmp.glob("simai-ns3-*"))  # gone after success
+
+
+@pytest.mark.parametrize("mode,message", [
+    ("empty", "exited 0 with an EMPTY ncclFlowModel_EndToEnd.csv"),
+    ("exit3", "exited with status 3"),
+    ("crash", "killed by SIGSEGV"),
+    ("tampered", "does not add up: total time 1773.03 is not total comp"),
+])
+def test_run_failures_are_named(stand_in, reference, mode, message, monkeypatch):
+    monkeypatch.setenv("STAND_IN_MODE", mode)
+    with pytest.raises(runner.Ns3RunError, match=message) as err:
+        run_micro(stand_in, reference)
+    kept = Path(str(err.value).split("; kept ")[1].split(" (rerun")[0])
+    assert (kept / "command.txt").read_text().startswith(f"cd {kept} && env -u AS_LOG_LEVEL AS_SEND_LAT=6 ")
+
+
+def test_run_that_stops_progressing_is_stopped(stand_in, reference, monkeypatch):
+    monkeypatch.setenv("STAND_IN_MODE", "hang")
+    with pytest.raises(runner.Ns3RunError, match="made no progress for 0.5 s .* no flow had finished"):
+        run_micro(stand_in, reference, stall=0.5, poll=0.05)
+
+
+# -- the real simulator -------------------------------------------------------------------------
+
+
+@needs_simai
+def test_real_simulator_writes_the_reference_run(tmp_path, reference):
+    """SimAI_simulator through the runner on the quickstart case (8 GPUs, AS_SEND_LAT=6): the recorded
+    run's EndToEnd.csv and flow file, byte for byte."""
+    run = reference(NS3, "runs", "microAllReduce_8g_sendlat6")
+    topo = quickstart_topology(8)
+    result = runner.run(Path(SIMAI_ROOT), reference(NS3, "inputs", "workloads", "microAllReduce.txt"), topo.file_name,
+                        topo.text, conf.Settings(send_latency_us=6), parent=tmp_path, keep=True, timeout=900)
+    assert result.endtoend_text == (run / outputs.ENDTOEND).read_text()
+    assert (result.workdir / conf.FCT_FILE).read_text() == (run / conf.FCT_FILE).read_text()
+    assert "debug" in result.build
+    shutil.rmtree(result.workdir)
