@@ -158,16 +158,17 @@ def test_the_code_map_names_every_module():
     start = text.index("src/commsweep/")
     block = text[start: text.index("```", start)]
     mapped: set[str] = set()
-    folder = ""
+    folders: list[str] = []  # the folder at each depth of indentation (two spaces a level)
     for line in block.splitlines()[1:]:
-        m = re.match(r"^  (\S+?)(/)?(?:\s|$)", line)
-        if m and m.group(2):
-            folder = m.group(1) + "/"
-        elif m:
-            mapped.add(m.group(1))
-        m = re.match(r"^    (\S+\.py)\b", line)
-        if m:
-            mapped.add(folder + m.group(1))
+        m = re.match(r"^( +)(\S+)", line)
+        if not m or len(m.group(1)) % 2:
+            continue
+        depth = len(m.group(1)) // 2 - 1
+        name = m.group(2)
+        if name.endswith("/"):
+            folders[depth:] = [name]
+        elif name.endswith(".py") and depth <= len(folders):
+            mapped.add("".join(folders[:depth]) + name)
     files = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if p.name != "__init__.py"}
     assert sorted(files - mapped) == [], "docs/development.md's code map leaves these out"
     assert sorted(mapped - files) == [], "docs/development.md's code map names files that are gone"

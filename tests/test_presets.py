@@ -72,8 +72,8 @@ def test_deepseek_presets_keep_their_published_layout():
     ({"q_lora_rank": 64}, "models.m.q_lora_rank"),
 ])
 def test_incomplete_mla_is_a_config_error_naming_the_field(fields, key):
-    from commsweep.errors import ConfigError
-    from commsweep.models import model_from_dict
+    from commsweep.base.errors import ConfigError
+    from commsweep.setup.models import model_from_dict
 
     with pytest.raises(ConfigError) as err:
         model_from_dict("m", {"base": "gpt-7b", **fields})

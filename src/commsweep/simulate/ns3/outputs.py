@@ -34,7 +34,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...errors import InputError
+from ...base.errors import InputError
 from .. import endtoend as e2e
 
 ENDTOEND = "ncclFlowModel_EndToEnd.csv"
