@@ -33,6 +33,7 @@ include: "workflow/rules/trace.smk"
 include: "workflow/rules/audit.smk"
 include: "workflow/rules/answer.smk"
 include: "workflow/rules/moe.smk"
+include: "workflow/rules/packet.smk"
 
 
 rule all:
@@ -43,11 +44,11 @@ rule all:
 
 
 onstart:
-    pipeline.on_start(workflow, L)
+    pipeline.on_start(workflow, LOCAL)
 
 
 onsuccess:
-    pipeline.on_success(L)
+    pipeline.on_success(LOCAL)
 
 
 onerror:

@@ -321,3 +321,111 @@ def test_real_simulator_writes_the_reference_run(tmp_path, reference):
     assert (result.workdir / conf.FCT_FILE).read_text() == (run / conf.FCT_FILE).read_text()
     assert "debug" in result.build
     shutil.rmtree(result.workdir)
+
+
+def test_simulate_command_with_the_ns3_backend(stand_in, reference, capsys):
+    """`commsweep simulate --backend ns3`: the analytical backends' files, plus the run's record."""
+    from commsweep.orchestration.cli import main
+    from commsweep.simulate import times
+    from commsweep.simulate.ns3 import record
+
+    binary, run, tmp = stand_in
+    argv = ["simulate", "--backend", "ns3", "-w", str(reference(NS3, "inputs", "workloads", "microAllReduce.txt")),
+            "-g", "8", "-r", "micro-", "--ns3-root", str(binary), "--ns3-build", "-O0 (test)",
+            "--topology-param", "gpu_type=H20", "--topology-param", "bandwidth=200Gbps",
+            "--topology-param", "nvlink_bw=2400Gbps", "--ns3-set", "send_latency_us=6", "--out-dir", str(tmp),
+            "--times", str(tmp / "t.csv")]
+    assert main(argv) == 0
+    assert (tmp / "micro-EndToEnd.csv").read_text() == (run / outputs.ENDTOEND).read_text()
+    assert times.read(tmp / "t.csv").iteration[("total_us", "")] == "1772"
+    rec = record.read(tmp / "micro-ns3.csv")
+    assert (rec["total_us"], rec["AS_SEND_LAT"], rec["flows"], rec["build"]) == ("1772.030", "6", "1792", "-O0 (test)")
+    assert "each flow starts 6 us late" in capsys.readouterr().err
+    assert main(argv[:-2] + ["--ns3-set", "cc_mode=2"]) == 2
+    assert "ns3.cc_mode: must be one of" in capsys.readouterr().err
+
+
+# -- in the sweep: config/ns3.yaml's points, planned and run as the workflow does ----------------
+
+
+def test_sweep_plans_each_packet_point_as_a_job_of_its_own(stand_in, reference, monkeypatch):
+    """config/ns3.yaml: its TP 8 workload (the reference run's, byte for byte) is made in its batch;
+    the packet-level point is a batch of its own, after that one, with simulator.ns3's resources; run
+    through the stand-in replaying the reference run, it writes that run's EndToEnd.csv and the same
+    tables as its analytical twin; the comparison sets them side by side."""
+    from commsweep.base.paths import Layout
+    from commsweep.orchestration import batch, provenance, sweep
+    from commsweep.setup import configfile
+    from commsweep.simulate import times
+    from commsweep.simulate.ns3 import compare
+
+    binary, _, tmp = stand_in
+    run = reference(NS3, "runs", "gpt7b_L2_tp8_16g_sendlat6")
+    monkeypatch.setenv("STAND_IN_RUN", str(run))
+    monkeypatch.setenv("SIMAI_ROOT", str(binary))
+    config = configfile.load([str(Path(__file__).resolve().parents[1] / "config" / "ns3.yaml")], [])
+    monkeypatch.chdir(tmp)
+    points, _ = sweep.points_from_config(config)
+    assert [p.simulation for p in points] == ["analytical", "packet"]
+    analytical, packet = (p.point_key for p in points)
+    assert packet == analytical + "_packet"
+    plan = batch.plan(points, config, Layout(), provenance.Run(config=config,
+                                                                inputs=provenance.check_external(config, points)))
+    own = plan[f"packet-{packet}"]
+    (regular,) = [b for name, b in plan.items() if name != own.name]
+    assert (own.points, own.after, [t.rule for t in own.tasks]) == ((packet,), (regular.name,), ["simulate"])
+    assert (own.memory_mb(), own.threads(), own.runtime()) == (4096, 1, 35)
+    assert packet not in regular.points and "simulate" not in [t.rule for t in regular.tasks if t.key == packet]
+    for name in (regular.name, own.name):  # the workflow's order: the packet batch after its workload's
+        outcome = batch.run(plan[name], 1, Layout().batch_manifest(name), running_dir=".running")
+        assert outcome.failed == []
+    layout = Layout()
+    assert wf.read(layout.workload(points[0].workload_key)).render() == \
+        reference(NS3, "inputs", "workloads", "gpt7b_L2_ws16_tp8_pp1_seq2048_mbs1_ga1_sp0_default.txt").read_text()
+    assert Path(layout.endtoend(packet)).read_text() == (run / outputs.ENDTOEND).read_text()
+    both = {key: times.read(layout.times(key)).iteration[("total_us", "")] for key in (analytical, packet)}
+    assert both[packet] == "21150" and int(both[analytical]) < 21150
+    rows = [{"point": key, "simulation": sim, "sim_total_us": both[key], "status": "ok"}
+            for key, sim in ((analytical, "analytical"), (packet, "packet"))]
+    table = list(csv.DictReader(io.StringIO(compare.table(rows, compare.read_records([layout.packet_record(packet)])))))
+    assert [(r["analytical_point"], r["packet_total_us"], r["send_latency_us"]) for r in table] == \
+        [(analytical, "21150", "6")]
+    assert float(table[0]["packet_over_analytical"]) > 1
+
+
+def replaying_root(tmp_path: Path, run: Path) -> Path:
+    """A SimAI checkout whose bin/SimAI_simulator replays a reference run."""
+    root = tmp_path / "simai"
+    (root / "bin").mkdir(parents=True)
+    binary = root / "bin" / "SimAI_simulator"
+    binary.write_text(STAND_IN.format(python=sys.executable))
+    binary.chmod(binary.stat().st_mode | stat.S_IXUSR)
+    return root
+
+
+def test_workflow_plans_config_ns3(tmp_path, reference, monkeypatch):
+    """`make run CONFIG=config/ns3.yaml`'s plan: two batches (the workload's, the packet point's) and
+    the comparison."""
+    import sweeps
+
+    monkeypatch.setenv("SIMAI_ROOT", str(replaying_root(tmp_path, reference(NS3, "runs", "gpt7b_L2_tp8_16g_sendlat6"))))
+    result = sweeps.run(tmp_path / "w", "--configfile", str(Path(__file__).resolve().parents[1] / "config" / "ns3.yaml"),
+                        "--dry-run")
+    assert result.stdout.count("rule batch:") == 2 and "packet_vs_analytical" in result.stdout
+
+
+@pytest.mark.slow
+def test_workflow_runs_config_ns3(tmp_path, reference, monkeypatch):
+    """The whole sweep through a stand-in replaying the reference run: the comparison puts the
+    packet-level point (the recorded 21,150 us) beside its analytical twin."""
+    import sweeps
+
+    run = reference(NS3, "runs", "gpt7b_L2_tp8_16g_sendlat6")
+    monkeypatch.setenv("SIMAI_ROOT", str(replaying_root(tmp_path, run)))
+    monkeypatch.setenv("STAND_IN_RUN", str(run))
+    monkeypatch.setenv("STAND_IN_SEEN", str(tmp_path / "seen.txt"))
+    sweeps.run(tmp_path / "w", "--configfile", str(Path(__file__).resolve().parents[1] / "config" / "ns3.yaml"),
+               "--cores", "2")
+    rows = list(csv.DictReader(open(tmp_path / "w" / "results" / "packet_vs_analytical.csv", newline="")))
+    assert [(r["packet_total_us"], r["flows"], r["status"]) for r in rows] == [("21150", "34960", "ok")]
+    assert 1 < float(rows[0]["packet_over_analytical"]) < 1.25

@@ -57,8 +57,19 @@ def test_guard_after_a_failed_job_does_not_run_and_keeps_the_root_cause(tmp_path
     st = status.guard("volumes", lambda: ran.append(1), status_path=tmp_path / "volumes.status",
                       outputs=[out], after=[upstream])
     assert ran == []
-    assert (st.ok, st.stage, st.error, st.upstream) == (False, "generate", "m.yaml: models.x: boom", str(upstream))
-    assert out.read_text().startswith("commsweep: no result: generate: m.yaml: models.x: boom")
+    # Recorded as not run, naming the task that failed, not as a failure of its own.
+    assert (st.ok, st.stage, st.upstream, st.ran) == (False, "volumes", str(upstream), False)
+    assert st.error == f"not run: {upstream} failed: generate: m.yaml: models.x: boom"
+    assert status.read(tmp_path / "volumes.status") == st
+    assert out.read_text().startswith(f"commsweep: no result: volumes: not run: {upstream} failed: generate: m.yaml")
+    # A task after that one names the root (the task that failed), and the summary gives its cause once.
+    later = status.guard("simulate", lambda: ran.append(1), status_path=tmp_path / "simulate.status",
+                         after=[tmp_path / "volumes.status"])
+    assert ran == [] and later.upstream == str(upstream)
+    assert later.error == f"not run: {upstream} failed: generate: m.yaml: models.x: boom"
+    found = [(upstream, status.read(upstream)), (tmp_path / "volumes.status", st), (tmp_path / "simulate.status", later)]
+    assert status.reasons(found) == "generate: m.yaml: models.x: boom"
+    assert status.read(upstream).ran and status.read(upstream).cause() == "generate: m.yaml: models.x: boom"
 
 
 def test_guard_turns_bad_arguments_missing_outputs_and_bugs_into_failures(tmp_path):

@@ -201,10 +201,12 @@ def test_pipeline_overlap_ratio_times_the_sends_on_the_critical_path():
     p = predict.predict(sw.configure(run.setup), run.gpu, sw, run.cluster)
     h = p.workload.header
     steps = h.vpp * h.ga
-    sends = 2 * (steps + 35 - 1) * h.pp_comm / 2**30 / 25
+    nic = round(run.cluster.simai_gbps()[1], 3)  # SimAI's unit: 2^30 bytes
+    assert nic == pytest.approx(25 * 0.96 * 1e9 / 2**30, abs=1e-3)
+    sends = 2 * (steps + 35 - 1) * h.pp_comm / 2**30 / nic
     assert p.pp_s == pytest.approx(sends, rel=1e-5)
     hidden = predict.predict(sw.configure(run.setup), run.gpu, dataclasses.replace(sw, overlap_p2p=True), run.cluster)
-    assert hidden.pp_s == pytest.approx(2 * (35 - 1) * h.pp_comm / 2**30 / 25, rel=1e-4)
+    assert hidden.pp_s == pytest.approx(2 * (35 - 1) * h.pp_comm / 2**30 / nic, rel=1e-4)
     assert h.pp_comm == 2 * 2048 * 20480 // 8  # Megatron-LM 2022's scatter-gather: u/t
     assert overlap.pipeline_link_gbps(run.setup, 8, 8, 300, 25) == 25
     two_stages = TrainingSetup(model=run.setup.model, world_size=4, tp=2, pp=2, global_batch=1)
@@ -251,3 +253,30 @@ def test_userbuffers_hide_the_forward_tp_collectives_too():
     assert a.overlap.tp_total_ns == b.overlap.tp_total_ns > 0
     assert b.overlap.tp_hidden_ns > 1.5 * a.overlap.tp_hidden_ns
     assert b.exposed_tp_s < a.exposed_tp_s
+
+
+def test_the_bubble_runs_at_the_pace_of_the_stages_without_the_output_layer():
+    """The fill and drain pass the p - 1 stages before the last: SimAI's bubble of the
+    prediction's workload is that of the same rows without the last stage's own (output
+    layer, loss, optimizer step)."""
+    run = next(r for r in validate.read_runs(KORTHIKANTI) if r.name == "1T-full")
+    sw = mk.software("2022")
+    p = predict.predict(sw.configure(run.setup), run.gpu, sw, run.cluster)
+    renamed = [row for row in p.workload.rows if row.name == predict.BUBBLE_EXEMPT]
+    assert {row.wg_compute > 0 for row in renamed} == {True, False}  # the optimizer; output layers
+    others = dataclasses.replace(p.workload, rows=tuple(r for r in p.workload.rows if r.name != predict.BUBBLE_EXEMPT))
+    assert p.bubble_s * 1e6 == pytest.approx(simulate(others, p.network).components["bubble"], rel=1e-9)
+    as_scheduled = simulate(megatron.schedule(sw.configure(run.setup), stage=run.setup.pp - 1,
+                                              times=mk.row_times(sw.configure(run.setup), run.gpu, sw, parameters=1))
+                            .workload(), p.network)
+    assert p.bubble_s * 1e6 < as_scheduled.components["bubble"]
+
+
+def test_a_pipeline_across_servers_sends_at_the_nic_share():
+    """1F1B runs the stages in lockstep: once one stage boundary crosses servers, every
+    send goes at a GPU's share of the NICs, even where neighbours share a server."""
+    model = validate.read_runs(KORTHIKANTI)[0].setup.model
+    deep = TrainingSetup(model=model, world_size=64, tp=2, pp=16, global_batch=64)  # neighbours 4 ranks apart
+    assert overlap.pipeline_link_gbps(deep, 8, 4, 300, 25) == 12.5
+    one_server = TrainingSetup(model=model, world_size=8, tp=2, pp=4, global_batch=64)
+    assert overlap.pipeline_link_gbps(one_server, 8, 4, 300, 25) == 300

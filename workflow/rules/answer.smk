@@ -9,6 +9,7 @@ rule difference_by_cause:
         sweep=L.sweep_table(),
         batches=all_batches,
         after=[],
+        **point_inputs("causes"),
     output:
         table=report(L.difference_by_cause(), caption="../report/difference_by_cause.rst", category="1. The answer"),
         status=L.step_status("difference_by_cause"),

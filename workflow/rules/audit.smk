@@ -9,6 +9,7 @@ rule compare:
         summary=L.summary(),
         batches=all_batches,
         after=L.step_status("summarize"),
+        **point_inputs("audits"),
     output:
         findings=report(L.findings(), caption="../report/findings.rst", category="Audit against Megatron"),
         comparison=report(L.comparison(), caption="../report/comparison.rst", category="Audit against Megatron"),
@@ -83,6 +84,7 @@ rule plot_timeline:
     input:
         # The point's batch: its files are made there (params.files).
         batch=timeline_batch,
+        **timeline_inputs(),
     output:
         plot=report(L.plot("timeline"), caption="../report/timeline.rst", category="Simulated times"),
         status=L.step_status("plot_timeline"),

@@ -1,18 +1,27 @@
 # Sweep points and the rules' input functions. Every path comes from commsweep.base.paths (the
 # results layout), every check and record from the package: this file only connects them.
 
+import os
 import shlex
 
 from snakemake.exceptions import WorkflowError
 
 from commsweep.base import paths, status
 from commsweep.base.errors import CommsweepError
-from commsweep.orchestration import batch, pipeline, sweep
+from commsweep.orchestration import batch, pipeline, storage, sweep
 from commsweep.setup.arguments import to_commsweep_argv
 from commsweep.trace.scale import pipeline_dp, trace_setups
 from commsweep.workload import megatron
 
 L = paths.Layout(paths.RESULTS)
+# Without a shared filesystem (a default storage provider: Kubernetes, a batch service), the
+# folder that holds this node's copies of the storage's files (commsweep.orchestration.storage), else "".
+# Every job runs from it; this process reads what it knows of earlier runs there (LOCAL).
+try:
+    JOB_ROOT = storage.job_root(workflow)
+except ValueError as err:
+    raise WorkflowError(str(err)) from None
+LOCAL = paths.Layout(os.path.join(JOB_ROOT, paths.RESULTS))
 
 try:
     pipeline.load_config(workflow, config)
@@ -28,8 +37,11 @@ POINT_BY_KEY = {p.point_key: p for p in POINTS}
 # The megatron-core release the megatron schedule and the audit follow.
 MEGATRON_VERSION = sweep.megatron_version(config)
 # Points the Megatron schedule can describe: they get an audit.
-AUDITED = [p for p in POINTS if not megatron.unsupported(p.setup, MEGATRON_VERSION)]
+# (A packet-level point's workload is audited with its analytical twin, when the sweep has one.)
+AUDITED = [p for p in POINTS if not p.packet and not megatron.unsupported(p.setup, MEGATRON_VERSION)]
 HAS_MOE = any(p.setup.model.is_moe for p in POINTS)
+# Points simulated by SimAI's packet-level simulator (the sweep's simulation axis).
+PACKET_POINTS = [p for p in POINTS if p.packet]
 # reference: measured traces real megatron-core once per model family, TP, PP and SP,
 # and per release of megatron_core when it lists some (else the installed release).
 TRACES = trace_setups([p.setup for p in POINTS]) if config["reference"] == "measured" else {}
@@ -45,7 +57,7 @@ def trace_names():
 # The run: external inputs checked (a missing one stops it here) and checksummed, its name,
 # and the outputs of points not in this sweep (ignored, listed by the check).
 try:
-    RUN, IGNORED = pipeline.prepare(workflow, config, POINTS, L, traces=trace_names())
+    RUN, IGNORED = pipeline.prepare(workflow, config, POINTS, L, traces=trace_names(), root=JOB_ROOT)
 except CommsweepError as err:
     raise WorkflowError(str(err)) from None
 
@@ -64,7 +76,7 @@ wildcard_constraints:
 def final_outputs():
     """Everything `rule all` asks for (the check's inputs)."""
     return [L.run_record(), L.summary(), L.plot("volume_by_tp"), *audit_outputs(), *answer_outputs(),
-            *trace_outputs(), *moe_outputs()]
+            *trace_outputs(), *moe_outputs(), *([L.packet_comparison()] if PACKET_POINTS else [])]
 
 
 def moe_outputs():
@@ -81,6 +93,8 @@ def step_statuses():
     steps += ["difference_by_cause", "plot_difference_by_cause", "plot_exposed_tp_by_overlap", "answer"]
     if HAS_MOE:
         steps.append("plot_volume_by_group")
+    if PACKET_POINTS:
+        steps.append("packet_vs_analytical")
     if TRACES:
         steps.append("trace_check")
     if RELEASES:
@@ -101,15 +115,21 @@ def batch_of(wildcards):
 def batch_attempt(wildcards):
     """`params.attempt` of a batch: grows after a failed task or with an output missing, so
     Snakemake reruns the batch, which redoes those tasks (commsweep.orchestration.batch.attempt)."""
-    return batch.attempt(batch_of(wildcards), L.batch_manifest(wildcards.batch))
+    return batch.attempt(batch_of(wildcards), LOCAL.batch_manifest(wildcards.batch))
 
 
-def batch_resources(name):
+def batch_rule_name(name):
+    """The rule of one batch, without a shared filesystem (workflow/rules/batch.smk)."""
+    return f"batch_{name.replace('-', '_')}"
+
+
+def batch_resources(name, batch_name=None):
     """A batch's resources: the most any of its tasks needs (memory, a GPU for a torch
-    profile on CUDA), the sum of their run times."""
+    profile on CUDA), the sum of their run times. ``batch_name``: of that batch (its own
+    rule), else of the job's ``{batch}``."""
 
     def resource(wildcards):
-        b = batch_of(wildcards)
+        b = BATCHES[batch_name] if batch_name is not None else batch_of(wildcards)
         torch = config["aiob"]["backend"] == "torch" and any(t.rule == "profile_torch" for t in b.tasks)
         if name == "mem_mb":
             return b.memory_mb()
@@ -117,7 +137,7 @@ def batch_resources(name):
             return b.runtime()
         if name == "gpu":
             return 1 if torch and batch.torch_on_gpu() else 0
-        return 2 if torch and not batch.torch_on_gpu() else 1  # threads
+        return max(b.threads(), 2 if torch and not batch.torch_on_gpu() else 1)  # threads
 
     return resource
 
@@ -128,6 +148,16 @@ def batch_resources(name):
 def all_batches(wildcards):
     """Every batch's manifest: what the sweep-wide steps read (the points' files it lists)."""
     return [L.batch_manifest(name) for name in sorted(BATCHES)]
+
+
+def point_inputs(*kinds):
+    """The points' files of these kinds (``batch.FILE_KINDS``) that a sweep-wide step reads, as
+    inputs named ``points_KIND``, in the manifests' order: declared only without a shared
+    filesystem, where a job gets its declared inputs alone (with one, the manifests stand for
+    them: Snakemake then tracks one file per batch, not ten per point)."""
+    if not JOB_ROOT:
+        return {}
+    return {f"points_{kind}": [f for name in sorted(BATCHES) for f in BATCHES[name].files[kind]] for kind in kinds}
 
 
 def audit_outputs():
@@ -172,6 +202,14 @@ def timeline_files(wildcards):
 
 def timeline_batch(wildcards):
     return L.batch_manifest(BATCH_OF_POINT[timeline_point().point_key])
+
+
+def timeline_inputs():
+    """Without a shared filesystem, the timeline point's files as inputs (see point_inputs)."""
+    if not JOB_ROOT or not AUDITED:
+        return {}
+    files = timeline_files(None)
+    return {"points": [files["workload"], files["simulation"], files["audit"], *files["after"]]}
 
 
 def timeline_args(wildcards):
@@ -237,7 +275,7 @@ def trace_processes(wildcards):
 # through guarded(): the job then always succeeds for Snakemake and writes `output.status`
 # (results/steps/<rule>.status), saying ok or the error. A failed step leaves one-line
 # markers in place of its outputs, and the steps after it (those listing its status file in
-# `input.after`) record the same failure without running. The batches guard each point's
+# `input.after`) are not run, and record that, naming the failed step (status.NOT_RUN). The batches guard each point's
 # tasks the same way, in-process (commsweep.orchestration.batch). The summary lists failed points with
 # their error; the check runs last, whatever failed, and fails the run if anything did.
 # `params.attempt` grows after a failure, so the next run retries exactly the failed steps
@@ -282,4 +320,4 @@ def attempt(status_file):
     One more than the job's last failed run, so Snakemake's params trigger reruns it. (A
     function of the wildcards alone: Snakemake ignores params derived from the outputs.)
     """
-    return lambda wildcards: status.next_attempt(status_file.format(**dict(wildcards.items())))
+    return lambda wildcards: status.next_attempt(os.path.join(JOB_ROOT, status_file.format(**dict(wildcards.items()))))

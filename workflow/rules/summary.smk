@@ -48,6 +48,7 @@ rule summarize:
         sweep=L.sweep_table(),
         batches=all_batches,
         after=[],
+        **point_inputs("status", "volumes", "times"),
     output:
         summary=L.summary(),
         status=L.step_status("summarize"),
@@ -100,6 +101,7 @@ rule check:
         sweep=L.sweep_table(),
         batches=all_batches,
         steps=step_statuses(),
+        **point_inputs("status"),
         outputs=final_outputs(),
     output:
         verdict=report(L.verdict(), caption="../report/verdict.rst", category="Run"),

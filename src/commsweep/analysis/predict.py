@@ -17,7 +17,7 @@ numbers from the same files:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..aiob import megatron_kernels as mk
 from ..aiob.gpus import GpuSpec
@@ -30,14 +30,31 @@ from ..workload.format import Workload
 BREAKDOWN = ("compute_s", "exposed_tp_s", "exposed_dp_s", "pp_s", "bubble_s", "optimizer_s")
 
 
+# What NCCL's collectives reach of a link's line rate, as NCCL's maintainers give it:
+# NVLink, "with the protocol overhead (~20%)" 370 of NVLink4's 450 GB/s (NVIDIA/nccl-tests
+# issue 212) and about 160 of an A800's 200 (NVIDIA/nccl issue 412); InfiniBand, "24GB/s is
+# the peak performance per 200G NIC" (NVIDIA/nccl-tests issue 119; NVIDIA/nccl issue 1576:
+# 192 GB/s all-reduce bus bandwidth on a DGX A100's eight 200 Gb/s NICs).
+NVLINK_EFFICIENCY = 0.80
+NIC_EFFICIENCY = 0.96
+# SimAI divides bytes by 2^30 and by its bandwidth flags: its "GB/s" are GiB/s.
+GB_IN_SIMAI_UNITS = 1e9 / 2**30
+
+
 @dataclass(frozen=True)
 class Cluster:
-    """SimAI's network flags: GPUs per server, NICs per server, NVLink and NIC GB/s."""
+    """The network: GPUs and NICs per server, and the datasheets' NVLink and NIC bandwidths
+    (GB/s, 10^9 bytes, per direction per GPU and per NIC)."""
 
     gpus_per_server: int
     nics_per_server: int
     nvlink_gbps: float
     nic_gbps: float
+
+    def simai_gbps(self) -> tuple[float, float]:
+        """SimAI's ``-nv`` and ``-nic``: what NCCL reaches of each link, in SimAI's unit."""
+        return (self.nvlink_gbps * NVLINK_EFFICIENCY * GB_IN_SIMAI_UNITS,
+                self.nic_gbps * NIC_EFFICIENCY * GB_IN_SIMAI_UNITS)
 
 
 @dataclass(frozen=True)
@@ -63,16 +80,39 @@ class Prediction:
         return self.network.flags()
 
 
+# Rows of the last stage that the other stages do not have: SimAI's bubble leaves them out.
+LAST_STAGE_ONLY = ("optimizer", "output_layer", "output_layer_wgrad_gather", "cross_entropy_max",
+                   "cross_entropy_target", "cross_entropy_sum_exp")
+BUBBLE_EXEMPT = "embedding_layer"  # the one row name SimAI's bubble skips
+
+
+def off_the_bubble(workload: Workload) -> Workload:
+    """``workload`` with the last stage's own rows (the output layer, the loss, the
+    optimizer step) under SimAI's ``embedding_layer`` name, which its bubble skips.
+
+    SimAI's bubble is (p - 1) / (v ga) times the rows' compute and communication: the fill
+    and drain at the pace of the simulated (last) stage. But the last stage is the one that
+    waits: the first micro-batch reaches it after passing the p - 1 stages before it, the
+    last one's gradients leave it for the same p - 1 stages, none of which holds the output
+    layer, the cross entropy or (once per iteration, after the drain) the optimizer step.
+    Skipping those rows makes SimAI's bubble the other stages' fill and drain exactly (the
+    first stage's embedding, a gather, is left out with them)."""
+    rows = tuple(replace(row, name=BUBBLE_EXEMPT) if row.name in LAST_STAGE_ONLY else row
+                 for row in workload.rows)
+    return replace(workload, rows=rows)
+
+
 def predict(setup: TrainingSetup, gpu: GpuSpec, sw: mk.Software, cluster: Cluster,
             ratios: Ratios | None = None) -> Prediction:
     """The predicted iteration of ``setup`` (already configured by ``sw.configure``)."""
     stage = setup.pp - 1
     times = mk.row_times(setup, gpu, sw, parameters=megatron.local_parameters(setup, stage))
     sched = megatron.schedule(setup, stage=stage, times=times, pp_scatter_gather=sw.scatter_gather_pp)
-    workload = sched.workload()
+    as_scheduled = sched.workload()
+    workload = off_the_bubble(as_scheduled) if setup.pp > 1 else as_scheduled
+    nvlink, nic = (round(x, 3) for x in cluster.simai_gbps())
     plain = Network(gpus=setup.world_size, gpus_per_server=cluster.gpus_per_server,
-                    nics_per_server=cluster.nics_per_server, nvlink_gbps=cluster.nvlink_gbps,
-                    nic_gbps=cluster.nic_gbps)
+                    nics_per_server=cluster.nics_per_server, nvlink_gbps=nvlink, nic_gbps=nic)
     overlap = megatron_overlap(
         sched, plain, ratios,
         wgrad_gemm_us={k: w for k, (w, _) in times.gemm_us.items()},
@@ -80,17 +120,15 @@ def predict(setup: TrainingSetup, gpu: GpuSpec, sw: mk.Software, cluster: Cluste
         fwd_gemm_us=times.fwd_gemm_us,
         async_tp=sw.async_tp, overlap_grad_reduce=sw.overlap_grad_reduce,
         tp_comm_overlap=sw.tp_comm_overlap, overlap_p2p=sw.overlap_p2p,
-        pp_link_gbps=pipeline_link_gbps(setup, cluster.gpus_per_server, cluster.nics_per_server,
-                                        cluster.nvlink_gbps, cluster.nic_gbps),
+        pp_link_gbps=pipeline_link_gbps(setup, cluster.gpus_per_server, cluster.nics_per_server, nvlink, nic),
         workload=workload,
     )
     network = Network(gpus=setup.world_size, gpus_per_server=cluster.gpus_per_server,
-                      nics_per_server=cluster.nics_per_server, nvlink_gbps=cluster.nvlink_gbps,
-                      nic_gbps=cluster.nic_gbps, **overlap.flags())
+                      nics_per_server=cluster.nics_per_server, nvlink_gbps=nvlink, nic_gbps=nic, **overlap.flags())
     sim = simulate(workload, network, ratios)
     c = sim.components
     assert c is not None  # the engine cuts a file short only in SimAI's bug-reproducing mode
-    optimizer_us = sum(row.wg_compute for row in workload.rows if row.name in ("optimizer", "dp_param_allgather")) / 1000
+    optimizer_us = sum(row.wg_compute for row in as_scheduled.rows if row.name in ("optimizer", "dp_param_allgather")) / 1000
     return Prediction(
         total_s=sim.total_us / 1e6,
         compute_s=(c["compute"] - optimizer_us) / 1e6,

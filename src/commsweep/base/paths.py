@@ -109,6 +109,14 @@ class Layout:
         """The point's simulated times in brief (``simulate.times``): all the summary reads of a simulation."""
         return f"{self.point_dir(point)}/times.csv"
 
+    def packet_record(self, point: str = "{point}") -> str:
+        """A packet-level point's run record (``simulate.ns3.record``): settings, build, FCT, PFC, cost."""
+        return f"{self.point_dir(point)}/ns3.csv"
+
+    def packet_comparison(self) -> str:
+        """Each packet-level point beside its analytical twin (``simulate.ns3.compare``)."""
+        return self._at("packet_vs_analytical.csv")
+
     def audit(self, point: str = "{point}") -> str:
         """The point's audit findings (``analysis.audit`` columns)."""
         return f"{self.point_dir(point)}/audit.csv"

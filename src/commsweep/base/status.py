@@ -12,8 +12,10 @@ beside the task's outputs:
   (``MARKER``) so that Snakemake sees a complete job and goes on with the other points.
   No reader of the project accepts a marker as data (each rejects its first line);
 * a guarded rule whose upstream status (``--after``) failed does not run its command: it
-  records the same stage and error, with ``upstream`` naming the status it came from, so
-  the root cause travels to the summary whatever stage it happened in.
+  records that it was not run (``NOT_RUN``), naming the task that failed (``upstream``: the
+  status of the root failure, however many stages back) and its error, so the root cause
+  travels to the summary whatever stage it happened in (``Status.cause``), and nothing
+  mistakes the task that never ran for one that failed itself (was killed, say).
 
 The sweep-wide steps (summary, comparison, figures) are guarded the same way. The summary
 lists the failed points with their error (``failures``); ``commsweep check`` runs last,
@@ -50,6 +52,8 @@ SUFFIX = ".status"
 # that leaves a job's own parameters alone must not rerun it.
 CONFIG_DIGEST_ENV = "COMMSWEEP_CONFIG_DIGEST"
 MARKER = "commsweep: no result:"
+# The error of a task not run because a task it reads failed: ``not run: <status> failed: <cause>``.
+NOT_RUN = "not run:"
 
 
 @dataclass(frozen=True)
@@ -88,9 +92,32 @@ class Status:
         return json.dumps(record, sort_keys=True) + "\n"
 
     def reason(self) -> str:
-        """``stage: error`` on one line, as the summary shows it."""
+        """``stage: error`` on one line (a marker's text)."""
         lines = [line.strip() for line in self.error.splitlines() if line.strip()]
         return f"{self.stage}: " + "; ".join(lines)
+
+    @property
+    def ran(self) -> bool:
+        """Whether the task ran (False: not run, because the task ``upstream`` names failed)."""
+        return not (self.upstream and self.error.startswith(NOT_RUN))
+
+    def cause(self) -> str:
+        """The root failure's ``stage: error``, as the summary shows it: this task's own, or,
+        for one not run, that of the task that failed (``upstream``)."""
+        prefix = f"{NOT_RUN} {self.upstream} failed: "
+        if self.upstream and self.error.startswith(prefix):
+            return self.error[len(prefix):]
+        return self.reason()
+
+
+def not_run(stage: str, upstream: str | Path, before: Status, *, outputs: tuple[str, ...] = (),
+            attempt: int = 1) -> Status:
+    """The status of a task not run because the task it reads (status ``upstream``) failed:
+    it names the task where the failure happened (following a not-run upstream back to it)
+    and that failure's cause."""
+    root = before.upstream if before.upstream and not before.ran else str(upstream)
+    return Status(ok=False, stage=stage, error=f"{NOT_RUN} {root} failed: {before.cause()}", upstream=root,
+                  outputs=outputs, attempt=attempt)
 
 
 def write(path: str | Path, status: Status) -> None:
@@ -209,13 +236,14 @@ def guard(
         try:
             before = read(upstream)
         except (OSError, InputError) as err:  # only by hand: guard writes them atomically
-            before = Status(ok=False, stage=stage, error=f"unreadable upstream status: {describe_exception(err)}")
-        if not before.ok:
-            status = Status(
-                ok=False, stage=before.stage, error=before.error, upstream=str(upstream), outputs=outs, attempt=attempt
-            )
-            print(f"commsweep {stage}: not run: {before.reason()} (from {upstream})", file=sys.stderr)
-            break
+            status = Status(ok=False, stage=stage, error=f"unreadable upstream status: {describe_exception(err)}",
+                            outputs=outs, attempt=attempt)
+        else:
+            if before.ok:
+                continue
+            status = not_run(stage, upstream, before, outputs=outs, attempt=attempt)
+        print(f"commsweep {stage}: {status.error}", file=sys.stderr)
+        break
     if status is None:
         try:
             run()
@@ -269,11 +297,11 @@ def failures(files: paths.PointFiles, workload: str, point: str) -> list[tuple[P
 
 
 def reasons(found: Iterable[tuple[Path, Status]]) -> str:
-    """The distinct ``stage: error`` of a point's failed jobs, joined by `` | ``."""
+    """The distinct root causes (``stage: error``) of a point's failed jobs, joined by `` | ``."""
     unique: list[str] = []
     for _, st in found:
-        if st.reason() not in unique:
-            unique.append(st.reason())
+        if st.cause() not in unique:
+            unique.append(st.cause())
     return " | ".join(unique)
 
 
@@ -328,7 +356,7 @@ def check(
     for path in map(Path, steps):
         st = read(path)
         if not st.ok:
-            broken.append(f"  {path.name.removesuffix(SUFFIX)}: {st.reason()}")
+            broken.append(f"  {path.name.removesuffix(SUFFIX)}: {st.cause()}")
     ignored = list(ignored)
     notes = []
     if ignored:

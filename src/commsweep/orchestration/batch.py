@@ -24,8 +24,8 @@ command: a profile, a workload, its volumes, a point's simulation or audit):
   declared output) is written after all its tasks. A batch cut short has no manifest:
   Snakemake reruns it, and it redoes exactly the tasks without a current status.
 * **A failing point never loses the others.** Each task is guarded as before: a failure is
-  recorded in its status (markers in place of its outputs), the tasks after it record the
-  same failure, and the batch goes on. A task that kills the batch's process (out of
+  recorded in its status (markers in place of its outputs), the tasks after it record that
+  they were not run because of it (naming it), and the batch goes on. A task that kills the batch's process (out of
   memory, say) is found on the next run (``RUNNING``, the task under way) and runs in a
   process of its own; if that is killed too, it is recorded as failed, and the batch ends.
 * **The retry.** The manifest lists the batch's failed tasks; the batch's ``attempt``
@@ -141,6 +141,28 @@ def generate_command(point, config: Mapping, workload: str, profile: str | None)
     return argv + ["-o", workload]
 
 
+def packet_command(point, config: Mapping, workload: str, endtoend: str, collectives: str, times: str,
+                   record: str) -> list[str]:
+    """``commsweep simulate --backend ns3`` of a packet-level point: ``simulator.ns3``'s binary,
+    topology template and parameters (the GPU count is the point's world size), settings, limits."""
+    from ..simulate.ns3.runner import configured_root
+
+    ns3 = config["simulator"]["ns3"]
+    argv = ["simulate", "--backend", "ns3", "-w", workload, "-g", str(point.world_size), "-r", f"{point.point_key}-",
+            "--strict", "--ns3-root", configured_root(config), "--topology", ns3["topology"]["template"]]
+    if ns3.get("build"):
+        argv += ["--ns3-build", ns3["build"]]
+    for key, value in ns3["topology"].items():
+        if key != "template" and value is not None:
+            argv += ["--topology-param", f"{key}={value}"]
+    for key, value in ns3["settings"].items():
+        argv += ["--ns3-set", f"{key}={int(value) if isinstance(value, bool) else value}"]
+    argv += ["--threads", str(ns3["threads"]), "--stall", str(ns3["stall_s"])]
+    if ns3.get("timeout_s"):
+        argv += ["--timeout", str(ns3["timeout_s"])]
+    return argv + ["--endtoend", endtoend, "--collectives", collectives, "--times", times, "--record", record]
+
+
 def simulate_command(point, config: Mapping, workload: str, endtoend: str, collectives: str, times: str) -> list[str]:
     """``commsweep simulate`` of a point: SimAI's network flags and the simulator config."""
     sim = config["simulator"]
@@ -190,6 +212,8 @@ class Task:
     memory_mb: int = 512
     # Minutes on a cluster.
     runtime: float = 0.1
+    # Threads its command runs (SimAI_simulator's -t for a packet-level point).
+    threads: int = 1
 
     def guard_argv(self, attempt: int) -> list[str]:
         """The same task as a ``commsweep guard`` command line (a process of its own)."""
@@ -200,11 +224,11 @@ class Task:
 
 def make_task(rule: str, key: str, command: Sequence[str], status: str, outputs: Sequence[str], *,
               upstream: Sequence[Task] = (), provenance: Sequence[str] = (), memory_mb: int = 512,
-              runtime: float = 0.1) -> Task:
+              runtime: float = 0.1, threads: int = 1) -> Task:
     digest = _digest({"command": list(command), "provenance": list(provenance),
                       "upstream": [t.digest for t in upstream]})
     return Task(rule, key, tuple(command), status, tuple(outputs), tuple(t.status for t in upstream),
-                tuple(provenance), digest, memory_mb, runtime)
+                tuple(provenance), digest, memory_mb, runtime, threads)
 
 
 @dataclass(frozen=True)
@@ -222,11 +246,21 @@ class Batch:
     # Its points as rows of the points table (strings, ``sweep.Point.row``): for the
     # difference by cause of its AICB points, which the batch works out too (``run``).
     rows: tuple[Mapping[str, str], ...] = ()
+    # The batches whose outputs its tasks read (a packet-level point's batch reads the
+    # workload its settings' batch generates), and the files of theirs it reads: inputs of its job.
+    after: tuple[str, ...] = ()
+    reads: tuple[str, ...] = ()
 
     @property
     def digest(self) -> str:
         """Of its tasks: a changed task, or a changed membership, changes it."""
         return _digest([self.name, [t.digest for t in self.tasks]])
+
+    def outputs(self) -> list[str]:
+        """Every file its job writes but the manifest: each task's status and outputs, its
+        part of the difference by cause. (Declared one by one only without a shared
+        filesystem, where the storage carries exactly the declared files: workflow/rules/batch.smk.)"""
+        return [f for t in self.tasks for f in (t.status, *t.outputs)] + list(self.files.get("causes", ()))
 
     def memory_mb(self) -> int:
         return max([512, *(t.memory_mb for t in self.tasks)])
@@ -234,6 +268,9 @@ class Batch:
     def runtime(self) -> int:
         """Minutes on a cluster: 5, plus each task's estimate."""
         return 5 + int(sum(t.runtime for t in self.tasks) + 0.999)
+
+    def threads(self) -> int:
+        return max([1, *(t.threads for t in self.tasks)])
 
 
 def unit_of(point) -> str:
@@ -301,7 +338,11 @@ def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | 
         on_workload: dict[str, list] = {}
         for p in group:
             on_workload.setdefault(p.workload_key, []).append(p)
-        for p in group:  # the profiles first, then each workload and the points on it
+        # Packet-level points: their workload is made here, their simulation is a batch (a
+        # job) of its own (below).
+        packet_points = [p for p in group if p.packet]
+        group = [p for p in group if not p.packet]
+        for p in group + packet_points:  # the profiles first, then each workload and the points on it
             if p.aiob and p.profile_key not in profiles:
                 key = p.profile_key
                 out = layout.profile(backend, key), layout.profile_table(backend, key)
@@ -311,7 +352,7 @@ def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | 
                     out, provenance=words, memory_mb=16384 if backend == "torch" else 512,
                     runtime=30 if backend == "torch" else 0.1)
                 tasks.append(profiles[key])
-        for p in group:
+        for p in group + packet_points:
             if p.workload_key in workloads:
                 continue
             key = p.workload_key
@@ -334,6 +375,8 @@ def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | 
             files["workloads"].append(workload)
             # Its points next, while the workload is fresh (format.reuse_parsed).
             for q in on_workload[key]:
+                if q.packet:
+                    continue
                 point = q.point_key
                 out = layout.endtoend(point), layout.collectives(point), layout.times(point)
                 simulate = make_task(
@@ -363,7 +406,26 @@ def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | 
         rows = tuple({k: str(v) for k, v in p.row().items()} for p in group)
         batches[name] = Batch(name, tuple(p.point_key for p in group), tuple(tasks),
                               {kind: tuple(v) for kind, v in files.items()}, tuple(inputs + ratio_files), rows)
+        for p in packet_points:
+            own = packet_batch(p, config, layout, run, workloads[p.workload_key], after=name)
+            batches[own.name] = own
     return batches
+
+
+def packet_batch(point, config: Mapping, layout, run, generate: Task, *, after: str) -> Batch:
+    """A packet-level point's simulation as a batch of its own: one job, with the memory,
+    run time and threads ``simulator.ns3`` gives it, after the batch that makes its workload."""
+    ns3 = config["simulator"]["ns3"]
+    key = point.point_key
+    out = layout.endtoend(key), layout.collectives(key), layout.times(key), layout.packet_record(key)
+    simulate = make_task(
+        "simulate", key, packet_command(point, config, generate.outputs[0], *out), layout.point_status("simulate", key),
+        out, upstream=[generate], provenance=run.job_provenance("simulator.ns3.root"),
+        memory_mb=int(ns3["memory_mb"]), runtime=float(ns3["runtime_min"]), threads=int(ns3["threads"]))
+    files = {kind: () for kind in FILE_KINDS}
+    files.update(status=(simulate.status,), endtoend=(out[0],), collectives=(out[1],), times=(out[2],))
+    return Batch(f"packet-{key}", (key,), (simulate,), files, (), ({k: str(v) for k, v in point.row().items()},),
+                 after=(after,), reads=(generate.outputs[0],))
 
 
 def batch_of_points(batches: Mapping[str, Batch]) -> dict[str, str]:
@@ -421,8 +483,7 @@ def attempt(batch: Batch, manifest_path: str | Path) -> int:
         failed = bool(record["failed"])
     except (OSError, ValueError, KeyError, TypeError):
         return 1
-    made = [f for t in batch.tasks for f in (t.status, *t.outputs)] + list(batch.files.get("causes", ()))
-    if failed or any(not _nonempty(f) for f in made):
+    if failed or any(not _nonempty(f) for f in batch.outputs()):
         return last + 1
     return last
 
@@ -583,7 +644,8 @@ def run(batch: Batch, attempt_: int, manifest_path: str | Path, *, running_dir: 
             except (OSError, InputError):
                 before = None
             next_attempt = 1 if before is None else (before.attempt if before.ok else before.attempt + 1)
-            isolated = task.status == crashed or (before is not None and not before.ok
+            # Killed itself (not merely not run after a killed task: ``status.NOT_RUN``).
+            isolated = task.status == crashed or (before is not None and not before.ok and before.ran
                                                   and before.error.startswith(KILLED))
             # Gone while it runs: a run cut short leaves no status that speaks for new outputs.
             Path(task.status).unlink(missing_ok=True)
@@ -635,8 +697,13 @@ def causes_table(batch: Batch) -> str:
 
 def run_rule(smk) -> None:
     """Rule ``batch`` (a Snakemake ``script:``): run the batch of ``smk.params.plan``, its
-    output (and that of every command it runs, in-process or not) in the rule's log."""
+    output (and that of every command it runs, in-process or not) in the rule's log. Without
+    a shared filesystem it runs from the job's root (``storage.enter``), where the plan's
+    paths are those of the job's files."""
+    from . import storage
+
     batch_ = smk.params.plan
+    running_dir = os.path.abspath(RUNNING)
     with open(smk.log[0], "w", encoding="utf-8") as log:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -647,5 +714,6 @@ def run_rule(smk) -> None:
             sys.stderr.reconfigure(line_buffering=True)
         print(f"batch {batch_.name}: {len(batch_.points)} point(s), {len(batch_.tasks)} task(s), "
               f"attempt {smk.params.attempt}", file=sys.stderr, flush=True)
-        outcome = run(batch_, int(smk.params.attempt), smk.output.manifest)
+        [manifest_path] = storage.enter([smk.output.manifest])
+        outcome = run(batch_, int(smk.params.attempt), manifest_path, running_dir=running_dir)
         print(outcome.line(batch_.name), file=sys.stderr, flush=True)

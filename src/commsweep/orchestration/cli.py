@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..base.errors import CommsweepError
 from ..base.files import emit
+from . import storage
 from .stages import STAGE_COMMANDS
 
 
@@ -467,6 +468,23 @@ def add_validate_parser(sub) -> None:
     p.set_defaults(func=cmd_validate)
 
 
+def cmd_packet_compare(ns: argparse.Namespace) -> None:
+    from ..simulate.ns3 import compare
+
+    emit(compare.table(compare.read_summary(ns.summary), compare.read_records(ns.records)), ns.output)
+
+
+def add_packet_compare_parser(sub) -> None:
+    p = sub.add_parser("packet-compare", help="each packet-level point beside its analytical twin",
+                       description="One line per packet-level point of a summary: its analytical twin's and its own "
+                                   "times, the packet/analytical ratio, and its run record (FCT spread, PFC pauses, "
+                                   "send latency, build, wall time).")
+    p.add_argument("--summary", required=True, help="the sweep's summary.csv")
+    p.add_argument("--records", nargs="*", default=[], help="the packet-level points' ns3.csv records")
+    p.add_argument("-o", "--output", help="output CSV (default: stdout)")
+    p.set_defaults(func=cmd_packet_compare)
+
+
 def add_trace_check_parser(sub) -> None:
     p = sub.add_parser("trace-check", help="one verdict per trace: does the megatron schedule match megatron-core")
     p.add_argument("compare", nargs="+", help="comparison CSVs of `commsweep trace --compare` (<key>.compare.csv)")
@@ -485,6 +503,7 @@ COMMANDS = {
     "timeline": add_timeline_parser,
     "trace": add_trace_parser,
     "trace-check": add_trace_check_parser,
+    "packet-compare": add_packet_compare_parser,
     "trace-versions": add_trace_versions_parser,
     "validate": add_validate_parser,
     "guard": add_guard_parser,
@@ -511,6 +530,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # A job without a shared filesystem: run from its root, paths relative to it (commsweep.orchestration.storage).
+    argv = storage.enter(argv)
     parser = build_parser(only=argv[0] if argv[:1] and argv[0] in COMMANDS else None)
     ns = parser.parse_args(argv)
     try:

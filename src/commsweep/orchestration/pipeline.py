@@ -148,20 +148,21 @@ def on_success(layout) -> None:
         raise SystemExit(1)
 
 
-def prepare(workflow, config: dict, points, layout, *, traces=()):
+def prepare(workflow, config: dict, points, layout, *, traces=(), root: str = ""):
     """Everything a run needs before its first job; returns ``(run, ignored)``.
 
     Checks and checksums the external inputs (``provenance.check_external``: a missing one
     stops the run here, naming its key and path), names the run (``provenance.Run``), puts
     this Python's ``commsweep`` first on ``PATH`` for the shell rules (also when the venv is
-    not activated, e.g. ``.venv/bin/snakemake``), tells the jobs the run's config digest,
+    not activated, e.g. ``.venv/bin/snakemake``), tells the jobs the run's config digest and
+    their root (``root``: ``storage.job_root``, empty with a shared filesystem),
     and, in the main Snakemake process, clears a stale lock (``locks.clear_stale``; a live
     run's is named, never broken) and lists the outputs of points not in this sweep.
     """
     import copy
     import os
 
-    from . import provenance
+    from . import provenance, storage
 
     inputs = provenance.check_external(config, points)
     run = provenance.Run(
@@ -172,6 +173,8 @@ def prepare(workflow, config: dict, points, layout, *, traces=()):
     from ..base.status import CONFIG_DIGEST_ENV
 
     os.environ[CONFIG_DIGEST_ENV] = run.config_digest
+    # Without a shared filesystem, the folder of the job's local copies (commsweep.orchestration.storage).
+    os.environ[storage.ROOT_ENV] = root
     ignored: list[str] = []
     if workflow.is_main_process:
         from .locks import LockHeld, clear_stale

@@ -155,6 +155,13 @@ def check_external(config: Mapping, points: Iterable) -> dict[str, External | di
         if not binary.is_file():
             raise _missing("simulator.root", binary, "SimAI_analytical (build SimAI first)")
         out["simulator.root"] = External("simulator.root", str(root), file_digest(binary), str(BINARY))
+    from ..simulate.ns3.runner import configured_root, find_binary
+
+    ns3_root = configured_root(config)
+    if ns3_root and "packet" in ((config.get("sweep") or {}).get("simulation") or ()):
+        binary = find_binary(Path(ns3_root).expanduser())
+        out["simulator.ns3.root"] = External("simulator.ns3.root", str(ns3_root), file_digest(binary),
+                                             str(binary.resolve()))
     ratio_dir = ratio_dir_for(sim.get("ratio_dir"), root)
     if ratio_dir:
         key = "simulator.ratio_dir" if sim.get("ratio_dir") else "simulator.root"

@@ -59,6 +59,16 @@ def cmd_volumes(ns: argparse.Namespace) -> None:
 def cmd_simulate(ns: argparse.Namespace) -> None:
     from ..simulate.run import options_from_args, run
 
+    if ns.backend != "ns3":  # the analytical backends need SimAI_analytical's network flags
+        missing = [flag for flag, dest in (("-g_p_s/--gpus-per-server", "gpus_per_server"),
+                                           ("-n_p_s/--nic_per_server", "nics_per_server"),
+                                           ("-nv/--nvlink", "nvlink_gbps"), ("-nic/--nic_busbw", "nic_gbps"))
+                   if getattr(ns, dest) is None]
+        if missing:
+            # argparse's way (status 2): they are required but with --backend ns3
+            print("commsweep simulate: error: the following arguments are required: " + ", ".join(missing),
+                  file=sys.stderr)
+            raise SystemExit(2)
     run(options_from_args(ns))
 
 
@@ -157,7 +167,7 @@ def add_simulate_parser(sub) -> None:
     p.add_argument("-w", "--workload", required=True, help="a SimAI workload file")
     add_gpus_argument(p, required=True)
     p.add_argument("-r", "--result", dest="prefix", required=True, help="output name prefix (SimAI's -r)")
-    add_network_arguments(p, required=True)
+    add_network_arguments(p, required=False, title="network (SimAI's flags; required but with --backend ns3)")
     for name, default in (("tp", "0"), ("dp", "0"), ("ep", "0"), ("pp", "1")):
         p.add_argument(f"-{name}_o", f"--{name}_overlap", dest=f"{name}_overlap", type=number_text,
                        default=default, help=f"{name.upper()} overlap ratio (default {default})")
@@ -168,12 +178,16 @@ def add_simulate_parser(sub) -> None:
                                                   "and group, and SimAI's summary line, here (what summarize reads)")
     p.add_argument("--simai-bugs", choices=("fix", "reproduce", "error"), default="fix",
                    help="where SimAI prints nonsense: fix it and warn (default), reproduce SimAI's output, or fail")
-    p.add_argument("--backend", choices=("builtin", "simai"), default="builtin",
-                   help="builtin: the closed-form engine; simai: run <simai-root>/bin/SimAI_analytical")
+    p.add_argument("--backend", choices=("builtin", "simai", "ns3"), default="builtin",
+                   help="builtin: the closed-form engine; simai: run <simai-root>/bin/SimAI_analytical; "
+                        "ns3: run SimAI's packet-level SimAI_simulator (--ns3-root)")
     p.add_argument("--simai-root", help="a built SimAI checkout")
-    p.add_argument("--timeout", type=float, help="seconds before a SimAI run is stopped (simai backend)")
+    p.add_argument("--timeout", type=float, help="seconds before a SimAI run is stopped (simai and ns3 backends)")
     p.add_argument("--strict", action="store_true",
                    help="fail when -g is not the workload's all_gpus (default: warn; SimAI takes DP from -g)")
+    from ..simulate.ns3.command import add_arguments as add_ns3_arguments
+
+    add_ns3_arguments(p)
     p.set_defaults(func=cmd_simulate)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..base.errors import ConfigError
 from ..setup.models import ModelSpec, model_from_dict, resolve_model
-from ..setup.points import AXES, MEMORY_COLUMNS, NETWORK_FIELDS, Invalid, Network, Point, table_columns
+from ..setup.points import AXES, MEMORY_COLUMNS, NETWORK_FIELDS, SIMULATIONS, Invalid, Network, Point, table_columns
 from ..setup.training import TrainingSetup
 from ..workload.generate import schedule_problems
 
@@ -137,6 +137,29 @@ def tp_overlap_axis(config: dict) -> list[float | None]:
     return [None] if unique == [float(default)] else unique
 
 
+def simulation_axis(config: dict) -> list[str | None]:
+    """How the sweep's points are simulated: ``[None]`` (no axis, or only ``analytical``:
+    keys and tables as without it) unless ``sweep.simulation`` lists ``packet``."""
+    values = (config.get("sweep") or {}).get("simulation")
+    if values is None:
+        return [None]
+    if not isinstance(values, list) or not values:
+        raise ConfigError("must be a non-empty list", key="sweep.simulation")
+    for v in values:
+        if v not in SIMULATIONS:
+            raise ConfigError(f"values must be {' or '.join(SIMULATIONS)}, got {v!r}", key="sweep.simulation")
+    unique = list(dict.fromkeys(values))
+    if unique == ["analytical"]:
+        return [None]
+    from ..simulate.ns3.runner import configured_root
+
+    if not configured_root(config):
+        raise ConfigError("packet-level points need SimAI_simulator: set simulator.ns3.root (or SIMAI_ROOT) to a "
+                          "SimAI checkout built with './scripts/build.sh -c ns3', or to the binary",
+                          key="sweep.simulation")
+    return unique
+
+
 def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
     """All points of the sweep, valid first, then the invalid combinations with reasons."""
     axes = {name: _axis(config, name) for name in AXES}
@@ -166,6 +189,10 @@ def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
                 raise ConfigError(f"values must be true or false, got {v!r}", key=f"sweep.{name}")
 
     overlaps = tp_overlap_axis(config)
+    simulations = simulation_axis(config)
+    if "packet" in simulations and overlaps != [None]:
+        raise ConfigError("SimAI's packet-level simulator has no overlap ratios: a sweep with packet-level points "
+                          "cannot have a tp_overlap axis", key="sweep.simulation")
     version = megatron_version(config)
     points: list[Point] = []
     invalid: list[Invalid] = []
@@ -179,14 +206,14 @@ def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
         )
         reasons = setup.problems()
         if not reasons:
-            reasons += schedule_problems(setup, values["schedule"], version)
+            reasons += schedule_problems(setup, values["schedule"], version, aiob=values["aiob"])
         if not reasons and skip_unfit:
             reasons += [r for r in (memory_problem(setup, gpu),) if r]
         if reasons:
             invalid.append(Invalid(values=values, reasons=tuple(reasons)))
         else:
-            points += [Point(**values, setup=setup, net=nets[values["network"]], gpu=gpu, tp_overlap=tpo)
-                       for tpo in overlaps]
+            points += [Point(**values, setup=setup, net=nets[values["network"]], gpu=gpu, tp_overlap=tpo,
+                             simulation=sim) for tpo in overlaps for sim in simulations]
     return points, invalid
 
 

@@ -345,7 +345,8 @@ def deepseek_flags(m: ModelSpec) -> dict[str, int]:
     builds one shared MLP whatever the count, so only 0 or more matters)."""
     shared = m.moe_shared_expert_intermediate_size
     return {
-        "n_dense_layers": m.moe_first_k_dense,
+        # A dense MLA model: every layer dense (AICB's DeepSeek model has no other way).
+        "n_dense_layers": m.moe_first_k_dense if m.is_moe else m.num_layers,
         "n_shared_expert": max(1, shared // m.expert_ffn_hidden_size) if shared else 0,
         "qk_rope_dim": m.qk_rope_head_dim, "qk_nope_dim": m.qk_nope_head_dim,
         "q_lora_rank": m.q_lora_rank or 0, "kv_lora_rank": m.kv_lora_rank, "v_head_dim": m.v_head_dim,

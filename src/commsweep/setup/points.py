@@ -20,8 +20,12 @@ AXES = (
 )
 # Axes that name points and fill table columns only where a sweep varies them, so a sweep
 # that leaves them out keeps its point keys and tables. ``tp_overlap``: SimAI's TP overlap
-# ratio (-tp_o); without the axis every point takes ``simulator.overlap.tp``.
-OPTIONAL_AXES = ("tp_overlap",)
+# ratio (-tp_o); without the axis every point takes ``simulator.overlap.tp``. ``simulation``:
+# how a point is simulated, ``analytical`` (``simulator.backend``) or ``packet`` (SimAI's NS-3
+# simulator, ``simulator.ns3``); a packet-level point's key ends in ``_packet``, an analytical
+# point's key is that of a sweep without the axis.
+OPTIONAL_AXES = ("tp_overlap", "simulation")
+SIMULATIONS = ("analytical", "packet")
 NETWORK_FIELDS = ("gpus_per_server", "nics_per_server", "nvlink_gbps", "nic_gbps")
 TABLE_COLUMNS = (
     "point", "workload", "profile", *AXES, "dp", "ga", *NETWORK_FIELDS,
@@ -62,6 +66,13 @@ class Point:
     gpu: str = field(default="H100-SXM", compare=False, repr=False)
     # SimAI's TP overlap ratio when the sweep has a tp_overlap axis (None: no such axis).
     tp_overlap: float | None = None
+    # analytical or packet when the sweep has a simulation axis (None: analytical, no axis).
+    simulation: str | None = None
+
+    @property
+    def packet(self) -> bool:
+        """Whether SimAI's packet-level simulator (NS-3) simulates this point."""
+        return self.simulation == "packet"
 
     @property
     def setup_key(self) -> str:
@@ -78,7 +89,13 @@ class Point:
     @property
     def point_key(self) -> str:
         key = f"{self.workload_key}__{self.network}"
-        return key if self.tp_overlap is None else key + f"_tpo{self.tp_overlap:g}"
+        key = key if self.tp_overlap is None else key + f"_tpo{self.tp_overlap:g}"
+        return key + "_packet" if self.packet else key
+
+    @property
+    def analytical_key(self) -> str:
+        """The key of the same point simulated analytically (its own key when it is)."""
+        return self.point_key.removesuffix("_packet") if self.packet else self.point_key
 
     @property
     def profile_key(self) -> str:
@@ -104,6 +121,8 @@ class Point:
         record.update({f: getattr(self.net, f) for f in NETWORK_FIELDS})
         if self.tp_overlap is not None:
             record["tp_overlap"] = self.tp_overlap
+        if self.simulation is not None:
+            record["simulation"] = self.simulation
         return record
 
 

@@ -100,11 +100,13 @@ def _column_kind(name: str) -> tuple[str | None, bool]:
 
 def pipeline_link_gbps(setup: TrainingSetup, gpus_per_server: int, nics_per_server: int,
                        nvlink_gbps: float, nic_gbps: float) -> float:
-    """Bandwidth of one rank's pipeline send (SimAI's GB/s): neighbouring stages are t*d
-    ranks apart (Megatron orders ranks TP first, then DP, then PP), so on one server only
-    when t*d is below the server's GPU count; across servers each GPU sends through its
-    share of the NICs."""
-    if setup.tp * setup.dp < gpus_per_server:
+    """Bandwidth of one rank's pipeline send (SimAI's GB/s): NVLink when the whole pipeline
+    sits on one server, else the NIC. Neighbouring stages are t*d ranks apart (Megatron
+    orders ranks TP first, then DP, then PP), so a server holds gpus_per_server / (t*d)
+    consecutive stages and, once the pipeline is longer, some stage boundary crosses
+    servers; the 1F1B schedule runs every stage in lockstep, so that slowest boundary
+    paces every send. Across servers each GPU sends through its share of the NICs."""
+    if setup.tp * setup.dp * setup.pp <= gpus_per_server:
         return nvlink_gbps
     return nic_gbps * min(1.0, nics_per_server / gpus_per_server)
 

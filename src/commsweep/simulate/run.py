@@ -22,7 +22,7 @@ class Options:
     DEFAULTS = dict(
         tp_overlap="0", dp_overlap="0", ep_overlap="0", pp_overlap="1", ratio_dir=None, out_dir="results",
         endtoend=None, collectives=None, times=None, simai_bugs="fix", backend="builtin", simai_root=None, timeout=None,
-        strict=False,
+        strict=False, ns3=None,
     )
     REQUIRED = ("workload", "gpus", "gpus_per_server", "nics_per_server", "nvlink", "nic", "prefix")
 
@@ -78,7 +78,8 @@ def options_from_args(ns) -> "Options":
     """The parsed ``commsweep simulate`` arguments as Options."""
     return Options(
         workload=ns.workload, gpus=ns.gpus, gpus_per_server=ns.gpus_per_server, nics_per_server=ns.nics_per_server,
-        nvlink=ns.nvlink_gbps, nic=ns.nic_gbps, prefix=ns.prefix, **{name: getattr(ns, name) for name in Options.DEFAULTS},
+        nvlink=ns.nvlink_gbps, nic=ns.nic_gbps, prefix=ns.prefix,
+        **{name: getattr(ns, name) for name in Options.DEFAULTS if name != "ns3"}, ns3=ns,
     )
 
 
@@ -131,6 +132,12 @@ def note(text: str) -> None:
 
 
 def run(opts: Options) -> None:
+    if opts.backend == "ns3":  # SimAI's packet-level simulator: a topology, not the analytical flags
+        from .ns3 import command
+
+        _check_gpus(opts)
+        command.run(opts)
+        return
     from .engine import Network
 
     network = Network(
@@ -157,7 +164,7 @@ def run(opts: Options) -> None:
             note(f"warning: {warning}")
         endtoend_text, collectives_text = result.endtoend_text, result.collectives_csv()
     else:
-        raise ConfigError(f"must be builtin or simai, got {opts.backend!r}", key="backend")
+        raise ConfigError(f"must be builtin, simai or ns3, got {opts.backend!r}", key="backend")
     times_text = None
     if opts.times:
         from . import times

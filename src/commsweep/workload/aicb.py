@@ -63,6 +63,9 @@ def problems(
     num_experts: int | None = None,
     dtype: str = "bfloat16",
     moe_grouped_gemm: bool = False,
+    moe_enable: bool | None = None,
+    divides: bool = True,
+    aiob: bool = False,
 ) -> list[str]:
     """Why AICB would refuse this setup (empty when it runs), in AICB's order of checks.
 
@@ -74,7 +77,11 @@ def problems(
     ``num_experts`` is AICB's ``--num_experts`` when it differs from the model's (AICB
     checks it against EP even for a dense model; its default is 1). ``dtype`` and
     ``moe_grouped_gemm`` are AICB's ``--dtype`` and ``--moe_grouped_gemm``, which only
-    matter for two of its asserts.
+    matter for two of its asserts. ``moe_enable`` is AICB's ``--moe_enable`` (default: whether
+    the model is MoE, as ``to_aicb_argv`` passes it). ``divides=False`` stops after
+    ``get_params``'s asserts, before the Megatron frame's layers (another frame checks its own).
+    ``aiob`` (AICB's AIOB path) changes nothing in this frame; it is taken for the DeepSeek
+    frame's sake (``aicb_deepseek.problems``).
     """
     m = setup.model
     out: list[str] = []
@@ -97,8 +104,9 @@ def problems(
     if setup.world_size % (t * p):
         out.append(f"world_size={setup.world_size} is not divisible by tp*pp={t * p} (AICB asserts it)")
         return out
-    if m.is_moe and not setup.sp:
-        out.append("AICB refuses MoE without sequence parallelism (moe must be enabled with sequence parallel)")
+    if (m.is_moe if moe_enable is None else moe_enable) and not setup.sp:
+        out.append("AICB refuses MoE without sequence parallelism: --moe_enable needs "
+                   "--enable_sequence_parallel (moe must be enabled with sequence parallel)")
     experts = num_experts if num_experts is not None else (m.num_experts if m.is_moe else 1)
     if setup.ep > 1:
         if experts % setup.ep:
@@ -110,7 +118,7 @@ def problems(
             out.append("AICB refuses expert parallelism with --dtype=float16")
     if moe_grouped_gemm and dtype != "bfloat16":
         out.append(f"AICB's --moe_grouped_gemm needs --dtype=bfloat16 (got {dtype})")
-    if out:
+    if out or not divides:
         return out
     # The mocked layers' divide() asserts, in construction order; with no layer on a stage
     # (pp > num_layers) AICB builds none and checks nothing.
@@ -137,13 +145,18 @@ def _ffn(m) -> int:
     return m.expert_ffn_hidden_size if m.is_moe else m.ffn_hidden_size
 
 
-def unsupported(setup: TrainingSetup) -> list[str]:
+def unsupported(setup: TrainingSetup, *, aiob: bool = False) -> list[str]:
     """Configurations AICB itself refuses, with its reason (the sweep's schedule check),
-    and Megatron options AICB has no argument for."""
+    and Megatron options AICB has no argument for. ``aiob``: on AICB's AIOB path (the
+    Megatron frame's checks do not depend on it; the DeepSeek frame's do)."""
     out = problems(setup)
-    if setup.model.is_mla:
-        out.append("multi-latent attention (kv_lora_rank) needs AICB's DeepSeek frame, which the aicb schedule "
-                   "does not emulate yet")
+    out += megatron_only(setup)
+    return out
+
+
+def megatron_only(setup: TrainingSetup) -> list[str]:
+    """Megatron options no AICB frame has an argument for."""
+    out = []
     if setup.recompute_mode == "full":
         out.append("AICB has no full recomputation (only --recompute_activations); use the megatron schedule")
     if setup.virtual_pipeline > 1:
@@ -202,9 +215,10 @@ def modules(setup: TrainingSetup) -> list[Module]:
     return out
 
 
-def parameter_counts(setup: TrainingSetup) -> tuple[int, int]:
-    """(P, P_moe): AICB's ``_get_total_params`` (P_moe sums modules named ``*moe*``)."""
-    mods = modules(setup)
+def parameter_counts(setup: TrainingSetup, mods: list[Module] | None = None) -> tuple[int, int]:
+    """(P, P_moe): AICB's ``_get_total_params`` over ``mods`` (default: the Megatron frame's
+    modules); P_moe sums the modules named ``*moe*``."""
+    mods = modules(setup) if mods is None else mods
     return sum(x.params for x in mods), sum(x.params for x in mods if "moe" in x.name)
 
 
@@ -294,19 +308,28 @@ def _moe_grad_rows(moe_params: int) -> list[wformat.Row]:
     ]
 
 
-def _moe_sizes(setup: TrainingSetup, u: int) -> tuple[int, int, int]:
-    """(EP all-gather, dispatch/combine all-to-all, TP all-gather/reduce-scatter) bytes."""
+def _moe_sizes(setup: TrainingSetup, u: int, dispatch_scale: float | None) -> tuple[int, int, int, int]:
+    """(EP all-gather, forward dispatch all-to-all, other all-to-alls, TP all-gather/reduce-scatter)
+    bytes. ``dispatch_scale`` (the DeepSeek frame's FP8 factor) scales the forward dispatch
+    alone, truncated as AICB's ``int(size * factor)``."""
     m = setup.model
     assert m.num_experts is not None
-    return 2 * setup.ep * m.num_experts * setup.tp, u * m.moe_topk // setup.tp, u * m.moe_topk
+    a2a = u * m.moe_topk // setup.tp
+    dispatch = a2a if dispatch_scale is None else int(a2a * dispatch_scale)
+    return 2 * setup.ep * m.num_experts * setup.tp, dispatch, a2a, u * m.moe_topk
 
 
-def default_rows(setup: TrainingSetup) -> list[wformat.Row]:
-    """``workload_generate``: every compute 1 (0 in the tail), TP collectives whatever t is."""
+def default_rows(setup: TrainingSetup, mods: list[Module] | None = None, *,
+                 dispatch_scale: float | None = None) -> list[wformat.Row]:
+    """``workload_generate``: every compute 1 (0 in the tail), TP collectives whatever t is.
+
+    ``mods``: the frame's modules (default: the Megatron frame's); ``dispatch_scale``: see
+    ``_moe_sizes``.
+    """
     ga = setup.num_microbatches
     u = setup.activation_bytes
-    total, moe_params = parameter_counts(setup)
-    mods = modules(setup)
+    mods = modules(setup) if mods is None else mods
+    total, moe_params = parameter_counts(setup, mods)
     recompute = setup.recompute
     rows = [_row("grad_norm", (1, "ALLGATHER", 2 * total), wg=(1, "REDUCESCATTER", 4 * total))]
     if not setup.sp:
@@ -326,10 +349,10 @@ def default_rows(setup: TrainingSetup) -> list[wformat.Row]:
             if "column" in name:
                 body.append(_row(name, (1, "ALLGATHER", fwd_size)))
             if "moelayer" in name:
-                gather, a2a, tp_size = _moe_sizes(setup, u)
+                gather, dispatch, a2a, tp_size = _moe_sizes(setup, u, dispatch_scale)
                 body += [
                     _row(name, (1, "ALLGATHER", gather)),
-                    _row(name, (1, "ALLTOALL_EP", a2a), (1, "ALLTOALL_EP", a2a)),
+                    _row(name, (1, "ALLTOALL_EP", dispatch), (1, "ALLTOALL_EP", a2a)),
                     _row(name, (1, "ALLGATHER", tp_size), (1, "REDUCESCATTER", tp_size)),
                     _row(name, (1, "REDUCESCATTER", tp_size), (1, "ALLGATHER", tp_size)),
                     _row(name, (1, "ALLTOALL_EP", a2a), (1, "ALLTOALL_EP", a2a)),
@@ -341,18 +364,21 @@ def default_rows(setup: TrainingSetup) -> list[wformat.Row]:
     return rows + body * ga + _tail(setup)
 
 
-def aiob_rows(setup: TrainingSetup, profile: AiobProfile) -> list[wformat.Row]:
+def aiob_rows(setup: TrainingSetup, profile: AiobProfile, mods: list[Module] | None = None, *,
+              dispatch_scale: float | None = None) -> list[wformat.Row]:
     """``workload_generate_aiob`` followed by AICB's pass that zeroes the size of NONE comms.
 
     The compute times follow AICB's variables step by step, because two of them leak from
     one line into the next: ``embedding_layer``'s weight-gradient time is the gradient
     time on the first micro-batch and the last layer's backward time on later ones.
+    ``mods`` and ``dispatch_scale`` as for ``default_rows``.
     """
     cache = compute_cache(profile, recompute=setup.recompute)
     ga = setup.num_microbatches
     u = setup.activation_bytes
     t, ep, sp, recompute = setup.tp, setup.ep, setup.sp, setup.recompute
-    total, moe_params = parameter_counts(setup)
+    mods = modules(setup) if mods is None else mods
+    total, moe_params = parameter_counts(setup, mods)
     dense_params = total - moe_params
     fwd_time = lookup(cache, "forward", "grad")
     bwd_time = lookup(cache, "backward", "grad")
@@ -373,7 +399,6 @@ def aiob_rows(setup: TrainingSetup, profile: AiobProfile) -> list[wformat.Row]:
         stage = name.split("_")[0]
         return lookup(cache, "forward", stage), lookup(cache, "backward", stage)
 
-    mods = modules(setup)
     for _ in range(ga):
         for mod in mods:
             name = mod.name
@@ -384,6 +409,12 @@ def aiob_rows(setup: TrainingSetup, profile: AiobProfile) -> list[wformat.Row]:
                 if "embedding" in name:
                     comm = "NONE" if t == 1 else "ALLREDUCE"
                     rows.append(_row(name, (lookup(cache, "", "embedding"), comm, u), (1, "NONE", 0), (bwd_time, "NONE", 0)))
+                if "attention_linear" in name:
+                    # The DeepSeek frame's unsharded MLA down projections: compute only.
+                    fwd_time, bwd_time = block_times(name, exact)
+                    if recompute:
+                        fwd_time *= 2
+                    rows.append(_row(name, (fwd_time, "NONE", 0), (bwd_time, "NONE", 0), (bwd_time, "NONE", 0)))
                 if "row" in name or "column" in name:
                     fwd_time, bwd_time = block_times(name, exact)
                     if recompute and "attention" in name:
@@ -406,10 +437,10 @@ def aiob_rows(setup: TrainingSetup, profile: AiobProfile) -> list[wformat.Row]:
                         if ep == 1:
                             gather_comm = "NONE"
                         tp_gather = tp_scatter = "NONE"
-                    gather, a2a, tp_size = _moe_sizes(setup, u)
+                    gather, dispatch, a2a, tp_size = _moe_sizes(setup, u, dispatch_scale)
                     rows += [
                         _row(name, (fwd_time, gather_comm, gather), (bwd_time, "NONE", 0)),
-                        _row(name, (1, a2a_comm, a2a), (1, a2a_comm, a2a)),
+                        _row(name, (1, a2a_comm, dispatch), (1, a2a_comm, a2a)),
                         _row(name, (1, tp_gather, tp_size), (1, tp_scatter, tp_size)),
                         _row(name, (1, tp_scatter, tp_size), (1, tp_gather, tp_size)),
                         _row(name, (1, a2a_comm, a2a), (1, a2a_comm, a2a)),

@@ -42,9 +42,11 @@ def command(
     profile_path: str | Path | None = None,
     python: str | None = None,
     extra_argv: list[str] | tuple[str, ...] = (),
+    omit: tuple[str, ...] = (),
 ) -> list[str]:
-    """The AICB command line of a setup: its arguments, plus the AIOB profile when given."""
-    argv = [python or sys.executable, "-m", MODULE, *to_aicb_argv(setup), *extra_argv]
+    """The AICB command line of a setup: its arguments (less the flags in ``omit``), plus the
+    AIOB profile when given."""
+    argv = [python or sys.executable, "-m", MODULE, *(a for a in to_aicb_argv(setup) if a not in omit), *extra_argv]
     if profile_path is not None:
         argv += ["--aiob_enable", f"--comp_filepath={Path(profile_path).resolve()}"]
     return argv
@@ -63,17 +65,19 @@ def run(
     profile_path: str | Path | None = None,
     python: str | None = None,
     extra_argv: list[str] | tuple[str, ...] = (),
+    omit: tuple[str, ...] = (),
     log=None,
 ) -> str:
     """Run AICB for ``setup`` (its AIOB path when ``profile_path`` is given); the file's text.
 
-    ``extra_argv`` are further AICB arguments (e.g. ``--dtype``). ``log`` receives AICB's stdout and stderr (default: this process's stderr). Raises
+    ``extra_argv`` are further AICB arguments (e.g. ``--dtype``), ``omit`` flags of the setup's
+    to leave out (a DeepSeek command line without ``--moe_enable``). ``log`` receives AICB's stdout and stderr (default: this process's stderr). Raises
     AicbError with AICB's last error line when it exits non-zero or writes no file.
     """
     aicb = checkout(root)
     if profile_path is not None and not Path(profile_path).is_file():
         raise ConfigError(f"AIOB profile {profile_path} not found", key="--comp_filepath")
-    cmd = command(setup, profile_path, python, extra_argv)
+    cmd = command(setup, profile_path, python, extra_argv, omit)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(aicb), *filter(None, [env.get("PYTHONPATH")])])
     log = sys.stderr if log is None else log

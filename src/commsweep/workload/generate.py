@@ -26,17 +26,19 @@ def pipeline_stage(value: str | int, pp: int) -> int:
     return stage
 
 
-def schedule_problems(setup: TrainingSetup, schedule: str, megatron_version: str | None = None) -> list[str]:
+def schedule_problems(setup: TrainingSetup, schedule: str, megatron_version: str | None = None, *,
+                      aiob: bool = False) -> list[str]:
     """Why a schedule cannot generate this setup's workload (empty when it can); the
-    megatron schedule that of megatron-core ``megatron_version`` (default: the newest traced)."""
+    megatron schedule that of megatron-core ``megatron_version`` (default: the newest traced),
+    the aicb schedule on AICB's AIOB path when ``aiob`` (its DeepSeek frame's crashes depend on it)."""
     if schedule == "megatron":
         from . import megatron
 
         return megatron.unsupported(setup, megatron_version)
     if schedule == "aicb":
-        from . import aicb
+        from .aicb_deepseek import frame_module
 
-        return aicb.unsupported(setup)
+        return frame_module(setup).unsupported(setup, aiob=aiob)
     return [f"unknown schedule {schedule!r}; expected one of {', '.join(SCHEDULES)}"]
 
 
@@ -62,11 +64,13 @@ def build(
     arguments those asserts read beyond the setup (see ``aicb.problems``). Sweeps stay
     strict: ``sweep.expand`` applies Megatron's rules to every point first.
     """
+    aiob = profile_path is not None
     if schedule == "aicb":
         from . import aicb
+        from .aicb_deepseek import frame_module
 
-        problems = aicb.problems(setup, **(aicb_checks or {}))
-        problems += [p for p in aicb.unsupported(setup) if p not in aicb.problems(setup)]
+        frame = frame_module(setup)
+        problems = frame.problems(setup, aiob=aiob, **(aicb_checks or {})) + aicb.megatron_only(setup)
     else:
         problems = setup.problems() + schedule_problems(setup, schedule, megatron_version)
     if problems:
@@ -78,15 +82,22 @@ def build(
         workload = megatron.schedule(setup, profile, stage=pipeline_stage(pp_stage, setup.pp),
                                      megatron_version=megatron_version).workload()
     elif schedule == "aicb":
-        from . import aicb
+        from .aicb_deepseek import frame_module
 
-        workload = aicb.generate(setup, profile, **(aicb_checks or {}))
+        workload = frame_module(setup).generate(setup, profile, **(aicb_checks or {}))
     else:
         raise ConfigError(f"unknown schedule {schedule!r}", key="--schedule")
     too_large = wformat.oversized(workload)
     if too_large:
         raise ConfigError(f"the model is too large for a SimAI workload: {too_large}", key="arguments")
     return workload
+
+
+def _deepseek_moe_enable(ns, setup: TrainingSetup) -> bool:
+    """AICB's ``--moe_enable`` of a DeepSeek command line. AICB's DeepSeek model has MoE layers
+    with or without it (the flag decides only its asserts and crashes); a preset stands for
+    its AICB command line (``to_aicb_argv``: ``--moe_enable`` for an MoE model)."""
+    return bool(ns.moe_enable) or (ns.model is not None and setup.model.is_moe)
 
 
 def from_arguments(ns) -> tuple[str, list[str]]:
@@ -132,8 +143,10 @@ def from_arguments(ns) -> tuple[str, list[str]]:
         extra += ["--moe_grouped_gemm"] if ns.moe_grouped_gemm else []
         if not setup.model.is_moe and ns.num_experts is not None:
             extra.append(f"--num_experts={ns.num_experts}")
+        omit = ("--moe_enable",) if setup.model.is_mla and not _deepseek_moe_enable(ns, setup) else ()
         text = aicb_runner.run(
-            aicb_root, setup, profile_path=profile, python=getattr(ns, "aicb_python", None), extra_argv=extra
+            aicb_root, setup, profile_path=profile, python=getattr(ns, "aicb_python", None), extra_argv=extra,
+            omit=omit,
         )
         return text, notes
     checks = None
@@ -144,6 +157,8 @@ def from_arguments(ns) -> tuple[str, list[str]]:
             "dtype": ns.dtype or "bfloat16",
             "moe_grouped_gemm": bool(ns.moe_grouped_gemm),
         }
+        if setup.model.is_mla:
+            checks["moe_enable"] = _deepseek_moe_enable(ns, setup)
     workload = build(setup, ns.schedule, profile_path=profile, pp_stage=ns.pp_stage, aicb_checks=checks,
                      megatron_version=ns.megatron_version)
     return workload.render(), notes

@@ -33,6 +33,7 @@ import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from ...base.errors import InputError
 from .. import endtoend as e2e
@@ -242,9 +243,8 @@ def inconsistencies(parsed: EndToEnd, *, rows: int | None = None, stdout: str | 
 # -- flows, PFC, utilisation -------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Flow:
-    """One finished RDMA queue pair."""
+class Flow(NamedTuple):
+    """One finished RDMA queue pair (a named tuple: a run has tens of thousands)."""
 
     src: int  # node ids (from 11.0.XX.1)
     dst: int
@@ -261,25 +261,20 @@ class Flow:
         return self.fct_ns / self.standalone_fct_ns if self.standalone_fct_ns else math.inf
 
 
-def _node(ip_hex: str, *, source, line: int) -> int:
-    if not re.fullmatch(r"[0-9a-f]{8}", ip_hex):
-        raise InputError(f"expected an IP as 8 hex digits, got {ip_hex!r}", file=source, line=line)
-    return (int(ip_hex, 16) >> 8) & 0xFFFF
+_FCT_LINE = re.compile(r"([0-9a-f]{8}) ([0-9a-f]{8}) ([0-9]+) ([0-9]+) ([0-9]+) ([0-9]+) ([0-9]+) ([0-9]+)")
 
 
 def parse_fct(text: str, *, source: str | Path = "fct.txt") -> list[Flow]:
-    """The flow-completion file, strictly (8 fields a line)."""
+    """The flow-completion file, strictly (8 fields a line: two hex IPs, six whole numbers)."""
     flows = []
+    match = _FCT_LINE.fullmatch
     for n, line in enumerate(text.splitlines(), start=1):
-        cells = line.split()
-        if len(cells) != 8:
-            raise InputError(f"expected 8 fields (sip dip sport dport size start fct standalone_fct), got {len(cells)}",
-                             file=source, line=n)
-        try:
-            numbers = [int(c) for c in cells[2:]]
-        except ValueError:
-            raise InputError("expected whole numbers after the two IPs", file=source, line=n) from None
-        flows.append(Flow(_node(cells[0], source=source, line=n), _node(cells[1], source=source, line=n), *numbers))
+        m = match(line)
+        if m is None:
+            raise InputError("expected 'sip dip sport dport size start_ns fct_ns standalone_fct_ns' (IPs as 8 hex "
+                             f"digits, then whole numbers), got {line[:80]!r}", file=source, line=n)
+        sip, dip, *rest = m.groups()
+        flows.append(Flow((int(sip, 16) >> 8) & 0xFFFF, (int(dip, 16) >> 8) & 0xFFFF, *map(int, rest)))
     return flows
 
 

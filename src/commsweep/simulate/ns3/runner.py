@@ -29,6 +29,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +51,12 @@ _PROFILE_FLAGS = {"debug": "-O0", "default": "-O2", "release": "-O3", "optimized
 
 class Ns3RunError(CommsweepError):
     """SimAI_simulator failed, stalled, or wrote results that cannot be right."""
+
+
+def configured_root(config) -> str | None:
+    """``simulator.ns3.root``, or ``$SIMAI_ROOT`` where it is null (the tests' variable too)."""
+    root = ((config.get("simulator") or {}).get("ns3") or {}).get("root")
+    return str(root) if root else (os.environ.get("SIMAI_ROOT") or None)
 
 
 def find_binary(path: str | Path) -> Path:
@@ -172,7 +179,11 @@ def _size(path: Path) -> int:
 
 def _watch(argv: list[str], workdir: Path, env: dict[str, str], *, timeout: float | None, stall: float | None,
            poll: float) -> tuple[int, float, int | None, str | None]:
-    """Run and watch: (exit status or -signal, wall s, peak RSS KB, why it was stopped or None)."""
+    """Run and watch: (exit status or -signal, wall s, peak RSS KB, why it was stopped or None).
+
+    A thread waits for the process (``os.wait4``: its exit status and peak memory), so its end
+    is seen at once; every ``poll`` seconds the watcher checks the time limit and progress.
+    """
     start = time.monotonic()
     with open(workdir / "stdout.log", "wb") as out, open(workdir / "stderr.log", "wb") as err:
         try:
@@ -180,16 +191,20 @@ def _watch(argv: list[str], workdir: Path, env: dict[str, str], *, timeout: floa
                                     start_new_session=True)
         except OSError as e:
             raise Ns3RunError(f"cannot run {argv[0]}: {e.strerror}") from None
+        ended = threading.Event()
+        reaped: dict[str, int] = {}
+
+        def reap() -> None:
+            _, wait_status, usage = os.wait4(proc.pid, 0)
+            reaped.update(status=wait_status, rss=usage.ru_maxrss, end=time.monotonic())
+            ended.set()
+
+        threading.Thread(target=reap, daemon=True).start()
         watched = (workdir / "stdout.log", workdir / conf.FCT_FILE)
         last_sizes, last_change = None, start
         stopped = None
-        status, rss = None, None
         try:
-            while True:
-                pid, wait_status, usage = os.wait4(proc.pid, os.WNOHANG)
-                if pid:
-                    status, rss = wait_status, usage.ru_maxrss
-                    break
+            while not ended.wait(poll):
                 now = time.monotonic()
                 sizes = tuple(_size(p) for p in watched)
                 if sizes != last_sizes:
@@ -203,15 +218,13 @@ def _watch(argv: list[str], workdir: Path, env: dict[str, str], *, timeout: floa
                                "advancing (a hang, as in SimAI #139 #140 #199 #270)")
                 if stopped:
                     _kill(proc)
-                    _, wait_status, usage = os.wait4(proc.pid, 0)
-                    status, rss = wait_status, usage.ru_maxrss
+                    ended.wait()
                     break
-                time.sleep(poll)
         except BaseException:
             _kill(proc)
             raise
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, time.monotonic() - start, rss, stopped
+        proc.returncode = os.waitstatus_to_exitcode(reaped["status"])
+    return proc.returncode, reaped["end"] - start, reaped["rss"], stopped
 
 
 def _kill(proc: subprocess.Popen) -> None:

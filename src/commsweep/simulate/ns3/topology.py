@@ -122,6 +122,30 @@ def resolve(topology: str | None = None, *, ro: bool = False, dt: bool = False, 
     return Params(topology=topology, **structure, **values)
 
 
+# The templates by one name each (config ``simulator.ns3.topology.template``, ``--topology``):
+# SimAI's generator's ``-topo NAME [--dp|--dt]``, or its bare ``--ro/--dt/--dp`` shapes.
+TEMPLATES = {
+    "Spectrum-X": ("Spectrum-X", {}),
+    "AlibabaHPN": ("AlibabaHPN", {}),
+    "AlibabaHPN-dual-plane": ("AlibabaHPN", {"dp": True}),
+    "DCN+": ("DCN+", {}),
+    "DCN+-dual-tor": ("DCN+", {"dt": True}),
+    "rail-optimized": (None, {"ro": True}),
+    "rail-optimized-dual-tor": (None, {"ro": True, "dt": True}),
+    "rail-optimized-dual-plane": (None, {"ro": True, "dt": True, "dp": True}),
+    "no-rail": (None, {}),
+    "no-rail-dual-tor": (None, {"dt": True}),
+}
+
+
+def named(template: str, **params) -> Params:
+    """:func:`resolve` for a template of :data:`TEMPLATES`."""
+    if template not in TEMPLATES:
+        raise TopologyError(f"unknown template {template!r}; known: {', '.join(TEMPLATES)}", key="topology.template")
+    topology, flags = TEMPLATES[template]
+    return resolve(topology, **flags, **params)
+
+
 @dataclass(frozen=True)
 class Topology:
     """A generated topology: SimAI's file name for it, its text, the generator's warnings."""
