@@ -14,7 +14,8 @@ micro batch x SP) on every GPU of the table with the roofline backend and compar
    default efficiencies, and the RMS of log(example / roofline) over the twelve.
 
 Usage: ``.venv/bin/python bench/aiob_vs_example.py [EXAMPLE.txt] [--top N]``
-(default: ../shared/reference/aicb/aiob_inputs/Example.txt). Prints tables; writes nothing.
+(default: ``$AICB_ROOT/workload/aiob_inputs/Example.txt``, AICB's file in a checkout of
+aliyun/aicb). Prints tables; writes nothing.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import argparse
 import dataclasses
 import itertools
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -31,8 +33,8 @@ from commsweep.aiob import profile_file as pf
 from commsweep.setup.models import PRESETS, ModelSpec
 from commsweep.setup.training import TrainingSetup
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT = REPO.parent / "shared" / "reference" / "aicb" / "aiob_inputs" / "Example.txt"
+# AICB's own file, in the user's AICB checkout (AICB_ROOT, as for the tests that run AICB).
+DEFAULT = Path(os.environ.get("AICB_ROOT", "aicb")) / "workload" / "aiob_inputs" / "Example.txt"
 GEMMS = ("atten_qkv", "atten_linear", "mlp_linear_1", "mlp_linear_2", "logit_time")
 
 # Candidate architectures: the presets and Alibaba's own Qwen family (AICB is Alibaba's),
@@ -95,7 +97,8 @@ def main(argv=None) -> int:
     ap.add_argument("--top", type=int, default=12)
     ns = ap.parse_args(argv)
     if not Path(ns.example).exists():
-        print(f"{ns.example}: not found (pass the path of AICB's Example.txt)", file=sys.stderr)
+        print(f"{ns.example}: not found (pass the path of AICB's Example.txt, or set AICB_ROOT to an AICB "
+              "checkout)", file=sys.stderr)
         return 2
     example = pf.read(ns.example, require_standard=True)
 

@@ -133,6 +133,8 @@ def test_a_sweep_without_aiob_says_what_simai_does_with_none(tmp_path):
     rows = causes.read_csv(results / "d.csv")
     text = answer.to_markdown(answer.page(rows, points(results), {}))
     assert "ALLREDUCE is what Megatron issues" not in text  # no AIOB point to quote
+    # It says why, and which keys add the setting it quotes.
+    assert "this sweep has none; add to `sweep.sp` (false), `sweep.aiob` (true)." in text
     assert "What SimAI does with NONE:" in text and "`size_in_none_column`" in text
     check_numbers(text, rows)
 
@@ -179,5 +181,26 @@ def test_a_sweep_without_aicb_points_still_has_its_page_and_figures(tmp_path):
     assert cli.main(["answer", str(results / "difference_by_cause.csv"), "--sweep", str(results / "sweep.csv"),
                      "-o", str(results / "answer.md")]) == 0
     text = (results / "answer.md").read_text()
+    # Under its heading, first: what the sweep lacks, and the key that adds it.
+    assert text.split("\n\n")[1] == ("**This sweep cannot answer: it has no `aicb` point.** The answer holds the "
+                                      "workloads of AICB's two paths against Megatron's; add `aicb` to "
+                                      "`sweep.schedule` (beside `megatron`).")
     assert "What SimAI does with NONE:" in text and "## Per setting" not in text
     assert "](plots/difference_by_cause.png)" in text
+
+
+def test_a_sweep_without_megatron_points_says_it_has_bytes_but_no_time(tmp_path):
+    results = tmp_path / "results"
+    run_sweep(results, default_config(tp=[2], schedule=["aicb"], network=["netA"]))
+    assert cli.main(["causes", "--sweep", str(results / "sweep.csv"), "--results", str(results),
+                     "-o", str(results / "d.csv")]) == 0
+    rows = causes.read_csv(results / "d.csv")
+    assert rows and all(r.exposed_us is None for r in rows)
+    text = answer.to_markdown(answer.page(rows, points(results), {}))
+    assert ("**This sweep has no `megatron` point,** so each AICB point's difference is in bytes only (against "
+            "Megatron's schedule) and has no simulated time; add `megatron` to `sweep.schedule` for the exposed "
+            "time.") in text
+    # The headline quotes the bytes it has, and no time it has not.
+    assert "ALLREDUCE is what Megatron issues" in text and "of exposed TP time" not in text
+    assert "no simulated time of" not in text
+    check_numbers(text, rows)

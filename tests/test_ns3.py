@@ -429,3 +429,49 @@ def test_workflow_runs_config_ns3(tmp_path, reference, monkeypatch):
     rows = list(csv.DictReader(open(tmp_path / "w" / "results" / "packet_vs_analytical.csv", newline="")))
     assert [(r["packet_total_us"], r["flows"], r["status"]) for r in rows] == [("21150", "34960", "ok")]
     assert 1 < float(rows[0]["packet_over_analytical"]) < 1.25
+
+
+def test_slurm_runs_the_packet_point_as_a_job_with_its_resources(tmp_path, reference, monkeypatch):
+    """The Slurm profile's plan of config/ns3.yaml: the packet-level point's batch is a job with
+    simulator.ns3's memory and run time (5 + 30 minutes); the comparison joins the tables job."""
+    import sweeps
+
+    pytest.importorskip("snakemake_executor_plugin_slurm", reason="pip install -e '.[slurm]'")
+    monkeypatch.setenv("SIMAI_ROOT", str(replaying_root(tmp_path, reference(NS3, "runs", "gpt7b_L2_tp8_16g_sendlat6"))))
+    result = sweeps.run(tmp_path / "w", "--configfile", str(Path(__file__).resolve().parents[1] / "config" / "ns3.yaml"),
+                        "--dry-run", profile="slurm")
+    lines = result.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if "wildcards: batch=packet-" in line)
+    assert "runtime=35" in lines[at + 1] and "mem_mb=4096" in lines[at + 1]
+    assert "rule packet_vs_analytical:" in result.stdout and result.stdout.count("Group job tables") == 1
+
+
+def test_flows_past_simais_32_bit_count_are_left_out_of_the_slowdowns():
+    flows = [outputs.Flow(0, 1, 10000, 100, 1000, 0, 20, 10), outputs.Flow(0, 1, 10001, 100, 2**32, 0, 50, 1)]
+    stats = outputs.flow_stats(flows)
+    assert (stats.flows, stats.slowdown_max, stats.fct_max_us) == (2, 2.0, 0.05)
+
+
+def test_a_failed_packet_run_is_a_named_failed_point(stand_in, reference, monkeypatch):
+    """In the sweep, an empty EndToEnd.csv from SimAI fails that point's simulate task with the
+    reason in its status; its analytical twin is untouched."""
+    from commsweep.base import status
+    from commsweep.base.paths import Layout
+    from commsweep.orchestration import batch, provenance, sweep
+    from commsweep.setup import configfile
+
+    binary, _, tmp = stand_in
+    monkeypatch.setenv("STAND_IN_MODE", "empty")
+    monkeypatch.setenv("SIMAI_ROOT", str(binary))
+    config = configfile.load([str(Path(__file__).resolve().parents[1] / "config" / "ns3.yaml")], [])
+    monkeypatch.chdir(tmp)
+    points, _ = sweep.points_from_config(config)
+    plan = batch.plan(points, config, Layout(), provenance.Run(config=config,
+                                                                inputs=provenance.check_external(config, points)))
+    outcomes = {name: batch.run(b, 1, Layout().batch_manifest(name), running_dir=".running")
+                for name, b in sorted(plan.items(), key=lambda item: item[0].startswith("packet-"))}
+    failed = [t.key for o in outcomes.values() for t in o.failed]
+    assert failed == [points[1].point_key]
+    st = status.read(Layout().point_status("simulate", points[1].point_key))
+    assert not st.ok and "EMPTY ncclFlowModel_EndToEnd.csv" in st.error
+    assert status.read(Layout().point_status("simulate", points[0].point_key)).ok

@@ -23,21 +23,20 @@ def setup_args(name):
 def schedules(name):
     m = presets()[name]
     setup = TrainingSetup(model=m, world_size=8, tp=2, ep=2 if m.is_moe else 1, sp=m.is_moe, global_batch=8)
-    return [s for s in generate.SCHEDULES if not generate.schedule_problems(setup, s)]
-
-
-def skip_mla(name):
-    if presets()[name].is_mla:
-        pytest.skip("multi-latent attention: AICB's DeepSeek frame and the MLA profile land next (issue 23)")
+    # AICB's DeepSeek frame writes expert-parallel traffic on its AIOB path only.
+    return [s for s in generate.SCHEDULES if not generate.schedule_problems(setup, s, aiob=m.is_mla)]
 
 
 @pytest.mark.parametrize("name", list(presets()))
 def test_preset_generates(name, tmp_path):
-    skip_mla(name)
     assert schedules(name), f"{name}: no schedule can write it"
+    aiob = []
+    if presets()[name].is_mla:
+        assert cli.main(["profile", *setup_args(name), "-o", str(tmp_path / "p.txt")]) == 0
+        aiob = ["--aiob_enable", f"--comp_filepath={tmp_path / 'p.txt'}"]
     for schedule in schedules(name):
         out = tmp_path / f"{schedule}.txt"
-        assert cli.main(["generate", *setup_args(name), "--schedule", schedule, "-o", str(out)]) == 0
+        assert cli.main(["generate", *setup_args(name), *aiob, "--schedule", schedule, "-o", str(out)]) == 0
         workload = wformat.read(out)
         assert workload.header.all_gpus == 8
         assert len(workload.rows) >= presets()[name].num_layers
@@ -45,12 +44,12 @@ def test_preset_generates(name, tmp_path):
 
 @pytest.mark.parametrize("name", list(presets()))
 def test_preset_profiles_on_every_gpu(name, tmp_path):
-    skip_mla(name)
+    attention = "attention_kv_column" if presets()[name].is_mla else "atten_qkv"
     for gpu in gpus.known_gpus():
         out = tmp_path / f"{gpu}.txt"
         assert cli.main(["profile", *setup_args(name), "--gpu", gpu, "-o", str(out)]) == 0
         profile = pf.read(out, require_standard=True)
-        assert float(profile.get("atten_qkv").avg) > 0 and float(profile.get("mlp_linear_1").avg) > 0
+        assert float(profile.get(attention).avg) > 0 and float(profile.get("mlp_linear_1").avg) > 0
 
 
 def test_unknown_preset_is_a_config_error(capsys):

@@ -274,3 +274,15 @@ def test_simulate_warns_or_fails_when_g_is_not_the_workloads_gpus(tmp_path):
     assert "error: -g 24 differs from the workload's all_gpus: 16; SimAI then takes DP = floor(24 / (tp 8 x pp 2)) = 1 " \
            "(24 is not a multiple of 16)" in failed.stderr
     assert "warning" not in run("simulate", "-w", str(workload), "-g", "16", "--strict", *net).stderr
+
+
+def test_the_report_command_of_a_run_takes_its_config_files_and_overrides():
+    assert provenance.report_command(["my sweep.yaml"]) == "make report CONFIG='my sweep.yaml'"
+    # make report takes one config file and no overrides: Snakemake's own command takes both.
+    assert provenance.report_command(["a.yaml", "b.yaml"]) == (
+        ".venv/bin/snakemake --cores 2 --configfile a.yaml b.yaml --report results/report.html")
+    assert provenance.report_command(["a.yaml"], ["analysis={timeline_point: x}"]) == (
+        ".venv/bin/snakemake --cores 2 --configfile a.yaml --config 'analysis={timeline_point: x}' "
+        "--report results/report.html")
+    record = json.loads(provenance.Run(config={}, config_files=("a.yaml",), overrides=("tp=2",)).record())
+    assert (record["config_files"], record["config_overrides"]) == (["a.yaml"], ["tp=2"])

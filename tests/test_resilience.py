@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -179,12 +180,13 @@ def running_job(session: int) -> bool:
     return False
 
 
-def start_mid_sweep(folder: Path, config: Path) -> subprocess.Popen:
+def start_mid_sweep(folder: Path, config: Path, terminal=subprocess.DEVNULL) -> subprocess.Popen:
     """Snakemake on ``config`` in ``folder``, one job at a time, in its own session; returns
-    once a few workloads are done and a job is running (so an interruption lands mid-sweep)."""
+    once a few workloads are done and a job is running (so an interruption lands mid-sweep).
+    ``terminal``: where its output goes (a file)."""
     proc = subprocess.Popen(
         sweeps.command(folder, "--configfile", str(config), "--cores", "1"),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=sweeps.env(), start_new_session=True,
+        stdout=terminal, stderr=subprocess.STDOUT, env=sweeps.env(), start_new_session=True,
         # Ctrl-C as in a terminal: a suite started in the background (`cmd &` in a script)
         # would hand Snakemake an ignored SIGINT, and it would run on to the end.
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
@@ -241,18 +243,28 @@ def test_ctrl_c_mid_sweep_then_make_run_finishes_it(tmp_path):
     Snakemake on the same folder meanwhile is refused, naming the live run's PID."""
     run = sweeps.project(tmp_path / "run")
     config = sweeps.write_config(run, "interrupted")
-    proc = start_mid_sweep(run, config)
-    # Paused (still a live process) so that it cannot finish the sweep meanwhile, however slow
-    # the machine: the second run is refused, naming it.
-    os.kill(proc.pid, signal.SIGSTOP)
+    with open(tmp_path / "terminal.txt", "w") as terminal:
+        proc = start_mid_sweep(run, config, terminal)
+    # Paused (still live processes: Snakemake and its job) so that it cannot finish the sweep
+    # meanwhile, however slow the machine: the second run is refused, naming it.
+    os.killpg(proc.pid, signal.SIGSTOP)
     second = sweeps.run(run, "--configfile", str(config), check=False)
     assert second.returncode != 0
     assert f"another Snakemake is running in {run.resolve()} (PID {proc.pid}:" in second.stderr
     assert "its lock is never broken" in second.stderr
-    os.kill(proc.pid, signal.SIGCONT)
-    os.kill(proc.pid, signal.SIGINT)
+    # Ctrl-C in a terminal (Snakemake and its job), pending until they go on.
+    os.killpg(proc.pid, signal.SIGINT)
+    os.killpg(proc.pid, signal.SIGCONT)
     proc.wait(timeout=120)
     assert proc.returncode != 0
+    # What the terminal shows of it is short: no traceback, and the batch's log is one line.
+    said = (tmp_path / "terminal.txt").read_text()
+    after = said[said.index("Terminating processes on user request"):]
+    assert "Traceback" not in said and "KeyboardInterrupt" not in said
+    logs = re.findall(r"={80}\n(.*?)={80}\n", after, flags=re.S)
+    assert all(re.fullmatch(r"batch \S+: interrupted \(Ctrl-C\); the tasks it finished are kept, "
+                            r"the next run does the others\n", log) for log in logs), after
+    assert len(after.splitlines()) <= 20 * max(1, len(logs)), after
     # No verdict and no tables: the run did not end.
     assert not (run / "results" / "status.txt").exists() and not (run / "results" / "summary.csv").exists()
 

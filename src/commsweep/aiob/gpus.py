@@ -32,7 +32,7 @@ validated against measurements:
   tokens (0.60); the FlashAttention-3 paper (Shah et al., 2024) shows FlashAttention-2 at
   about 35 % of H100 peak (0.35); Blackwell kernels are younger (0.45).
 * ``memory``: streaming element-wise kernels (copies, norms, activations, the optimizer).
-  A100: 0.64, fitted: below the 80-85 % STREAM-like kernels reach, as the fit also carries
+  A100: 0.70, fitted: below the 80-85 % STREAM-like kernels reach, as the fit also carries
   the gaps between Megatron's many short element-wise kernels. Others: 0.80-0.85, the
   STREAM-like figure.
 * ``launch_us``: per kernel, the host-side launch and event gap that AICB's timing (CUDA
@@ -100,7 +100,7 @@ class GpuSpec:
 
 # A100: GEMM and memory efficiencies fitted (see the module docstring); attention and launch assumed.
 # Hopper: the FP8 GEMM efficiency fitted on NeMo 24.07's H100 table; the others assumed.
-_AMPERE = dict(gemm_efficiency=0.74, attention_efficiency=0.60, memory_efficiency=0.64, launch_us=5.0)
+_AMPERE = dict(gemm_efficiency=0.74, attention_efficiency=0.60, memory_efficiency=0.70, launch_us=5.0)
 _HOPPER = dict(gemm_efficiency=0.70, attention_efficiency=0.35, memory_efficiency=0.80, launch_us=5.0,
                fp8_gemm_efficiency=0.49)
 

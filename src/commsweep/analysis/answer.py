@@ -101,7 +101,8 @@ def shares(rows: list[cz.Row]) -> list[Share]:
 
 def _describe(share: Share, both_signs: set[str]) -> str:
     where = f" on {share.group}" if share.cause in both_signs and share.group else ""
-    return f"`{share.cause}`{where} {gib(share.bytes)} ({ms(share.exposed_us)})"
+    timed = "" if share.exposed_us is None else f" ({ms(share.exposed_us)})"  # no time: the page says why
+    return f"`{share.cause}`{where} {gib(share.bytes)}{timed}"
 
 
 def verdict(panel: cz.Panel, path: str) -> str:
@@ -115,7 +116,7 @@ def verdict(panel: cz.Panel, path: str) -> str:
         signs.setdefault(s.cause, set()).add((s.bytes > 0) - (s.bytes < 0))
     both = {c for c, v in signs.items() if len(v) > 1}
     timed = all(r.exposed_us is not None for r in rows)
-    net = f"{gib(panel.total(path))}, {ms(panel.total(path, 'exposed')) if timed else 'no simulated time'}"
+    net = gib(panel.total(path)) + (f", {ms(panel.total(path, 'exposed'))}" if timed else "")
     top = "; ".join(_describe(s, both) for s in found[:TOP_CAUSES])
     rest = len(found) - TOP_CAUSES
     more = f"; and {rest} smaller" if rest > 0 else ""
@@ -132,6 +133,33 @@ def headline(panels: list[cz.Panel]) -> cz.Panel | None:
     return None
 
 
+def lacks(rows: list[cz.Row], points: dict[str, dict[str, str]], head: cz.Panel | None) -> list[str]:
+    """What keeps this sweep from answering, each with the config key that adds it: no
+    ``aicb`` point (nothing to hold against Megatron), no ``megatron`` point (bytes but no
+    simulated time), or no setting the headline quotes (TP > 1, SP off, AIOB on)."""
+    aicb = [p for p in points.values() if p.get("schedule") == "aicb"]
+    if not aicb:
+        return ["**This sweep cannot answer: it has no `aicb` point.** The answer holds the workloads of AICB's "
+                "two paths against Megatron's; add `aicb` to `sweep.schedule` (beside `megatron`)."]
+    out = []
+    if not any(p.get("schedule") == "megatron" for p in points.values()):
+        out.append("**This sweep has no `megatron` point,** so each AICB point's difference is in bytes only "
+                   "(against Megatron's schedule) and has no simulated time; add `megatron` to `sweep.schedule` "
+                   "for the exposed time.")
+    if not rows:
+        out.append("**No AICB point of this sweep has a difference to show:** each matches Megatron, or has no "
+                   "audit (a failed point: `results/status.txt` lists them).")
+    elif head is None:
+        missing = [key for key, found in (
+            ("`sweep.tp` (a TP above 1)", any(int(p["tp"]) > 1 for p in aicb)),
+            ("`sweep.sp` (false)", any(p["sp"] == "False" for p in aicb)),
+            ("`sweep.aiob` (true)", any(p["aiob"] == "True" for p in aicb))) if not found]
+        what = f"; add to {', '.join(missing)}" if missing else ""
+        out.append("**The headline, what the AIOB path drops, needs a setting with TP above 1, SP off and AIOB "
+                   f"on, where the AIOB path writes `NONE`:** this sweep has none{what}.")
+    return out
+
+
 def _cause_total(rows: list[cz.Row], cause: str) -> tuple[int, int, float | None]:
     mine = [r for r in rows if r.cause == cause]
     exposed = None if any(r.exposed_us is None for r in mine) else sum(r.exposed_us for r in mine)
@@ -143,6 +171,7 @@ def page(rows: list[cz.Row], points: dict[str, dict[str, str]], figures: dict[st
     panels = cz.panels(rows, points)
     blocks = [Block("h1", "The answer: what each AICB path gets wrong, by cause")]
     head = headline(panels)
+    blocks += [Block("p", text) for text in lacks(rows, points, head)]
     if head is not None:
         aiob = head.rows["aicb_aiob"]
         n, missing, missing_us = _cause_total(aiob, "missing_bwd_tp_allreduce")
@@ -155,8 +184,9 @@ def page(rows: list[cz.Row], points: dict[str, dict[str, str]], figures: dict[st
             "output layer, in every micro-batch. AICB's default path writes them as `ALLREDUCE` (all but the "
             "output layer's); its AIOB path writes `NONE`, and SimAI skips a `NONE`. "
             f"For {where} the AIOB path so drops {n} all-reduces per iteration: "
-            f"{exact_bytes(missing)} ({gib(missing)}) and {ms(missing_us)} of exposed TP time "
-            "(`missing_bwd_tp_allreduce`).")))
+            f"{exact_bytes(missing)} ({gib(missing)})"
+            + (f" and {ms(missing_us)} of exposed TP time" if missing_us is not None else "")
+            + " (`missing_bwd_tp_allreduce`).")))
         extra = (f" With its `embedding_grads` all-reduce ({exact_bytes(embedding)}), the AIOB path's extra "
                  f"backward all-reduces come to {exact_bytes(layernorm + embedding)}." if embedding else "")
         blocks.append(Block("p", (
@@ -166,7 +196,8 @@ def page(rows: list[cz.Row], points: dict[str, dict[str, str]], figures: dict[st
             "`layernorm` Work_Item under `if not enable_sequence_parallel`), on top of the DP all-gather and "
             "reduce-scatter of the same workload. Megatron all-reduces layernorm gradients on TP only *with* "
             f"SP, and only the layernorm parameters. For {where} that is {exact_bytes(layernorm)} "
-            f"({gib(layernorm)}, {ms(layernorm_us)}; `extra_layernorm_grad_allreduce`).{extra} "
+            f"({gib(layernorm)}{'' if layernorm_us is None else ', ' + ms(layernorm_us)}; "
+            f"`extra_layernorm_grad_allreduce`).{extra} "
             "A figure of TP bytes per phase nets the two and shows the AIOB path above Megatron; "
             "the causes, kept apart, show both errors.")))
     none = sum(r.rows for r in rows if r.cause == "size_in_none_column")
@@ -177,16 +208,19 @@ def page(rows: list[cz.Row], points: dict[str, dict[str, str]], figures: dict[st
         f"writes a size.{sized} SimAI's maintainers read `NONE` as an all-reduce overlapped with compute; "
         "SimAI models that overlap with its TP overlap ratio (`-tp_o`, the `tp_overlap` axis), which keeps "
         "the volume and scales the exposed time (the second figure). Dropping the collective drops both.")))
+    timed = any(r.exposed_us is not None for r in rows)
     if panels:
+        on = f"; exposed time on {panels[0].network}" if timed else ""
         blocks.append(Block("h2", f"Per setting: net difference from Megatron and largest causes "
-                                  f"(bytes per iteration; exposed time on {panels[0].network})"))
+                                  f"(bytes per iteration{on})"))
         blocks.append(Block("ul", items=tuple(
             (f"**{panel.label}**", tuple(verdict(panel, path) for path in PATH_NAMES if path in panel.points))
             for panel in panels)))
-    blocks.append(Block("p", (
-        "Every row, with its explanation, is in `difference_by_cause.csv`: one row per point, cause, phase, "
-        "collective, group and sign; per point the rows add up exactly to its difference from Megatron in "
-        "bytes and in exposed time.")))
+    if rows:
+        blocks.append(Block("p", (
+            "Every row, with its explanation, is in `difference_by_cause.csv`: one row per point, cause, phase, "
+            "collective, group and sign; per point the rows add up exactly to its difference from Megatron in "
+            f"bytes{' and in exposed time' if timed else ''}.")))
     if figures:
         blocks.append(Block("h2", "Figures"))
         blocks += [Block("img", caption, path=path) for caption, path in figures.items()]

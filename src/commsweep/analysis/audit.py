@@ -74,8 +74,9 @@ COLUMNS = (
 PHASE_ORDER = ("fwd", "ig", "wg", "pp")
 ITERATION = "iteration"
 
-# Module kind of a workload row, by name. AICB's names (SPEC.md) and the reference's
-# own row names; the first pattern that matches the whole name wins.
+# Module kind of a workload row, by name. AICB's names (aliyun/aicb @ 23eec3c,
+# workload_generator/SimAI_training_workload_generator.py) and the Megatron schedule's own
+# row names; the first pattern that matches the whole name wins.
 ROW_KINDS: tuple[tuple[str, str], ...] = (
     (r"embedding_layer", "embedding"),
     (r"layer\d+_recompute_.*", "recompute"),
@@ -115,7 +116,7 @@ def module_kind(module: str) -> str:
     """The module kind of a reference block, from its megatron-core module path."""
     if module == "embedding":
         return "embedding"
-    if ".self_attention." in module:
+    if ".self_attention." in module or module.endswith(".self_attention"):  # MLA's own gathers too
         return "attention"
     if ".mlp." in module or module.endswith(".mlp"):
         return "mlp"
@@ -512,9 +513,9 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:,.2f}"
 
 
-def to_table(findings: list[Finding], moe: dict | None = None) -> str:
-    """Findings for a reader: sizes in MiB, the size ratio, and totals per kind; ``moe``: the
-    totals per MoE cause (``causes.moe_causes``), listed after them."""
+def to_table(findings: list[Finding], families: dict[str, dict] | None = None) -> str:
+    """Findings for a reader: sizes in MiB, the size ratio, and totals per kind; ``families``:
+    per title, the totals per cause of a family (``causes.cause_families``), listed after them."""
     head = ("row", "name", "layer", "phase", "kind", "expected", "found", "ratio", "delta MiB", "delta us")
     rows = []
     for f in findings:
@@ -540,12 +541,12 @@ def to_table(findings: list[Finding], moe: dict | None = None) -> str:
     for kind, (count, delta, us) in totals.items():
         time = "" if us is None else f", {us:,.1f} us"
         lines.append(f"{kind}: {count} finding(s), {_mib(delta)} MiB{time}")
-    moe = moe or {}
-    if moe:
-        lines += ["", "MoE causes (docs/moe.md):"]
-    for cause, (count, delta, us) in moe.items():
-        time = "" if us is None else f", {us:,.1f} us"
-        lines.append(f"  {cause.slug}: {count} finding(s), {_mib(delta)} MiB{time}: {cause.label}")
+    for title, named in (families or {}).items():
+        if named:
+            lines += ["", title]
+        for cause, (count, delta, us) in named.items():
+            time = "" if us is None else f", {us:,.1f} us"
+            lines.append(f"  {cause.slug}: {count} finding(s), {_mib(delta)} MiB{time}: {cause.label}")
     return "\n".join(lines) + "\n"
 
 

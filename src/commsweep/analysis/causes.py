@@ -70,7 +70,7 @@ def _causes(*entries: tuple[str, str, str]) -> dict[str, Cause]:
 
 # The causes, in the order tables and figures list them. Sources: AICB 23eec3c
 # (workload_generator/SimAI_training_workload_generator.py), Megatron-LM's schedule as
-# workload/megatron.py writes it (../shared/reference/megatron/GROUND_TRUTH.md).
+# workload/megatron.py writes it (its sources: NVIDIA/Megatron-LM, megatron/core/tensor_parallel/).
 CAUSES: dict[str, Cause] = _causes(
     ("missing_bwd_tp_allreduce", "backward TP all-reduces dropped",
      "Without SP, Megatron all-reduces on TP the input gradients of linear_qkv and linear_fc1 in every layer "
@@ -192,6 +192,42 @@ CAUSES: dict[str, Cause] = _causes(
      "over DP_EP only (ep > 1); its DP sync moves the dense parameters. The finding's bytes also hold the "
      "rest of AICB's mocked parameter count (a word embedding 4x too large, ...); the experts are most of "
      "it. The all-gather (2P) runs on TP: a finding of its own."),
+    # DeepSeek models (docs/deepseek.md): AICB's DeepSeek frame (MockedDeepSeek, its AIOB path)
+    # against megatron-core's multi-latent attention (workload/megatron_mla.py).
+    ("mla_gathers_sized_on_hidden", "MLA's forward gathers sized on the hidden size",
+     "With SP, Megatron's MLA all-gathers over TP the compressed query and key/value latents before their up "
+     "projections (2bs x q_lora_rank and 2bs x kv_lora_rank bytes) and the key's RoPE part (2bs x "
+     "qk_rope_head_dim); its down projections are duplicated on every TP rank and gather nothing. AICB's "
+     "DeepSeek frame all-gathers one activation of the hidden size (2bsh) before each of attention_q_column and "
+     "attention_kv_column, and has no RoPE gather."),
+    ("mla_latent_reducescatters", "MLA's backward reduce-scatters of the latents dropped",
+     "With SP, Megatron reduce-scatters over TP the gradients of the query latent, the key/value latent and the "
+     "key's RoPE part in the backward pass. AICB's DeepSeek frame writes two of them (attention_q_column, "
+     "attention_kv_column) with 0 bytes and none for the RoPE part: SimAI moves nothing."),
+    ("mla_latent_wgrad_gathers_missing", "MLA's weight-gradient gathers of the latents dropped",
+     "With SP, Megatron all-gathers the query and key/value latents again in the backward pass for the up "
+     "projections' weight gradients, as for every column-parallel layer. AICB's DeepSeek frame does not write "
+     "them."),
+    ("mla_latent_allreduces_missing", "MLA's backward all-reduces of the latents dropped",
+     "Without SP, Megatron all-reduces over TP the input gradients of the up projections (the query and "
+     "key/value latents, 2bs x rank bytes each) in the backward pass. AICB's DeepSeek frame does not write them."),
+    ("moe_dispatch_fp8_scaled", "MoE forward dispatch scaled to FP8",
+     "AICB's DeepSeek frame sizes the forward token dispatch all-to-all as FP8 with its scales, (1 + 4/128)/2 "
+     "= 33/64 of the bf16 tokens (DeepEP's FP8 dispatch). Megatron's all-to-all dispatcher sends the tokens in "
+     "bf16 (u x k / t bytes)."),
+    ("moe_shared_expert_backward_dropped", "shared experts' backward TP collectives dropped",
+     "AICB's DeepSeek frame writes the shared experts as a dense MLP (mlp_column, mlp_row after the MoE lines) "
+     "but, as for its other column-parallel layers, without the weight-gradient all-gather of linear_fc1's "
+     "input and with its backward reduce-scatter of 0 bytes; Megatron runs both on TP with SP."),
+    ("moe_shared_experts_in_expert_sync", "shared experts synced as experts",
+     "AICB's DeepSeek frame sizes its expert gradient sync on DP_EP (moe_grad_norm1/2) by its MoE layers' "
+     "parameters, the shared experts included (and split over TP, not expert TP). Megatron reduces and gathers "
+     "the shared experts with the dense parameters over DP; over DP_EP only the routed experts."),
+    ("dp_sync_sized_by_deepseek_mock", "DP sync sized by AICB's DeepSeek parameter count",
+     "AICB sizes the DP gradient reduce-scatter (4P) and parameter all-gather (2P) by its DeepSeek mock's "
+     "parameter count P: a word embedding 4x too large, a learned position embedding (s x h) a RoPE model does "
+     "not have, MLPs without SwiGLU's second input half, norms with biases. Megatron's distributed optimizer "
+     "moves the stage's real dense parameters."),
     ("size_in_none_column", "size written under NONE",
      "A NONE column holding a size: SimAI skips a NONE collective entirely, size and all, so it adds no "
      "bytes and no time. Listed for what it says about the file; the collective it stands for is counted "
@@ -254,6 +290,9 @@ _LAYER_ROW = re.compile(r"layer\d+_(.*)")
 
 # Units whose column-parallel linear Megatron re-gathers for the weight gradient with SP.
 WGRAD_UNITS = ("attention", "mlp", "output_layer")
+# The Megatron schedule's MLA rows (workload/megatron_mla.py) and AICB's DeepSeek attention rows.
+MLA_ROWS = ("attention_k_rope", "attention_q_up_proj", "attention_kv_up_proj", "attention_q_proj")
+AICB_MLA_ROWS = ("attention_linear_q_lora", "attention_linear_kv_lora", "attention_q_column", "attention_kv_column")
 
 @dataclass
 class Context:
@@ -270,6 +309,15 @@ class Context:
     moe: bool = False
     # Units where Megatron's MLP is dense (a model with MoE and dense layers).
     dense_mlp_units: set = field(default_factory=set)
+    # Attention units with multi-latent attention (Megatron's MLA rows or AICB's DeepSeek ones).
+    mla_units: set = field(default_factory=set)
+    # Units where AICB wrote its MoE lines (mlp_moelayer).
+    moe_line_units: set = field(default_factory=set)
+
+    @property
+    def deepseek(self) -> bool:
+        """A DeepSeek point: multi-latent attention (AICB's DeepSeek frame)."""
+        return bool(self.mla_units)
 
     @classmethod
     def of(cls, items: list[Item], pp: int = 1) -> Context:
@@ -279,6 +327,9 @@ class Context:
             moe=any(f.expected_name.startswith("dp_ep_") or "_moe_" in f.expected_name or f.found_name == "mlp_moelayer"
                     for f in items),
             dense_mlp_units={f.unit for f in items if f.megatron_row.startswith("mlp_")},
+            mla_units={f.unit for f in items if f.module == "attention" and (
+                f.megatron_row.startswith(MLA_ROWS) or f.found_name in AICB_MLA_ROWS)},
+            moe_line_units={f.unit for f in items if f.found_name == "mlp_moelayer"},
         )
 
 
@@ -313,8 +364,10 @@ def _moe(rule: Rule) -> Rule:
 # AICB's row (``Item.megatron_row``, ``found_name``); before the dense rules, which would
 # name some of these findings for the dense model's collectives of the same kind.
 MOE_RULES: tuple[tuple[str, Rule], ...] = (
+    # (AICB's DeepSeek frame writes its first layers dense too: there only where it wrote MoE lines.)
     ("moe_layer_where_megatron_is_dense", _moe(lambda f, s: f.unit in s.dense_mlp_units and (
-        f.megatron_row.startswith("mlp_") or f.found_name == "mlp_moelayer"))),
+        f.megatron_row.startswith("mlp_") or f.found_name == "mlp_moelayer")
+        and (not s.deepseek or f.unit in s.moe_line_units))),
     ("moe_probs_alltoall_missing", _moe(lambda f, s: f.megatron_row == "moe_dispatch_probs")),
     ("moe_probs_gather_missing", _moe(lambda f, s: f.megatron_row == "moe_expert_probs_gather")),
     ("moe_metadata_gather", _moe(lambda f, s: f.megatron_row == "moe_dispatch_metadata" or (
@@ -333,9 +386,43 @@ MOE_RULES: tuple[tuple[str, Rule], ...] = (
 )
 MOE_CAUSES = tuple(slug for slug, _ in MOE_RULES)
 
+
+def _mla(rule: Rule) -> Rule:
+    """An MLA rule: a finding of an MLA attention unit, not of the kinds whose cause is the
+    same for every model (a group of one GPU, a size under NONE)."""
+    return lambda f, s: f.unit in s.mla_units and f.kind not in ("size1_group", "none_with_size") and rule(f, s)
+
+
+def _involves(f: Item, collective: str) -> bool:
+    return collective in (f.expected_collective, f.found_collective)
+
+
+def _fp8_dispatch(f: Item, s: Context) -> bool:
+    """AICB's DeepSeek forward dispatch: 33/64 of a bf16 token all-to-all (int of the product)."""
+    return (s.deepseek and f.kind == "size" and f.phase == "fwd" and f.found_collective == "alltoall"
+            and f.expected_bytes is not None and f.found_bytes == int(f.expected_bytes * (1 + 4 / 128) / 2))
+
+
+# What AICB's DeepSeek frame gets wrong: MLA's TP collectives, by phase and collective (the
+# audit pairs a unit's collectives of one kind in file order, so which Megatron row a finding
+# names is not meant; the kind is), and its MoE quirks; before the MoE and dense rules, which
+# would name these findings for other models' collectives of the same kind.
+DEEPSEEK_RULES: tuple[tuple[str, Rule], ...] = (
+    ("mla_gathers_sized_on_hidden", _mla(lambda f, s: f.phase == "fwd" and _involves(f, "allgather"))),
+    ("mla_latent_reducescatters", _mla(lambda f, s: f.phase == "ig" and _involves(f, "reducescatter"))),
+    ("mla_latent_wgrad_gathers_missing", _mla(lambda f, s: f.kind == "missing" and f.expects("ig", "allgather"))),
+    ("mla_latent_allreduces_missing", _mla(lambda f, s: f.kind == "missing" and f.expects("ig", "allreduce"))),
+    ("moe_dispatch_fp8_scaled", _moe(_fp8_dispatch)),
+    ("moe_shared_expert_backward_dropped", _moe(lambda f, s: s.deepseek and f.megatron_row.startswith("moe_shared_"))),
+    ("moe_shared_experts_in_expert_sync", _moe(lambda f, s: s.deepseek and f.module == "moe_dp" and f.kind == "size")),
+    ("dp_sync_sized_by_deepseek_mock", lambda f, s: s.deepseek and f.module == "dp" and f.kind == "size"),
+)
+DEEPSEEK_CAUSES = tuple(slug for slug, _ in DEEPSEEK_RULES)
+
 RULES: tuple[tuple[str, Rule], ...] = (
     ("pipeline_send_bytes", lambda f, s: f.phase == "pp"),
     ("size_in_none_column", lambda f, s: f.kind == "none_with_size"),
+    *DEEPSEEK_RULES,
     *MOE_RULES,
     ("extra_layernorm_grad_allreduce", lambda f, s: f.module == "sp_grads" and not f.expected_collective
      and f.found_collective == "allreduce"),
@@ -603,20 +690,30 @@ def aggregate(point_parts: list[Part], total_bytes: int | None = None, total_exp
     return rows
 
 
-def moe_causes(findings: Iterable[audit.Finding]) -> dict:
-    """Per MoE cause of one point's findings (``MOE_CAUSES``): (findings, summed
-    delta_bytes, summed delta_us or None), in ``CAUSES`` order (``audit.to_table`` lists them)."""
+def moe_causes(findings: Iterable[audit.Finding], family: str = "moe") -> dict:
+    """Per MoE cause (``MOE_CAUSES``; ``family="deepseek"``: per DeepSeek cause,
+    ``DEEPSEEK_CAUSES``) of one point's findings: (findings, summed delta_bytes, summed
+    delta_us or None), in ``CAUSES`` order."""
     findings = list(findings)
+    wanted = DEEPSEEK_CAUSES if family == "deepseek" else MOE_CAUSES
     slugs = classify([item(r) for r in audit.as_rows(findings)])
     acc: dict[str, list] = {}
     for f, slug in zip(findings, slugs):
-        if slug in MOE_CAUSES:
+        if slug in wanted:
             entry = acc.setdefault(slug, [0, 0, None])
             entry[0] += 1
             entry[1] += f.delta_bytes
             if f.delta_us is not None:
                 entry[2] = (entry[2] or 0.0) + f.delta_us
     return {c: tuple(acc[slug]) for slug, c in CAUSES.items() if slug in acc}
+
+
+def cause_families(findings: Iterable[audit.Finding]) -> dict[str, dict]:
+    """The MoE and the DeepSeek causes' totals of one point's findings, by the title
+    ``audit.to_table`` lists them under."""
+    findings = list(findings)
+    return {title: moe_causes(findings, family=family)
+            for title, family in (("MoE causes (docs/moe.md):", "moe"), ("DeepSeek causes (docs/deepseek.md):", "deepseek"))}
 
 
 # -- the sweep -----------------------------------------------------------------------------

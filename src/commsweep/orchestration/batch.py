@@ -298,6 +298,17 @@ def batch_name(index: int, count: int) -> str:
     return f"{index:0{len(str(count - 1))}d}-of-{count}"
 
 
+PACKET_PREFIX = "packet-"
+
+
+def count_of(name: str) -> int:
+    """The number of batches the sweep is cut into, from a batch's name (``batch_name``); 0
+    for a packet-level point's batch of its own (``packet_batch``), which is not one of them."""
+    if name.startswith(PACKET_PREFIX):
+        return 0
+    return int(name.rsplit("-of-", 1)[1])
+
+
 def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | None = None) -> dict[str, Batch]:
     """Every point's tasks, in batches (name -> Batch; batches without a point are left out).
 
@@ -424,7 +435,7 @@ def packet_batch(point, config: Mapping, layout, run, generate: Task, *, after: 
         memory_mb=int(ns3["memory_mb"]), runtime=float(ns3["runtime_min"]), threads=int(ns3["threads"]))
     files = {kind: () for kind in FILE_KINDS}
     files.update(status=(simulate.status,), endtoend=(out[0],), collectives=(out[1],), times=(out[2],))
-    return Batch(f"packet-{key}", (key,), (simulate,), files, (), ({k: str(v) for k, v in point.row().items()},),
+    return Batch(f"{PACKET_PREFIX}{key}", (key,), (simulate,), files, (), ({k: str(v) for k, v in point.row().items()},),
                  after=(after,), reads=(generate.outputs[0],))
 
 
@@ -634,7 +645,7 @@ def run(batch: Batch, attempt_: int, manifest_path: str | Path, *, running_dir: 
         crashed = running.read_text(encoding="utf-8").strip()
     except OSError:
         crashed = ""
-    with open(running, "w", encoding="utf-8") as marker, synced_once(), reuse_parsed():
+    with open(running, "w", encoding="utf-8") as marker, synced_once(), reuse_parsed(), _interrupt_is_no_crash(running):
         for task in batch.tasks:
             if not any(up in ran for up in task.after) and is_current(task):
                 outcome.skipped += 1
@@ -676,6 +687,17 @@ def run(batch: Batch, attempt_: int, manifest_path: str | Path, *, running_dir: 
     return outcome
 
 
+@contextlib.contextmanager
+def _interrupt_is_no_crash(running: Path):
+    """On Ctrl-C, forget the task under way: it did not kill the batch's process, so the next
+    run need not run it in a process of its own."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        running.unlink(missing_ok=True)
+        raise
+
+
 def causes_table(batch: Batch) -> str:
     """The difference by cause of the batch's AICB points (``analysis.causes.points_causes``):
     its part of ``difference_by_cause.csv``, which the sweep-wide step puts together in the
@@ -715,5 +737,17 @@ def run_rule(smk) -> None:
         print(f"batch {batch_.name}: {len(batch_.points)} point(s), {len(batch_.tasks)} task(s), "
               f"attempt {smk.params.attempt}", file=sys.stderr, flush=True)
         [manifest_path] = storage.enter([smk.output.manifest])
-        outcome = run(batch_, int(smk.params.attempt), manifest_path, running_dir=running_dir)
+        try:
+            outcome = run(batch_, int(smk.params.attempt), manifest_path, running_dir=running_dir)
+        except KeyboardInterrupt:
+            # Ctrl-C: Snakemake shows this log; a line says it all (the task lines, up to
+            # one per task, and a traceback would be most of what the terminal shows).
+            from ..base.errors import exit_interrupted
+
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.flush()
+                log.seek(0)
+                log.truncate()
+            exit_interrupted(f"batch {batch_.name}: interrupted (Ctrl-C); the tasks it finished are kept, "
+                             "the next run does the others")
         print(outcome.line(batch_.name), file=sys.stderr, flush=True)

@@ -7,11 +7,12 @@ need them, so the per-point commands the pipeline runs thousands of times start 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..base.errors import CommsweepError
+from ..base.errors import CommsweepError, exit_interrupted
 from ..base.files import emit
 from . import storage
 from .stages import STAGE_COMMANDS
@@ -41,7 +42,7 @@ def cmd_sweep(ns: argparse.Namespace) -> None:
     unfit = [p for p in points if sweep.memory_columns(p)["fits"] is False]
     if unfit:
         print(f"note: {len(unfit)} point(s) do not fit their GPU's memory (fits=False in sweep.csv; "
-              "skip_invalid: true drops them)", file=sys.stderr)
+              "skip_unfit: true drops them)", file=sys.stderr)
     if invalid and not config.get("skip_invalid"):
         raise CommsweepError(f"{len(invalid)} invalid combination(s); set skip_invalid: true to drop them")
 
@@ -68,12 +69,18 @@ def _check_sweep(ns: argparse.Namespace, config: dict) -> None:
         except FileNotFoundError:
             raise CommsweepError(f"{ns.made}: no run record: run the sweep first (make run CONFIG={ns.config})") from None
         if record["run"] != run.id:
-            made_from = ", ".join(record.get("config_files") or ["?"])
-            why = ("the same config, but its external inputs or commsweep's version changed since"
-                   if record.get("config_digest") == run.config_digest else f"another config ({made_from})")
-            raise CommsweepError(f"{ns.made} is run {record['run']}, made from {why}, not run {run.id} of "
-                                 f"{ns.config}: run this sweep first (make run CONFIG={ns.config}), or name the "
-                                 f"config of those results (make report CONFIG={made_from})")
+            files, overrides = record.get("config_files") or [], record.get("config_overrides") or []
+            rerun = f"run this sweep first (make run CONFIG={ns.config})"
+            if record.get("config_digest") == run.config_digest:
+                raise CommsweepError(f"{ns.made} is run {record['run']}, made from the same config, but its external "
+                                     f"inputs or commsweep's version changed since, not run {run.id} of {ns.config}: "
+                                     f"{rerun}")
+            made_from = ", ".join(files) or "?"
+            if overrides:
+                made_from += f" with --config {' '.join(overrides)}"
+            raise CommsweepError(f"{ns.made} is run {record['run']}, made from another config ({made_from}), not run "
+                                 f"{run.id} of {ns.config}: {rerun}, or make the report of those results: "
+                                 f"{provenance.report_command(files, overrides)}")
     print(f"{ns.config}: {len(points)} point(s), {len(invalid)} combination(s) skipped; run {run.id}")
     if ns.todo:
         from ..base.paths import Layout
@@ -521,6 +528,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         prog="commsweep",
         description="Sweep LLM-training communication through AICB-style workloads and SimAI's model.",
     )
+    from .. import __version__
+
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, add in COMMANDS.items():
         if only is None or only == name:
@@ -530,12 +540,21 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        exit_interrupted(f"commsweep {argv[0] if argv else ''}: interrupted".replace("  ", " "))
+        return 130
+
+
+def _main(argv: list[str]) -> int:
     # A job without a shared filesystem: run from its root, paths relative to it (commsweep.orchestration.storage).
     argv = storage.enter(argv)
     parser = build_parser(only=argv[0] if argv[:1] and argv[0] in COMMANDS else None)
     ns = parser.parse_args(argv)
     try:
         ns.func(ns)
+        sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
     except CommsweepError as err:
         print(f"commsweep {ns.command}: error: {err}", file=sys.stderr)
         return 2
@@ -543,8 +562,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"commsweep {ns.command}: error: {err.filename}: no such file", file=sys.stderr)
         return 2
     except BrokenPipeError:
-        return 1
+        # The reader stopped reading (``| head -1``): it has what it wanted, so nothing is
+        # wrong and nothing is said, as ripgrep and friends do; what is left to write goes nowhere.
+        _stdout_to_devnull()
+        return 0
     return 0
+
+
+def _stdout_to_devnull() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush meets no closed pipe."""
+    import os
+
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
 
 
 if __name__ == "__main__":

@@ -92,14 +92,18 @@ def load_config(workflow, config: dict) -> None:
     from ..setup.configfile import load
 
     files = [str(f) for f in workflow.configfiles]
-    overrides = list(getattr(workflow.config_settings, "config_args", None) or ())
-    loaded = load(files, overrides)
+    loaded = load(files, overrides(workflow))
     config.clear()
     config.update(loaded)
 
 
-# What on_start learnt about this run, for on_success (the hooks run in one process).
-_RUN = {"checks": False}
+def overrides(workflow) -> list[str]:
+    """The run's raw ``--config KEY=VALUE`` arguments."""
+    return list(getattr(workflow.config_settings, "config_args", None) or ())
+
+
+# What prepare and on_start learnt about this run, for on_success (the hooks run in one process).
+_RUN: dict = {"checks": False, "report_command": None}
 
 
 def will_run(workflow, rule: str) -> bool:
@@ -109,10 +113,13 @@ def will_run(workflow, rule: str) -> bool:
 
 def on_start(workflow, layout) -> None:
     """Before the first job (Snakemake holds its lock): note this run as the lock's holder,
-    and let no verdict of an earlier run outlive this one's start.
+    and let no verdict or report of an earlier run outlive this one's start.
 
     When this run ends in the check, the old ``status.txt`` goes now, so that a run cut
-    short (Ctrl-C, kill -9, a crash) leaves no verdict rather than the last run's.
+    short (Ctrl-C, kill -9, a crash) leaves no verdict rather than the last run's. When it
+    runs any job, the old ``report.html`` goes too: it shows results this run replaces, and
+    Snakemake makes a report only when asked (``--report``; ``make run`` asks next, and
+    ``on_success`` names the command).
     """
     from .locks import record_holder
 
@@ -120,6 +127,8 @@ def on_start(workflow, layout) -> None:
     _RUN["checks"] = will_run(workflow, "check")
     if _RUN["checks"]:
         Path(layout.verdict()).unlink(missing_ok=True)
+    if any(True for _ in workflow.dag.needrun_jobs()):
+        Path(layout.report()).unlink(missing_ok=True)
 
 
 def on_error() -> None:
@@ -135,6 +144,8 @@ def on_success(layout) -> None:
     from .locks import release_holder
 
     release_holder()
+    if _RUN["report_command"] and not Path(layout.report()).exists():
+        print(f"commsweep: the HTML report of these results: {_RUN['report_command']}", file=sys.stderr, flush=True)
     if not _RUN["checks"]:  # e.g. --until volumes: the verdict on file is an earlier run's
         return
     path = Path(layout.verdict())
@@ -167,8 +178,9 @@ def prepare(workflow, config: dict, points, layout, *, traces=(), root: str = ""
     inputs = provenance.check_external(config, points)
     run = provenance.Run(
         config=copy.deepcopy(dict(config)), inputs=inputs,
-        config_files=tuple(provenance.relative_to_cwd(f) for f in workflow.configfiles),
+        config_files=tuple(provenance.relative_to_cwd(f) for f in workflow.configfiles), overrides=tuple(overrides(workflow)),
     )
+    _RUN["report_command"] = provenance.report_command(run.config_files, run.overrides, layout.report())
     os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
     from ..base.status import CONFIG_DIGEST_ENV
 
@@ -200,8 +212,14 @@ def announce(workflow, points, batches) -> None:
     CONFIG --todo`` says which of their tasks a run would do now."""
     if not workflow.is_main_process:
         return
+    from .batch import count_of
+
     workloads = {p.workload_key for p in points}
     profiles = {p.profile_key for p in points if p.aiob}
+    count = max([len(batches), *(count_of(name) for name in batches)])
+    # A unit's batch is a hash (batch.bucket): of the batches the names count, some may hold no point.
+    empty = (f" of {count} ({count - len(batches)} hold no point: a point's batch is a hash of its model shard)"
+             if count > len(batches) else "")
     print(f"commsweep: {len(points)} point(s), {len(workloads)} workload(s), {len(profiles)} AIOB profile(s), "
-          f"in {len(batches)} batch(es) of about {round(len(points) / max(1, len(batches)))} point(s)",
+          f"in {len(batches)} batch(es){empty}, about {round(len(points) / max(1, len(batches)))} point(s) each",
           file=sys.stderr)

@@ -183,6 +183,9 @@ class Run:
     inputs: Mapping[str, External | Mapping[str, External]] = field(default_factory=dict)
     config_files: tuple[str, ...] = ()
     commsweep: str = __version__
+    # The run's ``--config KEY=VALUE`` overrides, as given: the command that makes its
+    # report needs them too (``report_command``).
+    overrides: tuple[str, ...] = ()
 
     @property
     def config_digest(self) -> str:
@@ -211,6 +214,7 @@ class Run:
             "commsweep": self.commsweep,
             "config_digest": self.config_digest,
             "config_files": list(self.config_files),
+            "config_overrides": list(self.overrides),
             "external_inputs": self._inputs_record(),
             "config": self.config,
         }, indent=2, sort_keys=True, default=str) + "\n"
@@ -239,6 +243,23 @@ def read_record(path: str | Path) -> dict:
     if not isinstance(record, dict) or not isinstance(record.get("run"), str):
         raise InputError("not a run record (no run name)", file=path, line=1)
     return record
+
+
+def report_command(config_files: Iterable[str], overrides: Iterable[str] = (), report: str = "results/report.html") -> str:
+    """The command that makes the HTML report of a run of these config files and ``--config``
+    overrides (a run record's ``config_files`` and ``config_overrides``): ``make report`` for
+    one config file as it is; Snakemake's own command, which takes both, otherwise."""
+    import shlex
+
+    files, overrides = list(config_files), list(overrides)
+    if len(files) == 1 and not overrides:
+        return f"make report CONFIG={shlex.quote(files[0])}"
+    words = [".venv/bin/snakemake", "--cores", "2"]
+    if files:
+        words += ["--configfile", *files]
+    if overrides:
+        words += ["--config", *overrides]
+    return shlex.join([*words, "--report", report])
 
 
 def relative_to_cwd(path: str | Path) -> str:

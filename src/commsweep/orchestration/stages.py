@@ -83,7 +83,7 @@ def cmd_audit(ns: argparse.Namespace) -> None:
         wformat.read(ns.workload), setup, stage=pipeline_stage(ns.pp_stage, setup.pp), gpus=ns.gpus,
         time_us=audit.time_function(ns), source=ns.workload, megatron_version=ns.megatron_version,
     )
-    text = audit.to_csv(findings) if ns.format == "csv" else audit.to_table(findings, causes.moe_causes(findings))
+    text = audit.to_csv(findings) if ns.format == "csv" else audit.to_table(findings, causes.cause_families(findings))
     emit(text, ns.output)
 
 

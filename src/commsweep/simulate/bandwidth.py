@@ -1,7 +1,7 @@
 """How SimAI's analytical model times one collective: groups, bandwidth, efficiency, formula.
 
-All facts from SimAI 1.7 (``workload/Layer.cc`` ``compute_time``/``cal_ratio``,
-``system/calbusbw.cc``); see ``../shared/reference/simai/SEMANTICS.md``.
+All facts from SimAI 1.7 (aliyun/SimAI @ cef83f9d, under ``astra-sim-alibabacloud/astra-sim/``:
+``workload/Layer.cc`` ``compute_time``/``cal_ratio``, ``system/calbusbw.cc``).
 
 **Small messages.** A message of 1 < S < 1 MiB costs a fixed latency by group size n
 (2: 10 us, 4: 12, 8: 15, 16: 66, 32: 135, 64: 200, 128: 320, any other n: 0), tested

@@ -5,7 +5,8 @@ does not depend on that clock: each row's three collectives get a time from a fo
 (``bandwidth.py``), the overlap ratios turn them into exposed times, and a handful of
 sums make the summary. This module computes exactly those numbers, with SimAI's types
 and order of operations (``cfloat.py``), so its EndToEnd.csv is byte-identical to
-SimAI's. Facts: ``../shared/reference/simai/SEMANTICS.md`` (SimAI 1.7, cef83f9d).
+SimAI's. Facts: SimAI 1.7 (aliyun/SimAI @ cef83f9d), ``astra-sim-alibabacloud/astra-sim/``
+``workload/Workload.cc``, ``workload/Layer.cc``, ``system/calbusbw.cc``.
 
 **One iteration** (``Workload.cc``). Forward: rows 0..N-1, each its fwd compute then its
 fwd collective. Backward: rows N-1..0, each ig compute, ig collective, wg compute, wg

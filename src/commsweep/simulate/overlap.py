@@ -21,8 +21,8 @@ same exposed total is the hidden time over the whole time, collective by collect
   the GEMM's time (the row's forward GEMM in forward, its input-gradient GEMM in
   backward, the weight-gradient GEMM for the asynchronous input-gradient reduction).
 * **PP**: SimAI's pipeline term is ``2 * vpp * ga * pp_comm / 2^30 * (1 - pp_o) / pp_o``
-  seconds (``SEMANTICS.md``: it divides by the overlap ratio and multiplies by its
-  complement), i.e. the sends at ``pp_o / (1 - pp_o)`` GB/s in SimAI's bandwidth unit: a
+  seconds (SimAI @ cef83f9d, ``workload/Layer.cc``: it divides by the overlap ratio and
+  multiplies by its complement), i.e. the sends at ``pp_o / (1 - pp_o)`` GB/s in SimAI's bandwidth unit: a
   send and a receive per micro-batch and model chunk. On the 1F1B schedule's critical
   path there are more: the first micro-batch's activations cross the p - 1 stage
   boundaries before the last stage starts, the last one's gradients cross them back, so

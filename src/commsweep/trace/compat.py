@@ -406,14 +406,76 @@ def moe_state_reset() -> Any:
     return reset
 
 
-def local_layer_spec(normalization: str, num_experts: int | None = None) -> tuple[Any, str | None]:
+def local_layer_spec(normalization: str, num_experts: int | None = None, *,
+                     multi_latent_attention: bool = False) -> tuple[Any, str | None]:
     """megatron's local (non Transformer-Engine) GPT layer spec (with ``num_experts``
-    experts: its MoE layer's)."""
+    experts: its MoE layer's; with ``multi_latent_attention``, its MLA layer's)."""
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
-    if "normalization" in inspect.signature(get_gpt_layer_local_spec).parameters:
-        return get_gpt_layer_local_spec(num_experts=num_experts, normalization=normalization), None
-    return get_gpt_layer_local_spec(num_experts=num_experts), "layer_spec_norm_default"
+    parameters = inspect.signature(get_gpt_layer_local_spec).parameters
+    extra: dict[str, Any] = {}
+    if multi_latent_attention:
+        if "multi_latent_attention" not in parameters:
+            raise _unsupported("multi-latent attention", "its GPT layer specs have no MLA")
+        extra["multi_latent_attention"] = True
+    if "normalization" in parameters:
+        return get_gpt_layer_local_spec(num_experts=num_experts, normalization=normalization, **extra), None
+    return get_gpt_layer_local_spec(num_experts=num_experts, **extra), "layer_spec_norm_default"
+
+
+def mla_transformer_engine_spec(submodules: Any, *, down: type, up: type, core_attention: type) -> str:
+    """MLA's submodules as megatron's Transformer Engine spec has them, with CPU stand-ins
+    for its three TE modules (``model.py`` says what each does): the q and kv down
+    projections duplicated on every TP rank (``TELinear``, parallel mode "duplicated"), the
+    up projections with the latent norms fused in (``TELayerNormColumnParallelLinear``), and
+    core attention taking keys and values of different widths (``TEDotProductAttention``).
+    The local spec cannot run MLA (its ``DotProductAttention`` takes one width for keys and
+    values) and is not what a GPU run builds (its down projections are column parallel).
+    ``MLASelfAttention`` asks for the duplicated mode only of a class it knows as TE's
+    ``TELinear``: the stand-in takes that name in its module."""
+    from megatron.core.transformer import multi_latent_attention
+    from megatron.core.transformer.identity_op import IdentityOp
+
+    source = _megatron_file("core/transformer/multi_latent_attention.py")
+    if source is None or b"'duplicated'" not in source.read_bytes():
+        raise _unsupported("multi-latent attention as GPUs run it",
+                           "its Transformer Engine spec builds MLA's down projections column parallel (0.10 to 0.13), "
+                           "which the megatron schedule does not model")
+    multi_latent_attention.TELinear = down
+    try:  # 0.19 and later pick the up projections (and the latent norms) from the backend
+        from megatron.core.transformer import mla_qk_norm_config
+    except ImportError:
+        mla_qk_norm_config = None
+    if mla_qk_norm_config is not None:
+        mla_qk_norm_config.get_backend = lambda impl: _MlaBackend(up)
+    submodules.linear_q_down_proj = down
+    submodules.linear_kv_down_proj = down
+    submodules.linear_q_up_proj = up
+    submodules.linear_kv_up_proj = up
+    submodules.q_layernorm = IdentityOp
+    submodules.kv_layernorm = IdentityOp
+    submodules.core_attention = core_attention
+    return "mla_transformer_engine_stand_ins"
+
+
+class _MlaBackend:
+    """What 0.19's ``QKNormConfigResolver`` asks of the Transformer Engine backend (it
+    builds MLA's up projections with the latent norms fused in, and, without a query latent,
+    ``linear_q_proj`` with a norm of the hidden state fused in): the fused stand-in."""
+
+    def __init__(self, fused: type) -> None:
+        self.fused = fused
+
+    def column_parallel_layer_norm_linear(self) -> type:
+        return self.fused
+
+    def column_parallel_linear(self) -> type:
+        from megatron.core.tensor_parallel.layers import ColumnParallelLinear
+
+        return ColumnParallelLinear
+
+    def layer_norm(self, rms_norm: bool = False, for_qk: bool = False) -> Any:
+        return None  # not asked for: MLA's norms are fused into the up projections
 
 
 class Unsupported(CommsweepError):

@@ -75,7 +75,7 @@ with compat.megatron_imports() as IMPORT_WORKAROUNDS:
     from megatron.core.pipeline_parallel import get_forward_backward_func
     from megatron.core.transformer.moe.router import TopKRouter
     from megatron.core.transformer.transformer_block import TransformerBlockSubmodules
-    from megatron.core.transformer.transformer_config import TransformerConfig
+    from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
 
 compat.cuda_stream_on_cpu()  # the MoE dispatcher's side stream; 0.19's DDP waits on the current one
 compat.moe_split_sizes_on_host()
@@ -132,6 +132,88 @@ class SequenceParallelNorm:
         return norm
 
 
+class DuplicatedLinear(torch.nn.Module):
+    """Transformer Engine's ``TELinear(parallel_mode="duplicated")`` on the CPU: MLA's down
+    projections in megatron's Transformer Engine spec, whole on every TP rank, fed the
+    rank's sequence shard with SP, no collective of their own. As TE's does, it marks its
+    weight ``sequence_parallel`` (with SP), so ``finalize_model_grads`` all-reduces its
+    gradient over TP with the norms'."""
+
+    def __init__(self, input_size: int, output_size: int, *, config: TransformerConfig, init_method: Any,
+                 bias: bool = False, parallel_mode: str = "duplicated", **_: Any):
+        super().__init__()
+        assert parallel_mode == "duplicated" and not bias, "the stand-in is MLA's down projection only"
+        self.weight = torch.nn.Parameter(torch.empty(output_size, input_size, dtype=config.params_dtype))
+        init_method(self.weight)
+        self.weight.allreduce = True
+        self.weight.sequence_parallel = config.sequence_parallel
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return torch.nn.functional.linear(x, self.weight), None
+
+
+def normed_column_parallel_linear() -> type:
+    """Transformer Engine's ``TELayerNormColumnParallelLinear`` on the CPU (MLA's up
+    projections with the q/kv latent norms fused in): the norm on the rank's sequence shard,
+    then megatron's own ``ColumnParallelLinear``, whose collectives (the SP all-gather of the
+    normed latent, ...) are TE's. Made on first use: it subclasses a megatron class."""
+    from megatron.core.tensor_parallel.layers import ColumnParallelLinear
+
+    class NormedColumnParallelLinear(ColumnParallelLinear):
+        def __init__(self, input_size: int, output_size: int, *, config: TransformerConfig, **kwargs: Any):
+            super().__init__(input_size, output_size, config=config, **kwargs)
+            self.layer_norm = SequenceParallelNorm(config, input_size, eps=config.layernorm_epsilon)
+
+        def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any):
+            return super().forward(self.layer_norm(x), *args, **kwargs)
+
+    return NormedColumnParallelLinear
+
+
+class CoreAttention(torch.nn.Module):
+    """Transformer Engine's ``TEDotProductAttention`` on the CPU, for MLA's keys and values
+    of different widths (megatron's local ``DotProductAttention`` takes one width for
+    both): causal softmax attention per head, no collective (no context parallelism)."""
+
+    def __init__(self, config: TransformerConfig, layer_number: int, attn_mask_type: Any, attention_type: str,
+                 softmax_scale: float | None = None, **_: Any):
+        super().__init__()
+        self.softmax_scale = softmax_scale
+
+    def forward(self, query, key, value, attention_mask, **_: Any) -> torch.Tensor:
+        q, k, v = (x.permute(1, 2, 0, 3) for x in (query, key, value))  # [b, n, s, d]
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=~attention_mask if attention_mask is not None else None, scale=self.softmax_scale)
+        s, b = query.shape[0], query.shape[1]
+        return out.permute(2, 0, 1, 3).reshape(s, b, -1)
+
+
+def mla_config(setup: TrainingSetup) -> dict[str, Any]:
+    """megatron's MLA options (``MLATransformerConfig``) for the setup's model; empty without MLA."""
+    m = setup.model
+    if not m.is_mla:
+        return {}
+    return dict(
+        multi_latent_attention=True,
+        q_lora_rank=m.q_lora_rank,
+        kv_lora_rank=m.kv_lora_rank,
+        qk_head_dim=m.qk_nope_head_dim,
+        qk_pos_emb_head_dim=m.qk_rope_head_dim,
+        v_head_dim=m.v_head_dim,
+        qk_layernorm=True,  # DeepSeek's q/kv latent norms
+        rope_type="rope",
+        rotary_base=10000,
+    )
+
+
+def moe_layer_freq(model) -> int | list[int]:
+    """megatron's ``moe_layer_freq``: the integer, or with first dense layers the list of
+    0 (dense) and 1 (MoE) per layer (``--moe-layer-freq "([0]*k+[1]*(L-k))"``)."""
+    if not model.moe_first_k_dense:
+        return model.moe_layer_freq
+    return [int(model.is_moe_layer(layer)) for layer in range(model.num_layers)]
+
+
 def moe_config(setup: TrainingSetup) -> dict[str, Any]:
     """megatron's MoE options for the setup (empty for a dense model): the all-to-all
     dispatcher, dropless, no grouped GEMM or fusions."""
@@ -144,7 +226,7 @@ def moe_config(setup: TrainingSetup) -> dict[str, Any]:
         moe_ffn_hidden_size=m.expert_ffn_hidden_size,
         moe_shared_expert_intermediate_size=m.moe_shared_expert_intermediate_size,
         moe_shared_expert_gate=m.moe_shared_expert_gate,
-        moe_layer_freq=m.moe_layer_freq,
+        moe_layer_freq=moe_layer_freq(m),
         moe_aux_loss_coeff=float(m.moe_aux_loss_coeff),
         moe_token_dispatcher_type="alltoall",
         moe_router_pre_softmax=m.moe_topk == 1,  # megatron refuses top-1 softmax routing without it
@@ -186,17 +268,19 @@ def transformer_config(setup: TrainingSetup, applied: list[str] | None = None) -
         batch_p2p_comm=False,  # batched p2p would call torch.cuda.synchronize
         recompute_granularity="selective" if setup.recompute else None,
         **moe_config(setup),
+        **mla_config(setup),
     )
+    config_class = MLATransformerConfig if m.is_mla else TransformerConfig
     if m.is_moe:
-        options, workaround = compat.experts_as_wide_as_ffn(TransformerConfig, options)
+        options, workaround = compat.experts_as_wide_as_ffn(config_class, options)
         if applied is not None and workaround:
             applied.append(workaround)
         # What a release without the option does: no shared expert, every layer MoE,
         # experts split over TP.
         implied = dict(moe_shared_expert_intermediate_size=None, moe_shared_expert_gate=False, moe_layer_freq=1,
                        expert_tensor_parallel_size=setup.tp)
-        options = compat.config_options(TransformerConfig, options, implied)
-    return TransformerConfig(**options)
+        options = compat.config_options(config_class, options, implied)
+    return config_class(**options)
 
 
 def layer_spec(config: TransformerConfig, layers: int, model=None, first_layer: int = 0,
@@ -206,12 +290,21 @@ def layer_spec(config: TransformerConfig, layers: int, model=None, first_layer: 
     megatron's ``moe_layer_freq`` pattern) get the MoE spec with ``BalancedRouter``.
     ``applied`` hears the workaround ``compat.local_layer_spec`` needed, if any."""
 
+    mla = getattr(config, "multi_latent_attention", False)
+
     def spec_of(moe: bool):
-        spec, workaround = compat.local_layer_spec(config.normalization, config.num_moe_experts if moe else None)
+        spec, workaround = compat.local_layer_spec(config.normalization, config.num_moe_experts if moe else None,
+                                                   multi_latent_attention=mla)
         if applied is not None and workaround and workaround not in applied:
             applied.append(workaround)
         spec.submodules.input_layernorm = SequenceParallelNorm
         spec.submodules.pre_mlp_layernorm = SequenceParallelNorm
+        if mla:
+            workaround = compat.mla_transformer_engine_spec(
+                spec.submodules.self_attention.submodules, down=DuplicatedLinear, up=normed_column_parallel_linear(),
+                core_attention=CoreAttention)
+            if applied is not None and workaround not in applied:
+                applied.append(workaround)
         if moe:
             workaround = compat.moe_router(spec.submodules.mlp, BalancedRouter)
             if applied is not None and workaround and workaround not in applied:

@@ -12,6 +12,7 @@ The parent imports neither torch nor megatron.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from ..base.errors import CommsweepError
 from ..base.files import write_text
-from ..setup.arguments import add_training_arguments, setup_from_args, to_commsweep_argv
+from ..setup.models import ModelSpec
 from ..setup.training import TrainingSetup
 from .records import RankInfo, Trace, TraceRecord
 from .versions import Environment
@@ -80,7 +81,7 @@ def _launch(world: int, setups: list[TrainingSetup], *, timeout: float,
     with tempfile.TemporaryDirectory(prefix="commsweep-trace-") as tmp:
         tmpdir = Path(tmp)
         job = tmpdir / "job.json"
-        job.write_text(json.dumps({"world": world, "setups": [to_commsweep_argv(s) for s in setups]}))
+        job.write_text(json.dumps({"world": world, "setups": [setup_to_dict(s) for s in setups]}))
         env = environment.env(dict(os.environ)) if environment else dict(os.environ)
         # One thread per process: N processes share the machine's cores.
         env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONWARNINGS="ignore")
@@ -139,6 +140,18 @@ def _launch(world: int, setups: list[TrainingSetup], *, timeout: float,
 # -- the worker process ------------------------------------------------------------------
 
 
+def setup_to_dict(setup: TrainingSetup) -> dict:
+    """A setup as the job file carries it to the workers: every field, the model's too
+    (a command line would carry only the fields that have arguments)."""
+    return dataclasses.asdict(setup)
+
+
+def setup_from_dict(values: dict) -> TrainingSetup:
+    """The setup ``setup_to_dict`` wrote."""
+    return TrainingSetup(**{**values, "model": ModelSpec(**values["model"])})
+
+
+
 def _worker(job_path: str, rank: int, store: str, out: str) -> None:
     from . import collectives
 
@@ -153,11 +166,9 @@ def _worker(job_path: str, rank: int, store: str, out: str) -> None:
     try:
         from . import model
 
-        parser = argparse.ArgumentParser()
-        add_training_arguments(parser)
         results = []
-        for argv in job["setups"]:
-            setup = setup_from_args(parser.parse_args(argv))
+        for values in job["setups"]:
+            setup = setup_from_dict(values)
             try:
                 records, meta = model.trace_step(setup)
             except CommsweepError as err:  # e.g. compat.Unsupported: the parent says it as it is

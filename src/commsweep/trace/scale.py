@@ -11,7 +11,8 @@ MoE models keep their MoE structure (top-k, shared experts and their gate, the p
 MoE and dense layers, the load-balancing loss, EP and expert TP) with a few experts: at
 least two per EP rank and k, their number dividing a rank's routed tokens T*k so that the
 trace's balanced router gives every expert the same tokens (the sequence grows until it
-does).
+does); first dense layers (DeepSeek's) become one. MLA models keep MLA (with or without a
+query latent) at latent and head widths of their own.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ HEADS_PER_RANK = 2
 LAYERS_PER_STAGE = 2
 SEQ_LENGTH = 16
 MICRO_BATCH = 2
+# MLA's latent and head widths at trace size (each other than the others and than HEAD_DIM).
+MLA_Q_LORA, MLA_KV_LORA, MLA_ROPE, MLA_V = 24, 20, 8, 12
 
 
 def _gqa(model: ModelSpec) -> bool:
@@ -56,8 +59,12 @@ def family(model: ModelSpec) -> str:
             name += "-shared" + ("-gate" if model.moe_shared_expert_gate else "")
         if model.moe_layer_freq != 1:
             name += f"-freq{model.moe_layer_freq}"
+        if model.moe_first_k_dense:
+            name += "-firstdense"
         if model.moe_aux_loss_coeff > 0:
             name += "-aux"
+    if model.is_mla:
+        name += "-mla" + ("" if model.q_lora_rank is not None else "-noqlora")
     return name
 
 
@@ -93,6 +100,12 @@ def scaled_setup(setup: TrainingSetup, *, dp: int = 1) -> TrainingSetup:
             "moe_ffn_hidden_size": 2 * hidden,
             "moe_shared_expert_intermediate_size": None if m.moe_shared_expert_intermediate_size is None else ffn,
         }
+    if m.moe_first_k_dense:
+        moe["moe_first_k_dense"] = 1  # a dense layer first, then MoE ones
+    mla = {}
+    if m.is_mla:  # distinct widths, so that each latent's collectives are told apart
+        mla = dict(q_lora_rank=None if m.q_lora_rank is None else MLA_Q_LORA, kv_lora_rank=MLA_KV_LORA,
+                   qk_nope_head_dim=HEAD_DIM, qk_rope_head_dim=MLA_ROPE, v_head_dim=MLA_V)
     model = dataclasses.replace(
         m,
         name=f"{family(m)}-scaled",
@@ -105,6 +118,7 @@ def scaled_setup(setup: TrainingSetup, *, dp: int = 1) -> TrainingSetup:
         max_position_embeddings=seq,
         aicb_name=None,
         **moe,
+        **mla,
     )
     micro_batches = 2 if p > 1 else 1
     return TrainingSetup(

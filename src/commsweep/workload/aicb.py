@@ -40,10 +40,7 @@ _PROCESS_TIME = 100
 
 # Keys ``extract_averages`` always puts in its table (DeepSeek MLA per-layer times), 0 unless
 # the AIOB file has a section of that name.
-PER_LAYER_KEYS = (
-    "attention_linear_q_lora", "attention_q_column", "attention_linear_kv_lora",
-    "attention_kv_column", "attention_o_row",
-)
+PER_LAYER_KEYS = profile_file.MLA_SECTIONS
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,9 @@
 
 One source of truth for the pipeline: ``schedule()`` lists, for one pipeline stage's
 view of one training iteration, every collective with its module, layer, phase, group
-and bytes (``../shared/reference/megatron/GROUND_TRUTH.md``; checked against traces of
+and bytes (NVIDIA/Megatron-LM's ``megatron/core/tensor_parallel/mappings.py`` and ``layers.py``,
+``megatron/core/pipeline_parallel/schedules.py``, ``megatron/core/transformer/moe/token_dispatcher.py``;
+Shoeybi et al. 2019, Narayanan et al. 2021, Korthikanti et al. 2022; checked against traces of
 real megatron-core by ``commsweep trace``). ``Schedule.workload()`` writes it as a SimAI
 workload; what that format cannot carry is kept in ``Schedule.unexpressed``.
 
@@ -47,6 +49,12 @@ expert parameters are then reduced and gathered over the expert-data-parallel gr
 (``megatron_version``; ``megatron_releases.py``: 0.8 to 0.19 traced, the newest by
 default); every traced release issues the same dense rows.
 
+Multi-latent attention (``ModelSpec.is_mla``, DeepSeek-V2/V3) replaces linear_qkv's rows
+with those of megatron-core's ``MLASelfAttention`` as GPUs build it (``megatron_mla.py``: the
+down projections duplicated on every TP rank, so the compressed latents cross TP, not the
+hidden state), from megatron-core 0.14; the first ``moe_first_k_dense`` layers of an MoE model
+are dense.
+
 Compute times: the kernel model's (``aiob/megatron_kernels.py``) when given, else the AIOB
 profile's (see ``_compute_times``), else 0 everywhere.
 """
@@ -60,7 +68,7 @@ from typing import TYPE_CHECKING
 
 from ..aiob.profile_file import AiobProfile
 from ..setup.training import TrainingSetup
-from . import megatron_moe, megatron_releases
+from . import megatron_mla, megatron_moe, megatron_releases
 from .format import Header, Row, Workload
 
 if TYPE_CHECKING:
@@ -222,22 +230,21 @@ def stage_layers(setup: TrainingSetup, stage: int) -> list[int]:
 def unsupported(setup: TrainingSetup, megatron_version: str | megatron_releases.Release | None = None) -> list[str]:
     """Why the Megatron schedule of megatron-core ``megatron_version`` (default: the newest
     traced release) cannot describe this setup (empty when it can)."""
-    if setup.model.is_mla:
-        return ["the megatron schedule does not model multi-latent attention (kv_lora_rank) yet"]
+    out = megatron_mla.problems(setup) if setup.model.is_mla else []
+    out += megatron_releases.mla_problems(setup, megatron_releases.release(megatron_version))
     if setup.model.is_moe:
-        out = megatron_moe.problems(setup) + megatron_releases.problems(setup, megatron_releases.release(megatron_version))
+        out += megatron_moe.problems(setup) + megatron_releases.problems(setup, megatron_releases.release(megatron_version))
         if setup.recompute_mode == "full":
             out.append("the megatron schedule does not model full recompute of MoE layers")
-        return out
-    return []
+    return out
 
 
 # -- parameter counts ------------------------------------------------------------------
 
 
-def local_parameters(setup: TrainingSetup, stage: int = 0) -> int:
+def local_parameters(setup: TrainingSetup, stage: int = 0, release: megatron_releases.Release | None = None) -> int:
     """Parameters one TP rank of pipeline stage ``stage`` holds."""
-    return dense_parameters(setup, stage) + expert_parameters(setup, stage)
+    return dense_parameters(setup, stage, release) + expert_parameters(setup, stage)
 
 
 def expert_parameters(setup: TrainingSetup, stage: int = 0) -> int:
@@ -249,7 +256,7 @@ def expert_parameters(setup: TrainingSetup, stage: int = 0) -> int:
     return moe_layers * megatron_moe.expert_parameters(setup)
 
 
-def dense_parameters(setup: TrainingSetup, stage: int = 0) -> int:
+def dense_parameters(setup: TrainingSetup, stage: int = 0, release: megatron_releases.Release | None = None) -> int:
     """Parameters one TP rank of pipeline stage ``stage`` holds outside ``expert_parameters``
     (what DP reduces)."""
     m, t = setup.model, setup.tp
@@ -265,6 +272,8 @@ def dense_parameters(setup: TrainingSetup, stage: int = 0) -> int:
         + h * h // t + bias * h  # linear_proj (a row-parallel bias is whole on every rank)
         + 2 * norm  # input and pre-MLP norms
     )
+    if m.is_mla:
+        attention = megatron_mla.attention_parameters(setup, release) + 2 * norm
     dense_mlp = (
         h * fc1_out // t + bias * fc1_out // t  # linear_fc1
         + f * h // t + bias * h  # linear_fc2
@@ -290,7 +299,8 @@ def dense_parameters(setup: TrainingSetup, stage: int = 0) -> int:
     return total
 
 
-def sequence_parallel_parameters(setup: TrainingSetup, stage: int = 0) -> int:
+def sequence_parallel_parameters(setup: TrainingSetup, stage: int = 0,
+                                 release: megatron_releases.Release | None = None) -> int:
     """Parameters whose gradients SP all-reduces over TP: norms, and the biases of
     linear_proj and linear_fc2 (replicated across TP ranks but fed sequence shards)."""
     m, h = setup.model, setup.model.hidden_size
@@ -298,6 +308,8 @@ def sequence_parallel_parameters(setup: TrainingSetup, stage: int = 0) -> int:
     total = 0
     for layer in stage_layers(setup, stage):
         total += 2 * norm
+        if m.is_mla:
+            total += megatron_mla.sequence_parallel_parameters(setup, release)
         if m.is_moe_layer(layer):  # the router's weights and a shared experts' gate (no MLP biases)
             total += megatron_moe.sequence_parallel_parameters(setup) + (h if m.add_bias_linear else 0)
         else:
@@ -396,7 +408,7 @@ def schedule(setup: TrainingSetup, profile: AiobProfile | None = None, *, stage:
     unexpressed: list[Unexpressed] = []
 
     # Once per iteration; SimAI runs rows backwards in backward, so these come last.
-    psi = dense_parameters(setup, stage)
+    psi = dense_parameters(setup, stage, release)
     experts = expert_parameters(setup, stage)  # reduced over DP_EP (ep > 1)
     dp = setup.dp > 1
     expert_dp = experts > 0 and setup.expert_dp > 1
@@ -413,7 +425,7 @@ def schedule(setup: TrainingSetup, profile: AiobProfile | None = None, *, stage:
     if sp:
         blocks.append(
             Block("sp_grads_allreduce", "finalize_model_grads.sequence_parallel",
-                  ig=Comm("allreduce", "TP", FP32 * sequence_parallel_parameters(setup, stage)))
+                  ig=Comm("allreduce", "TP", FP32 * sequence_parallel_parameters(setup, stage, release)))
         )
     if dp and setup.distributed_optimizer:
         blocks.append(Block("dp_grad_reducescatter", "ddp.grad_reducescatter",
@@ -452,6 +464,10 @@ def schedule(setup: TrainingSetup, profile: AiobProfile | None = None, *, stage:
             blocks.append(Block("embedding_layer", "embedding", micro_batch=mb, fwd=fwd, ig=ig, **timed("embedding")))
         for layer in layer_ids:
             for part, column, row in (("attention", "qkv", "proj"), ("mlp", "fc1", "fc2")):
+                if part == "attention" and m.is_mla:
+                    blocks += megatron_mla.layer_blocks(
+                        setup, layer, mb, block=Block, comm=lambda c, g, n: Comm(c, g, n), timed=timed)
+                    continue
                 if part == "mlp" and m.is_moe_layer(layer):
                     blocks += megatron_moe.layer_blocks(
                         setup, layer, mb, release=release, block=Block, comm=lambda c, g, n, w=None: Comm(c, g, n, w),

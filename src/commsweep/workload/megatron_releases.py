@@ -76,6 +76,12 @@ class Release:
         return (0, 9) <= self.minor < (0, 11)
 
     @property
+    def mla_q_proj_norm(self) -> bool:
+        """Without a query latent, MLA's linear_q_proj has a norm of the hidden state fused
+        in (0.19 on: ``QKNormConfigResolver`` with ``qk_layernorm``)."""
+        return self.minor >= (0, 19)
+
+    @property
     def tp_routing(self) -> bool:
         """Every TP rank routes the whole sequence; tokens cross TP by all-to-all (0.8)."""
         return self.minor < (0, 9)
@@ -122,3 +128,19 @@ def problems(setup: TrainingSetup, release: Release) -> list[str]:
     if not lacking:
         return []
     return [f"megatron-core {release.version} cannot build this model: it lacks {', '.join(lacking)}"]
+
+
+MLA_FROM = (0, 14)
+
+
+def mla_problems(setup: TrainingSetup, release: Release) -> list[str]:
+    """Why ``release``'s multi-latent attention is not the schedule's (empty without MLA).
+    MLA came in 0.10; 0.10 to 0.13 build its down projections column parallel on GPUs too
+    (``TEColumnParallelLinear``: the hidden state gathered, then the latents), 0.14 and later
+    duplicated on every TP rank (``TELinear``), which is what ``megatron_mla`` follows."""
+    if not setup.model.is_mla or release.minor >= MLA_FROM:
+        return []
+    if release.minor < (0, 10):
+        return [f"megatron-core {release.version} cannot build this model: it lacks multi-latent attention (from 0.10)"]
+    return [f"megatron-core {release.version} builds multi-latent attention's down projections column parallel "
+            "(0.10 to 0.13); the megatron schedule follows 0.14 and later, where they are duplicated on every TP rank"]
