@@ -120,7 +120,7 @@ def test_the_count_of_batches_agrees_with_their_names(tmp_path):
 def test_ctrl_c_in_a_command_says_one_line_and_ends_as_interrupted(tmp_path):
     """Ctrl-C while a command works (here a real SIGINT, sent while it reads the config): one
     line, no traceback, and the status of a process SIGINT ended, as a shell expects."""
-    script = ("import os, signal\nfrom commsweep import cli, sweep\n"
+    script = ("import os, signal\nfrom commsweep.orchestration import cli, sweep\n"
               "sweep.load_config = lambda path: os.kill(os.getpid(), signal.SIGINT)\n"
               "cli.main(['sweep', 'my-sweep.yaml'])\n")
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True)
