@@ -51,6 +51,8 @@ def test_a_run_leaves_no_report_of_results_it_replaced_and_names_the_command_tha
     assert suggested(first) == "make report CONFIG=my-sweep.yaml"
     in_clone(project, *shlex.split(suggested(first)), "-o", ".venv/.base-installed")
     first_run = json.loads((project / "results" / "run.json").read_text())["run"]
+    # Its end says how it went, and where the answer is.
+    assert f"commsweep: all 2 point(s) ok (run {first_run}); the answer: results/answer.md\n" in first.stderr
     assert first_run in report.read_text(errors="replace")
 
     # The same sweep with an override: the tables change, so the report of the first run goes,
@@ -153,3 +155,25 @@ def test_docs_and_sources_cite_public_sources_not_the_maintainers_reference_fold
                 found += [f"{path.relative_to(REPO)}:{n}" for n, line in enumerate(text.splitlines(), 1)
                           if "shared/reference" in line]
     assert found == []
+
+
+def test_make_report_of_a_run_that_did_not_finish_says_so_and_names_the_command_that_finishes_it(tmp_path):
+    """After Ctrl-C, the run record is there but not its end (results/status.txt): the report
+    would fail in Snakemake on a missing figure, after a screen of warnings."""
+    from commsweep.orchestration import provenance, sweep
+
+    config = tmp_path / "my-sweep.yaml"
+    config.write_text(sweeps.text("two-points"))
+    loaded = sweep.load_config(config)
+    points, _ = sweep.points_from_config(loaded)
+    run = provenance.Run(config=loaded, inputs=provenance.check_external(loaded, points), config_files=("my-sweep.yaml",))
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "run.json").write_text(run.record())
+    argv = [COMMSWEEP, "sweep", "--check", "my-sweep.yaml", "--made", "results/run.json"]
+    refused = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True)
+    assert refused.returncode == 2
+    assert refused.stderr == (f"commsweep sweep: error: run {run.id} of my-sweep.yaml did not finish (no "
+                              "results/status.txt, which its end writes): finish it first (make run CONFIG=my-sweep.yaml)\n")
+    (tmp_path / "results" / "status.txt").write_text(f"all 2 point(s) ok (run {run.id})\n")
+    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.endswith(f"run {run.id}\n"), done.stderr

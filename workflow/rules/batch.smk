@@ -29,6 +29,8 @@ if not JOB_ROOT:
             attempt=batch_attempt,
             # The tasks themselves (an object: not a rerun trigger of its own, the digest is).
             plan=batch_of,
+        conda:
+            COMMSWEEP_ENV
         log:
             L.log("batch", "{batch}"),
         benchmark:
@@ -48,7 +50,8 @@ else:
             name:
                 batch_rule_name(_name)
             input:
-                external=_batch.inputs,
+                # Read on the node (absolute paths in the image), not from the storage.
+                external=[local(f) for f in _batch.inputs],
                 # What it reads from other batches (a packet-level point's workload), and their manifests.
                 reads=list(_batch.reads),
                 upstream=[L.batch_manifest(name) for name in _batch.after],
@@ -59,6 +62,8 @@ else:
                 digest=_batch.digest,
                 attempt=batch.attempt(_batch, LOCAL.batch_manifest(_name)),
                 plan=_batch,
+            conda:
+                COMMSWEEP_ENV
             log:
                 L.log("batch", _name),
             benchmark:

@@ -60,7 +60,7 @@ class Software:
     """
 
     name: str
-    attention: str  # "unfused" (CoreAttention) or "flash"
+    attention: str  # "unfused" (CoreAttention), "flash" (FlashAttention-2) or "cudnn" (TE's fused attention)
     dropout: bool  # hidden and attention dropout 0.1 (Megatron's defaults) or none
     fp16: bool  # fp16 with a loss scale (unscale and inf-check pass) rather than bf16
     gradient_accumulation_fusion: bool  # wgrad GEMMs accumulate into fp32 main grads
@@ -112,11 +112,11 @@ SOFTWARE: dict[str, Software] = {
                  async_tp=True, overlap_grad_reduce=True, scatter_gather_pp=False, distributed_optimizer=True,
                  description="megatron-core: flash attention, bf16, overlapped gradient reduction"),
         # NVIDIA's performance recipes (NeMo 24.07 and later, on megatron-core with
-        # Transformer Engine): core, plus the TP communication overlap of userbuffers
+        # Transformer Engine): core with TE's cuDNN fused attention, plus the TP communication overlap of userbuffers
         # (tp_comm_overlap), the interleaved schedule's overlapped sends
         # (overlap_p2p_comm) and the distributed optimizer's overlapped gradient reduction
         # and parameter gather; FP8 per run (the tables' precision).
-        Software("nemo", attention="flash", dropout=False, fp16=False, gradient_accumulation_fusion=True,
+        Software("nemo", attention="cudnn", dropout=False, fp16=False, gradient_accumulation_fusion=True,
                  async_tp=True, overlap_grad_reduce=True, scatter_gather_pp=False, distributed_optimizer=True,
                  tp_comm_overlap=True, overlap_p2p=True,
                  description="NeMo performance recipes: megatron-core, TP communication overlap, overlapped sends"),
@@ -141,7 +141,7 @@ class Kernel:
     a memory-bound kernel (FLOPs ignored)."""
 
     name: str
-    kind: str  # "gemm", "attention" or "memory"
+    kind: str  # "gemm", "attention" (FlashAttention-2), "fused_attention" (cuDNN's) or "memory"
     flops: float
     bytes: float
     m: int = 0
@@ -278,11 +278,14 @@ def _attention_core(sh: Shape, sw: Software) -> tuple[tuple[Kernel, ...], tuple[
         rotated = HALF * n * (a + g) * d
         fwd.append(memory("rope.fwd", 2 * rotated))
         bwd.append(memory("rope.bwd", 2 * rotated))
-    if sw.attention == "flash":
+    if sw.attention in ("flash", "cudnn"):
+        # One kernel each way (FlashAttention-2, or TE's cuDNN fused attention, timed at the
+        # GPU's fused_attention_efficiency): the same FLOPs and bytes.
+        kind = "attention" if sw.attention == "flash" else "fused_attention"
         causal = 2.0 * b * s * s * a * d  # 4 b s^2 a d, halved by the causal mask
         q, kv, lse = HALF * n * a * d, HALF * n * g * d, FP32 * b * a * s
-        fwd.append(Kernel("flash.fwd", "attention", causal, 2 * q + 2 * kv + lse))
-        bwd.append(Kernel("flash.bwd", "attention", 2.5 * causal, 4 * q + 4 * kv + lse + 2 * FP32 * n * a * d))
+        fwd.append(Kernel(f"{sw.attention}.fwd", kind, causal, 2 * q + 2 * kv + lse))
+        bwd.append(Kernel(f"{sw.attention}.bwd", kind, 2.5 * causal, 4 * q + 4 * kv + lse + 2 * FP32 * n * a * d))
         return tuple(fwd), tuple(bwd)
     scores = b * a * s * s
     if g != a:  # megatron-core repeats the key/value groups to every head first
@@ -447,7 +450,12 @@ def kernel_us(kernel: Kernel, gpu: GpuSpec) -> float:
     memory_us = kernel.bytes / (gpu.peak_bytes * gpu.memory_efficiency) * 1e6
     if kernel.kind == "memory":
         return max(memory_us, gpu.launch_us)
-    eff = gpu.attention_efficiency if kernel.kind == "attention" else gemm_efficiency(gpu, kernel)
+    if kernel.kind == "attention":
+        eff = gpu.attention_efficiency
+    elif kernel.kind == "fused_attention":
+        eff = gpu.fused_attention_efficiency or gpu.attention_efficiency
+    else:
+        eff = gemm_efficiency(gpu, kernel)
     peak = gpu.fp8_tflops * 1e12 if kernel.fp8 else gpu.peak_flops
     return max(kernel.flops / (peak * eff) * 1e6, memory_us, gpu.launch_us)
 

@@ -288,6 +288,12 @@ class Item:
 _LAYER_ROW = re.compile(r"layer\d+_(.*)")
 
 
+def _is_fp8_dispatch(f: Item) -> bool:
+    """AICB's DeepSeek forward dispatch: 33/64 of a bf16 token all-to-all (int of the product)."""
+    return (f.kind == "size" and f.phase == "fwd" and f.found_collective == "alltoall"
+            and f.expected_bytes is not None and f.found_bytes == int(f.expected_bytes * (1 + 4 / 128) / 2))
+
+
 # Units whose column-parallel linear Megatron re-gathers for the weight gradient with SP.
 WGRAD_UNITS = ("attention", "mlp", "output_layer")
 # The Megatron schedule's MLA rows (workload/megatron_mla.py) and AICB's DeepSeek attention rows.
@@ -313,11 +319,9 @@ class Context:
     mla_units: set = field(default_factory=set)
     # Units where AICB wrote its MoE lines (mlp_moelayer).
     moe_line_units: set = field(default_factory=set)
-
-    @property
-    def deepseek(self) -> bool:
-        """A DeepSeek point: multi-latent attention (AICB's DeepSeek frame)."""
-        return bool(self.mla_units)
+    # A DeepSeek point (AICB's DeepSeek frame): MLA findings, or (at TP 1, where MLA moves
+    # nothing) AICB's FP8-scaled forward dispatch, which only that frame writes.
+    deepseek: bool = False
 
     @classmethod
     def of(cls, items: list[Item], pp: int = 1) -> Context:
@@ -330,6 +334,8 @@ class Context:
             mla_units={f.unit for f in items if f.module == "attention" and (
                 f.megatron_row.startswith(MLA_ROWS) or f.found_name in AICB_MLA_ROWS)},
             moe_line_units={f.unit for f in items if f.found_name == "mlp_moelayer"},
+            deepseek=any((f.module == "attention" and (f.megatron_row.startswith(MLA_ROWS)
+                          or f.found_name in AICB_MLA_ROWS)) or _is_fp8_dispatch(f) for f in items),
         )
 
 
@@ -398,9 +404,7 @@ def _involves(f: Item, collective: str) -> bool:
 
 
 def _fp8_dispatch(f: Item, s: Context) -> bool:
-    """AICB's DeepSeek forward dispatch: 33/64 of a bf16 token all-to-all (int of the product)."""
-    return (s.deepseek and f.kind == "size" and f.phase == "fwd" and f.found_collective == "alltoall"
-            and f.expected_bytes is not None and f.found_bytes == int(f.expected_bytes * (1 + 4 / 128) / 2))
+    return _is_fp8_dispatch(f)
 
 
 # What AICB's DeepSeek frame gets wrong: MLA's TP collectives, by phase and collective (the

@@ -66,15 +66,26 @@ def message_figure(output: Path, text: str) -> None:
     plt.close(fig)
 
 
+# The tables read so far, by path and what the file was then (size, mtime): one process
+# draws every figure of a sweep (rule figures), and five of them read the summary.
+_READ: dict[tuple, object] = {}
+
+
 def read_summary(summary_csv: Path):
     """The summary table's complete points as a DataFrame (a failed point has no numbers:
-    its one row would count as zero bytes; see commsweep.base.status)."""
+    its one row would count as zero bytes; see commsweep.base.status). A copy of the table read
+    before, if the file has not changed since."""
     import pandas as pd
 
-    df = pd.read_csv(summary_csv, dtype={"aiob": str, "sp": str, "status": str})
-    if "status" in df.columns:
-        df = df[df["status"] == "ok"]
-    return df
+    stat = Path(summary_csv).stat()
+    key = (str(Path(summary_csv).resolve()), stat.st_size, stat.st_mtime_ns)
+    if key not in _READ:
+        df = pd.read_csv(summary_csv, dtype={"aiob": str, "sp": str, "status": str})
+        if "status" in df.columns:
+            df = df[df["status"] == "ok"]
+        _READ.clear()
+        _READ[key] = df
+    return _READ[key].copy()
 
 
 def first_network_volumes(summary_csv: Path):

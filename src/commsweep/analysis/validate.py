@@ -58,7 +58,7 @@ RECOMPUTE = ("none", "selective", "full")
 # The published tables shipped with the package, and the Megatron-LM each was measured with.
 DATA = Path(__file__).resolve().parents[1] / "data" / "validation"
 PUBLISHED = {"korthikanti2022_table5.csv": "2022", "narayanan2021_table1.csv": "2021",
-             "nemo2407_h100.csv": "nemo", "nemo_later_h100.csv": "nemo"}
+             "nemo2407_h100.csv": "nemo", "nemo2409_h100.csv": "nemo", "nemo_later_h100.csv": "nemo"}
 
 
 @dataclass(frozen=True)
@@ -218,7 +218,7 @@ def validate(runs: list[Run], sw: mk.Software, *, ratios=None, source: str | Pat
         except CommsweepError as err:
             raise InputError(f"cannot predict this run: {err}", file=source, line=run.line) from None
         params = {stage: local_parameters(setup, stage) for stage in {0, setup.pp - 1}}
-        mem = memory.estimate(setup, params, flash_attention=sw.attention == "flash", dropout=sw.dropout)
+        mem = memory.estimate(setup, params, flash_attention=sw.attention in ("flash", "cudnn"), dropout=sw.dropout)
         out.append(Result(run=run, prediction=p, memory=mem, fits=mem.fits(run.gpu.memory_gib)))
     return out
 
@@ -244,14 +244,14 @@ def write_workloads(results: list[Result], folder: str | Path) -> Path:
 
 def _cells(r: Result) -> list[str]:
     err = r.error_pct
-    return ([r.run.values[c] for c in RUN_COLUMNS] + [f"{r.predicted_s:.4f}", "" if err is None else f"{err:.2f}"]
+    return ([r.run.values[c] for c in (*RUN_COLUMNS, *OPTIONAL_COLUMNS)] + [f"{r.predicted_s:.4f}", "" if err is None else f"{err:.2f}"]
             + [f"{r.breakdown[b]:.4f}" for b in BREAKDOWN] + [f"{r.memory.total_gib:.1f}", str(r.fits).lower()])
 
 
 def to_csv(results: list[Result]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow([*RUN_COLUMNS, *RESULT_COLUMNS])
+    writer.writerow([*RUN_COLUMNS, *OPTIONAL_COLUMNS, *RESULT_COLUMNS])
     for r in results:
         writer.writerow(_cells(r))
     return buf.getvalue()

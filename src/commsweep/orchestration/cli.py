@@ -81,6 +81,12 @@ def _check_sweep(ns: argparse.Namespace, config: dict) -> None:
             raise CommsweepError(f"{ns.made} is run {record['run']}, made from another config ({made_from}), not run "
                                  f"{run.id} of {ns.config}: {rerun}, or make the report of those results: "
                                  f"{provenance.report_command(files, overrides)}")
+        from ..base.paths import Layout
+
+        verdict = Layout(str(Path(ns.made).parent)).verdict()
+        if not Path(verdict).exists():  # removed when a run starts, written at its end (the check)
+            raise CommsweepError(f"run {run.id} of {ns.config} did not finish (no {verdict}, which its end writes): "
+                                 f"finish it first (make run CONFIG={ns.config})")
     print(f"{ns.config}: {len(points)} point(s), {len(invalid)} combination(s) skipped; run {run.id}")
     if ns.todo:
         from ..base.paths import Layout
