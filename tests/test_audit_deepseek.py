@@ -103,6 +103,7 @@ def test_dense_and_megatron_points_get_no_deepseek_cause():
 def test_the_audit_table_lists_the_deepseek_causes():
     s = setup(TINY, 2, 2)
     profile = roofline.profile(s, GPUS["H100-SXM"])[0]
-    table = audit.to_table(audit.audit(aicb_deepseek.generate(s, profile), s))
+    findings = audit.audit(aicb_deepseek.generate(s, profile), s)
+    table = audit.to_table(findings, causes.cause_families(findings))
     assert "DeepSeek causes (docs/deepseek.md):" in table
     assert "mla_gathers_sized_on_hidden" in table and "moe_dispatch_fp8_scaled" in table
