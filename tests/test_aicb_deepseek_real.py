@@ -127,6 +127,10 @@ def random_line(rng: random.Random, profiles: list[Path]) -> list[str]:
             argv.append(flag)
     if rng.random() < 0.05:
         argv.append("--dtype=float16")
+    if rng.random() < 0.05:
+        argv.append("--moe_grouped_gemm")
+    if rng.random() < 0.1:
+        argv.append(f"--make_vocab_size_divisible_by={rng.choice([64, 100])}")
     if rng.random() < 0.7:
         argv += ["--aiob_enable", f"--comp_filepath={rng.choice(profiles)}"]
     return argv

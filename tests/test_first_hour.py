@@ -177,3 +177,13 @@ def test_make_report_of_a_run_that_did_not_finish_says_so_and_names_the_command_
     (tmp_path / "results" / "status.txt").write_text(f"all 2 point(s) ok (run {run.id})\n")
     done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.endswith(f"run {run.id}\n"), done.stderr
+
+
+def test_a_sweep_whose_every_point_is_dropped_says_why_before_any_run(tmp_path):
+    config = tmp_path / "my-sweep.yaml"
+    config.write_text("sweep:\n  tp: [3]\nskip_invalid: true\n")
+    done = subprocess.run([COMMSWEEP, "sweep", str(config)], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr.startswith("commsweep sweep: error: sweep: no valid sweep point: all 1 combination(s) dropped "
+                                  "(skip_invalid, skip_unfit), e.g. [model=gpt-7b, world_size=16, tp=3,")
+    assert "tp=3 does not divide the 32 attention heads" in done.stderr

@@ -77,3 +77,12 @@ def test_incomplete_mla_is_a_config_error_naming_the_field(fields, key):
     with pytest.raises(ConfigError) as err:
         model_from_dict("m", {"base": "gpt-7b", **fields})
     assert err.value.key == key
+
+
+@pytest.mark.parametrize("name, billions", [("deepseek-v3", 671), ("deepseek-v2-lite", 15.7)])
+def test_deepseek_presets_have_their_published_size(name, billions):
+    # DeepSeek-V3 report: 671B parameters (the MTP module aside); DeepSeek-V2 paper: V2-Lite 15.7B.
+    from commsweep.workload.megatron import local_parameters
+
+    whole = TrainingSetup(model=presets()[name], world_size=1, seq_length=4096)
+    assert local_parameters(whole) / 1e9 == pytest.approx(billions, rel=0.005)

@@ -60,7 +60,7 @@ else:
                 points=_batch.outputs(),
             params:
                 digest=_batch.digest,
-                attempt=batch.attempt(_batch, LOCAL.batch_manifest(_name)),
+                attempt=batch.attempt(_batch, LOCAL.batch_manifest(_name), outputs_here=False),
                 plan=_batch,
             conda:
                 COMMSWEEP_ENV

@@ -1,16 +1,18 @@
 """``commsweep validate``: predicted iteration times against measured ones.
 
-A runs file is a CSV with one measured training run per line, in exactly these columns
-(any order): ``RUN_COLUMNS``. Lines starting with ``#`` before the header are comments
-(the published tables shipped in ``commsweep/data/validation/`` carry their citation
+A runs file is a CSV with one measured training run per line, in these columns (any
+order): ``RUN_COLUMNS``, and optionally ``OPTIONAL_COLUMNS`` (absent: their defaults).
+Lines starting with ``#`` before the header are comments (the published tables shipped in ``commsweep/data/validation/`` carry their citation
 there). ``recompute`` is ``none``, ``selective`` or ``full``; ``sequence_parallel``
 ``true`` or ``false``; ``virtual_pipeline`` the interleaved schedule's model chunks per
 stage (1: not interleaved); ``gpu`` a name of ``commsweep profile --list_gpus``; the four
-network columns are SimAI's ``-g_p_s -n_p_s -nv -nic``; ``measured_s`` the measured
-seconds per iteration (empty: predict only).
+network columns GPUs and NICs per server and the NVLink and NIC GB/s; ``measured_s``
+the measured seconds per iteration (empty: predict only).
 
-The model is a GPT-style dense decoder (learned position embedding, LayerNorm, GeLU MLP
-with biases, tied embeddings), the architecture of the published Megatron-LM runs. Each
+The model is a dense decoder: GPT-style (learned position embedding, LayerNorm, GeLU MLP
+with biases, tied embeddings), the architecture of the published Megatron-LM runs, or
+Llama-style (``architecture`` llama). The four network columns are the datasheets' figures;
+``predict.Cluster.simai_gbps`` turns the bandwidths into SimAI's flags. Each
 run is predicted by ``analysis.predict`` under one Megatron-LM version
 (``aiob.megatron_kernels.SOFTWARE``). The output is the runs with ``predicted_s``,
 ``error_pct`` (predicted over measured, minus 1, in percent), the breakdown

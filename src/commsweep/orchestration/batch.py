@@ -485,16 +485,20 @@ def manifest_files(manifests: Iterable[str | Path], kind: str) -> list[str]:
     return out
 
 
-def attempt(batch: Batch, manifest_path: str | Path) -> int:
+def attempt(batch: Batch, manifest_path: str | Path, *, outputs_here: bool = True) -> int:
     """The batch job's ``attempt`` parameter: its manifest's, one more when a task failed or
-    an output is missing (so Snakemake reruns the batch, which redoes those tasks)."""
+    an output is missing (so Snakemake reruns the batch, which redoes those tasks).
+
+    ``outputs_here=False``: the points' files are not on this filesystem to look at (a run
+    without a shared filesystem, where they are declared outputs: Snakemake reruns a batch
+    whose file is missing from the storage by itself), so only a failed task counts."""
     try:
         record = json.loads(Path(manifest_path).read_text(encoding="utf-8"))
         last = int(record["attempt"])
         failed = bool(record["failed"])
     except (OSError, ValueError, KeyError, TypeError):
         return 1
-    if failed or any(not _nonempty(f) for f in batch.outputs()):
+    if failed or (outputs_here and any(not _nonempty(f) for f in batch.outputs())):
         return last + 1
     return last
 

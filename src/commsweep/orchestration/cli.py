@@ -45,6 +45,8 @@ def cmd_sweep(ns: argparse.Namespace) -> None:
               "skip_unfit: true drops them)", file=sys.stderr)
     if invalid and not config.get("skip_invalid"):
         raise CommsweepError(f"{len(invalid)} invalid combination(s); set skip_invalid: true to drop them")
+    if not points:
+        sweep.points_from_config(config)  # the error a run would stop with, naming why
 
 
 def _point_files(ns: argparse.Namespace, lists: tuple[str, ...]):

@@ -227,8 +227,9 @@ def points_from_config(config: dict) -> tuple[list[Point], list[Invalid]]:
             f"{len(invalid)} invalid sweep point(s); fix the axes or set skip_invalid: true\n{listed}",
             key="sweep",
         )
-    if not points:
-        raise ConfigError("no valid sweep point", key="sweep")
+    if not points:  # skip_invalid (or skip_unfit) dropped every combination
+        raise ConfigError(f"no valid sweep point: all {len(invalid)} combination(s) dropped (skip_invalid, skip_unfit), e.g. "
+                          f"{invalid[0].describe()}", key="sweep")
     from . import limits
 
     limits.check(points, config.get("limits"))

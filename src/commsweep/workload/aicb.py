@@ -21,7 +21,9 @@ is to measure those quirks against the Megatron schedule. The quirks kept on pur
   variables (``embedding_layer``'s weight-gradient time is whatever the previous layer set)
   and ``int(x / 2)`` halving.
 
-Everything is pure Python over the setup; nothing of AICB is imported or needed.
+Everything is pure Python over the setup; nothing of AICB is imported or needed. This module
+is AICB's Megatron frame and the generator's two paths; its DeepSeek frame (multi-latent
+attention) walks other modules through the same paths (``aicb_deepseek``).
 """
 
 from __future__ import annotations
