@@ -125,15 +125,21 @@ def _presets(lines: list[str]) -> None:
         "Written in `src/commsweep/presets/models.yaml` exactly as a `models:` entry is (fields "
         "left out take the defaults above); `base: <preset>` starts a model of your own from one.",
         "",
-        "| preset | layers | hidden | heads | query groups | FFN | vocabulary | experts (top-k) | source |",
+        "| preset | layers | hidden | heads | query groups or MLA latents | FFN | vocabulary | experts (top-k) | source |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, m in presets().items():
         experts = f"{m.num_experts} ({m.moe_topk})" if m.is_moe else ""
+        if m.is_moe and m.moe_first_k_dense:
+            k = m.moe_first_k_dense
+            experts += f", the first {k} layers dense" if k > 1 else ", the first layer dense"
+        groups = m.num_query_groups or ""
+        if m.is_mla:
+            groups = f"MLA: q {m.q_lora_rank or 'none'}, kv {m.kv_lora_rank}"
         shape = "swiglu, rope, rmsnorm, untied" if m.swiglu else ""
         source = _text(preset_entries()[name].get("source"))
         lines.append(
-            f"| `{name}` | {m.num_layers} | {m.hidden_size} | {m.num_attention_heads} | {m.num_query_groups or ''} | "
+            f"| `{name}` | {m.num_layers} | {m.hidden_size} | {m.num_attention_heads} | {groups} | "
             f"{m.ffn_hidden_size}{' (' + shape + ')' if shape else ''} | {m.vocab_size} | {experts} | {source} |"
         )
     lines.append("")
