@@ -5,7 +5,7 @@
 #   snakemake --cores 2 --configfile my.yaml  # another sweep
 #
 # Rules are thin: each calls the `commsweep` command line (the per-point stages in batches
-# of points, one process each: commsweep.batch), whose logic lives in src/commsweep/ and is
+# of points, one process each: commsweep.orchestration.batch), whose logic lives in src/commsweep/ and is
 # tested there. The settings of a run (keep-going, rerun-incomplete,
 # ...) are in profiles/default, which Snakemake loads by itself.
 

@@ -23,11 +23,11 @@ from pathlib import Path
 import pytest
 
 from commsweep.aiob import gpus, mla, profile_file, roofline
-from commsweep.arguments import setup_from_args
-from commsweep.cli import build_parser
-from commsweep.errors import ConfigError
-from commsweep.models import PRESETS
-from commsweep.training import TrainingSetup
+from commsweep.base.errors import ConfigError
+from commsweep.orchestration.cli import build_parser
+from commsweep.setup.arguments import setup_from_args
+from commsweep.setup.models import PRESETS
+from commsweep.setup.training import TrainingSetup
 from commsweep.workload import aicb
 from commsweep.workload.generate import from_arguments
 

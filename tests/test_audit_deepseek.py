@@ -13,8 +13,8 @@ import pytest
 from commsweep.aiob import roofline
 from commsweep.aiob.gpus import GPUS
 from commsweep.analysis import audit, causes
-from commsweep.models import PRESETS
-from commsweep.training import TrainingSetup
+from commsweep.setup.models import PRESETS
+from commsweep.setup.training import TrainingSetup
 from commsweep.workload import aicb_deepseek, megatron
 
 V3, LITE, TINY = PRESETS["deepseek-v3"], PRESETS["deepseek-v2-lite"], PRESETS["deepseek-tiny"]
@@ -103,6 +103,7 @@ def test_dense_and_megatron_points_get_no_deepseek_cause():
 def test_the_audit_table_lists_the_deepseek_causes():
     s = setup(TINY, 2, 2)
     profile = roofline.profile(s, GPUS["H100-SXM"])[0]
-    table = audit.to_table(audit.audit(aicb_deepseek.generate(s, profile), s))
+    findings = audit.audit(aicb_deepseek.generate(s, profile), s)
+    table = audit.to_table(findings, causes.cause_families(findings))
     assert "DeepSeek causes (docs/deepseek.md):" in table
     assert "mla_gathers_sized_on_hidden" in table and "moe_dispatch_fp8_scaled" in table

@@ -97,7 +97,7 @@ def test_a_reader_that_stops_reading_is_no_error():
 
 
 def test_the_note_on_points_that_do_not_fit_names_the_key_that_drops_them():
-    from commsweep.config_schema import schema
+    from commsweep.setup.config_schema import schema
 
     done = subprocess.run([COMMSWEEP, "sweep", str(REPO / "config" / "moe.yaml")], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -122,7 +122,7 @@ def test_the_count_of_batches_agrees_with_their_names(tmp_path):
 def test_ctrl_c_in_a_command_says_one_line_and_ends_as_interrupted(tmp_path):
     """Ctrl-C while a command works (here a real SIGINT, sent while it reads the config): one
     line, no traceback, and the status of a process SIGINT ended, as a shell expects."""
-    script = ("import os, signal\nfrom commsweep import cli, sweep\n"
+    script = ("import os, signal\nfrom commsweep.orchestration import cli, sweep\n"
               "sweep.load_config = lambda path: os.kill(os.getpid(), signal.SIGINT)\n"
               "cli.main(['sweep', 'my-sweep.yaml'])\n")
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True)
@@ -132,8 +132,8 @@ def test_ctrl_c_in_a_command_says_one_line_and_ends_as_interrupted(tmp_path):
 def test_the_command_line_page_covers_every_command_and_plot_kind():
     """docs/cli.md says it lists every command: each subcommand has its row, and the plot row
     names every kind of figure."""
-    from commsweep import cli
     from commsweep.analysis.plots import PLOTS
+    from commsweep.orchestration import cli
 
     page = (REPO / "docs" / "cli.md").read_text()
     rows = {line.split("`")[1]: line for line in page.splitlines() if line.startswith("| `")}
@@ -160,7 +160,7 @@ def test_docs_and_sources_cite_public_sources_not_the_maintainers_reference_fold
 def test_make_report_of_a_run_that_did_not_finish_says_so_and_names_the_command_that_finishes_it(tmp_path):
     """After Ctrl-C, the run record is there but not its end (results/status.txt): the report
     would fail in Snakemake on a missing figure, after a screen of warnings."""
-    from commsweep import provenance, sweep
+    from commsweep.orchestration import provenance, sweep
 
     config = tmp_path / "my-sweep.yaml"
     config.write_text(sweeps.text("two-points"))

@@ -10,8 +10,8 @@ import pytest
 
 from commsweep.aiob import gpus
 from commsweep.aiob import megatron_kernels as mk
-from commsweep.models import PRESETS, ModelSpec
-from commsweep.training import TrainingSetup
+from commsweep.setup.models import PRESETS, ModelSpec
+from commsweep.setup.training import TrainingSetup
 
 GPT_22B = ModelSpec(name="22b", num_layers=48, hidden_size=6144, num_attention_heads=64, ffn_hidden_size=24576,
                     vocab_size=51200, max_position_embeddings=2048)

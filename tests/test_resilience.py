@@ -147,12 +147,12 @@ def test_failed_points_and_steps_leave_the_others_intact_and_are_retried(tmp_pat
 
 
 def test_atomic_write_killed_midway_leaves_no_partial_file(tmp_path):
-    """SIGKILL while commsweep.files writes: the target keeps its old bytes, never a part."""
+    """SIGKILL while commsweep.base.files writes: the target keeps its old bytes, never a part."""
     target = tmp_path / "out.txt"
     target.write_text("old\n")
     script = (
         "import sys, time\n"
-        "from commsweep.files import atomic_open\n"
+        "from commsweep.base.files import atomic_open\n"
         "with atomic_open(sys.argv[1]) as fh:\n"
         "    for i in range(10**6):\n"
         "        fh.write('x' * 1000 + '\\n'); fh.flush()\n"

@@ -18,7 +18,7 @@ import shutil
 import pytest
 
 import sweeps
-from commsweep import storage
+from commsweep.orchestration import storage
 
 
 def _needs_fs_storage() -> None:
@@ -37,7 +37,7 @@ def _needs_fs_storage() -> None:
 
 
 def sweeps_points(config):
-    from commsweep import sweep
+    from commsweep.orchestration import sweep
 
     points, _ = sweep.points_from_config(sweep.load_config(config))
     return points

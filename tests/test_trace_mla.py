@@ -13,10 +13,10 @@ import dataclasses
 
 import pytest
 
-from commsweep.models import PRESETS
+from commsweep.setup.models import PRESETS
+from commsweep.setup.training import TrainingSetup
 from commsweep.trace import compare, runner, scale
 from commsweep.trace.records import Trace
-from commsweep.training import TrainingSetup
 from commsweep.workload import megatron, megatron_mla, megatron_releases
 
 MISSING = runner.missing_dependencies()

@@ -13,11 +13,11 @@ import pytest
 from commsweep.aiob import gpus
 from commsweep.aiob import megatron_kernels as mk
 from commsweep.analysis import predict, validate
-from commsweep.cli import main
-from commsweep.errors import InputError
+from commsweep.base.errors import InputError
+from commsweep.orchestration.cli import main
+from commsweep.setup.training import TrainingSetup
 from commsweep.simulate import overlap
 from commsweep.simulate.engine import Network, simulate
-from commsweep.training import TrainingSetup
 from commsweep.workload import megatron
 
 KORTHIKANTI = validate.DATA / "korthikanti2022_table5.csv"

@@ -1,4 +1,4 @@
-# The per-point work, in batches of points (commsweep.batch): one job per batch runs every
+# The per-point work, in batches of points (commsweep.orchestration.batch): one job per batch runs every
 # stage of each of its points in-process (AIOB profile, workload, volumes, simulation,
 # audit), each task guarded as `commsweep guard -- COMMAND` would run it, and skips the
 # tasks whose outputs are current. Its manifest, written last, lists its points' files:

@@ -24,7 +24,7 @@ rule sweep_table:
 
 rule run_record:
     # What made this run's results: commsweep's version, the config and the external
-    # inputs' checksums (commsweep.provenance). Rewritten when any of them changes.
+    # inputs' checksums (commsweep.orchestration.provenance). Rewritten when any of them changes.
     output:
         report(L.run_record(), caption="../report/run_record.rst", category="Run"),
     params:
@@ -47,7 +47,7 @@ rule run_record:
 
 rule summarize:
     # Reads each point's files as the batch manifests list them: their lists are too long
-    # for a shell command, so the command runs in a script (commsweep.pipeline.run_rule).
+    # for a shell command, so the command runs in a script (commsweep.orchestration.pipeline.run_rule).
     input:
         sweep=L.sweep_table(),
         batches=all_batches,

@@ -52,7 +52,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..errors import ConfigError
+from ..base.errors import ConfigError
 
 
 @dataclass(frozen=True)

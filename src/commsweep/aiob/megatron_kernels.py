@@ -44,7 +44,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from ..training import TrainingSetup
+from ..setup.training import TrainingSetup
 from .gpus import GpuSpec
 
 HALF = 2  # bf16 / fp16
@@ -125,7 +125,7 @@ SOFTWARE: dict[str, Software] = {
 
 
 def software(name: str) -> Software:
-    from ..errors import ConfigError
+    from ..base.errors import ConfigError
 
     if name not in SOFTWARE:
         raise ConfigError(f"unknown Megatron-LM version {name!r}; known: {', '.join(SOFTWARE)}", key="--megatron")

@@ -29,13 +29,13 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .. import memory
 from ..aiob import gpus
 from ..aiob import megatron_kernels as mk
-from ..errors import CommsweepError, ConfigError, InputError
-from ..files import read_text
-from ..models import ModelSpec
-from ..training import TrainingSetup
+from ..base.errors import CommsweepError, ConfigError, InputError
+from ..base.files import read_text
+from ..setup import memory
+from ..setup.models import ModelSpec
+from ..setup.training import TrainingSetup
 from ..workload.megatron import local_parameters
 from .predict import BREAKDOWN, Cluster, Prediction, predict
 
@@ -229,7 +229,7 @@ def write_workloads(results: list[Result], folder: str | Path) -> Path:
     """Each run's SimAI workload (``<name>.txt``) and ``commands.sh``: the SimAI_analytical
     command line of each (run from that folder, SimAI's ``results/`` beside it), which
     ``commsweep simulate`` also takes. Returns the commands file."""
-    from ..files import write_text
+    from ..base.files import write_text
 
     folder = Path(folder)
     lines = ["# SimAI_analytical (or commsweep simulate) on each run's workload, from this folder",
@@ -309,7 +309,7 @@ def plot(groups: dict[str, list[Result]], output: str | Path, *, title: str | No
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..files import atomic_open
+    from ..base.files import atomic_open
 
     measured = {label: [r for r in rs if r.run.measured_s is not None] for label, rs in groups.items()}
     every = [r for rs in measured.values() for r in rs]

@@ -78,7 +78,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..errors import CommsweepError
+from ..base.errors import CommsweepError
 
 # Files that import Triton at their top (the MoE paged stash: in 0.18 the stash itself,
 # from 0.19 its kernels' own module), which every GPT model imports.

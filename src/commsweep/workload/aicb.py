@@ -32,8 +32,8 @@ from dataclasses import dataclass
 
 from ..aiob import profile_file
 from ..aiob.profile_file import AiobProfile
-from ..errors import ConfigError
-from ..training import TrainingSetup
+from ..base.errors import ConfigError
+from ..setup.training import TrainingSetup
 from . import format as wformat
 
 # AICB's ``Work_Item`` defaults: placeholder -1 (SimAI's dependency) and process_time 100.

@@ -42,8 +42,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..errors import ConfigError
-from ..training import TrainingSetup
+from ..base.errors import ConfigError
+from ..setup.training import TrainingSetup
 
 # The releases docs/megatron-versions.md compares, one per minor release, oldest first;
 # the last is the newest traced, the schedule's default (trace.versions traces them).

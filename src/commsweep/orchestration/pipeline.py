@@ -99,7 +99,7 @@ def load_config(workflow, config: dict) -> None:
     The files are those Snakemake read (``--configfile``, else the Snakefile's default),
     the overrides the raw ``--config KEY=VALUE`` arguments; ``config`` is updated in place.
     """
-    from .configfile import load
+    from ..setup.configfile import load
 
     files = [str(f) for f in workflow.configfiles]
     loaded = load(files, overrides(workflow))
@@ -155,8 +155,8 @@ def on_success(layout) -> None:
     """After the last job: the run's verdict (ok, and where the answer is; or the failed
     points and steps, and the run ends with an error), and the command that makes the report
     when there is none of these results."""
+    from ..base.status import verdict_failed
     from .locks import release_holder
-    from .status import verdict_failed
 
     release_holder()
     path = Path(layout.verdict())
@@ -203,8 +203,10 @@ def prepare(workflow, config: dict, points, layout, *, traces=(), root: str = ""
     )
     _RUN["report_command"] = provenance.report_command(run.config_files, run.overrides, layout.report())
     os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
-    os.environ[provenance.CONFIG_DIGEST_ENV] = run.config_digest
-    # Without a shared filesystem, the folder of the job's local copies (commsweep.storage).
+    from ..base.status import CONFIG_DIGEST_ENV
+
+    os.environ[CONFIG_DIGEST_ENV] = run.config_digest
+    # Without a shared filesystem, the folder of the job's local copies (commsweep.orchestration.storage).
     os.environ[storage.ROOT_ENV] = root
     ignored: list[str] = []
     if workflow.is_main_process:
@@ -227,7 +229,7 @@ def prepare(workflow, config: dict, points, layout, *, traces=(), root: str = ""
 
 def announce(workflow, points, batches) -> None:
     """Say, once per run, how much per-point work the sweep holds and how it is batched
-    (``commsweep.batch``): a dry run shows batch jobs, not points. ``commsweep sweep --check
+    (``commsweep.orchestration.batch``): a dry run shows batch jobs, not points. ``commsweep sweep --check
     CONFIG --todo`` says which of their tasks a run would do now."""
     if not workflow.is_main_process:
         return
