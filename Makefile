@@ -27,22 +27,32 @@ $(BASE): pyproject.toml | $(BIN)/python
 	touch $@
 
 $(EXTRAS): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e ".[test,torch,megatron,slurm,storage]"
+	$(BIN)/python -m pip install --quiet -e ".[test,torch,megatron,slurm,storage,kubernetes,aws-batch]"
 	touch $@ $(BASE)
 
 ## run: a sweep end to end (CONFIG, default config/config.yaml) into results/, then its HTML report
 # The config is checked first by commsweep itself: a mistake is named with its file, line
-# and column (or key), exit status 2, before Snakemake starts.
+# and column (or key), exit status 2, before Snakemake starts. The report is made again only
+# when it is older than what it shows (REPORT_INPUTS), so a run with nothing to do does nothing.
 run: $(BASE)
 	$(COMPILE)
 	$(BIN)/commsweep sweep --check $(CONFIG)
 	$(BIN)/snakemake --cores $(CORES) --configfile $(CONFIG)
-	$(BIN)/snakemake --cores $(CORES) --configfile $(CONFIG) --report results/report.html
+	@$(MAKE) --no-print-directory $(REPORT) CONFIG=$(CONFIG)
 
 ## report: the HTML report of the last run of CONFIG (results/report.html); refuses results of another sweep
 report: $(BASE)
 	$(BIN)/commsweep sweep --check $(CONFIG) --made results/run.json
-	$(BIN)/snakemake --cores $(CORES) --configfile $(CONFIG) --report results/report.html
+	$(BIN)/snakemake --cores $(CORES) --configfile $(CONFIG) --report $(REPORT)
+
+# What the report shows: every result it holds is an input of the check, whose verdict
+# (results/status.txt) every run that changed a result rewrites last; its front page and
+# captions (workflow/report); the rules it draws and lists.
+REPORT := results/report.html
+REPORT_INPUTS := results/status.txt $(wildcard workflow/report/*.rst) Snakefile $(wildcard workflow/rules/*.smk)
+
+$(REPORT): $(REPORT_INPUTS)
+	$(BIN)/snakemake --cores $(CORES) --configfile $(CONFIG) --report $@
 
 ## test: the whole test suite
 test: $(EXTRAS)

@@ -22,9 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from commsweep.aiob import profile_file
-from commsweep.cli import build_parser
-from commsweep.errors import ConfigError
+from commsweep.aiob import gpus, mla, profile_file, roofline
+from commsweep.base.errors import ConfigError
+from commsweep.orchestration.cli import build_parser
+from commsweep.setup.arguments import setup_from_args
+from commsweep.setup.models import PRESETS
+from commsweep.setup.training import TrainingSetup
 from commsweep.workload import aicb
 from commsweep.workload.generate import from_arguments
 
@@ -52,7 +55,9 @@ for argv in json.load(sys.stdin):
                 runpy.run_module("workload_generator.SimAI_training_workload_generator", run_name="__main__")
             names = os.listdir("results/workload")
             data = open(os.path.join("results/workload", names[0]), "rb").read() if len(names) == 1 else None
-            results.append({"file": base64.b64encode(data).decode() if data else None, "error": None})
+            counts = [line for line in out.getvalue().splitlines() if line.isdigit()]
+            results.append({"file": base64.b64encode(data).decode() if data else None, "error": None,
+                             "params": int(counts[0]) if counts else None})
         except BaseException as err:  # an assert, a crash, or argparse's SystemExit
             results.append({"file": None, "error": f"{type(err).__name__}: {err}"})
         os.chdir("/")
@@ -74,6 +79,14 @@ def mla_profile(tmp: Path) -> Path:
         text += f"{name}:\n    time_gpu_max: {900 + i}\n    time_gpu_min: {800 + i}\n    time_gpu_avg: {850.4 + 7 * i}\n"
     path = tmp / "mla.txt"
     path.write_text(text)
+    return path
+
+
+def roofline_profile(tmp: Path) -> Path:
+    """commsweep's own roofline profile of a DeepSeek model (AICB's DeepSeek sections)."""
+    s = TrainingSetup(model=PRESETS["deepseek-tiny"], world_size=2, tp=2, sp=True)
+    path = tmp / "roofline.txt"
+    profile_file.write(roofline.profile(s, gpus.gpu("H100-SXM"))[0], path)
     return path
 
 
@@ -114,6 +127,10 @@ def random_line(rng: random.Random, profiles: list[Path]) -> list[str]:
             argv.append(flag)
     if rng.random() < 0.05:
         argv.append("--dtype=float16")
+    if rng.random() < 0.05:
+        argv.append("--moe_grouped_gemm")
+    if rng.random() < 0.1:
+        argv.append(f"--make_vocab_size_divisible_by={rng.choice([64, 100])}")
     if rng.random() < 0.7:
         argv += ["--aiob_enable", f"--comp_filepath={rng.choice(profiles)}"]
     return argv
@@ -125,7 +142,8 @@ QUOTED = ("moe must be enabled with sequence parallel", "'NoneType' object has n
 
 
 def test_randomized_deepseek_lines_match_real_aicb(tmp_path):
-    profiles = [Path(ROOT) / "workload" / "aiob_inputs" / "Example.txt", mla_profile(tmp_path)]
+    profiles = [Path(ROOT) / "workload" / "aiob_inputs" / "Example.txt", mla_profile(tmp_path),
+                roofline_profile(tmp_path)]
     rng = random.Random(SEED)
     lines = [random_line(rng, profiles) for _ in range(CASES)]
     theirs = real_aicb(lines)
@@ -146,6 +164,10 @@ def test_randomized_deepseek_lines_match_real_aicb(tmp_path):
             mismatches.append((argv, "different file" if ours is not None else f"commsweep refused: {why}"))
         else:
             written += 1
+            # AICB prints its model's parameter count, the model_param of its AIOB model.
+            if result["params"] != mla.aicb_model_param(setup_from_args(ns)):
+                mismatches.append((argv, f"AICB's model_param {result['params']}, commsweep's "
+                                         f"{mla.aicb_model_param(setup_from_args(ns))}"))
     print(f"{written} files byte for byte, {refused} refusals matched, of {len(lines)} lines (seed {SEED})")
     assert mismatches == [], "\n".join(f"{' '.join(a)}\n  {m}" for a, m in mismatches[:10])
     # The draw covers both outcomes and both paths with SP.

@@ -15,9 +15,11 @@ from test_workflow import snakemake
 def test_dry_run_plans_an_audit_per_point_and_the_figures(tmp_path):
     config = REPO / "config" / "config.yaml"
     result = snakemake(tmp_path, "--configfile", str(config), "--dry-run")
-    for rule in ("batch", "compare", "plot_tp_bytes_by_phase", "plot_exposed_by_group", "plot_timeline",
-                 "plot_audit_by_kind"):
+    for rule in ("batch", "compare", "figures"):
         assert rule in result.stdout
+    # One job draws every figure.
+    for figure in ("tp_bytes_by_phase", "exposed_by_group", "timeline", "audit_by_kind"):
+        assert f"results/plots/{figure}.png" in result.stdout
     assert sweeps.todo(tmp_path, config)["audit"] == sweeps.planned(result)["points"] == 64
 
 

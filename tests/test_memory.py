@@ -8,9 +8,10 @@ import io
 
 import pytest
 
-from commsweep import memory, sweep
-from commsweep.models import PRESETS, ModelSpec
-from commsweep.training import TrainingSetup
+from commsweep.orchestration import sweep
+from commsweep.setup import memory
+from commsweep.setup.models import PRESETS, ModelSpec
+from commsweep.setup.training import TrainingSetup
 from commsweep.workload.megatron import expert_parameters, local_parameters, stage_layers
 
 from conftest import REPO
@@ -245,3 +246,37 @@ def test_a_megatron_core_layer_keeps_what_the_model_counts():
     stored, _ = memory.layer_activations(setup, flash_attention=False, dropout=False)
     norm_statistics = 2 * 2 * 4 * s * b // 2  # two norms, mean and rstd, fp32, per 16-bit value
     assert measured == stored + norm_statistics
+
+
+# Multi-latent attention: against a multi-head layer of the same widths (qk = v = hidden/heads)
+# it adds the latents and the key's RoPE part, and its heads' Q, K, V widths replace hidden's.
+@pytest.mark.parametrize("tp, sp", [(1, False), (2, False), (2, True), (4, True)])
+def test_mla_keeps_its_latents_and_its_heads_q_k_v(tp, sp):
+    mha = dataclasses.replace(PRESETS["llama-7b"], name="llama-7b-mha")
+    d = mha.hidden_size // mha.num_attention_heads  # 128
+    mla_model = dataclasses.replace(mha, name="llama-7b-mla", q_lora_rank=1536, kv_lora_rank=512,
+                                    qk_nope_head_dim=d - 64, qk_rope_head_dim=64, v_head_dim=d)
+    s, b = 4096, 2
+    dense = TrainingSetup(model=mha, world_size=8, tp=tp, sp=sp, micro_batch=b, global_batch=16, seq_length=s)
+    mla = dataclasses.replace(dense, model=mla_model)
+    # Q, K, V and the projection's input are as wide as the dense layer's (qk = v = d), so
+    # only the latents differ: norm inputs 2sb(q + kv) and the key's RoPE 2sb*64, split over
+    # TP with SP only; the up projections' inputs 2sb(q + kv), on every rank whole.
+    replicated = 2 * s * b * (1536 + 512 + 64)
+    whole = 2 * s * b * (1536 + 512)
+    expected = (replicated / tp if sp and tp > 1 else replicated) + whole
+    for flash in (True, False):
+        kept, _ = memory.layer_activations(dense, flash_attention=flash, dropout=True)
+        mla_kept, _ = memory.layer_activations(mla, flash_attention=flash, dropout=True)
+        assert mla_kept - kept == pytest.approx(expected, abs=1)
+
+
+def test_mla_heads_widths_scale_q_k_v():
+    v3 = PRESETS["deepseek-v3"]
+    base = TrainingSetup(model=v3, world_size=8, tp=8, sp=True, ep=8, micro_batch=1, global_batch=8, seq_length=4096)
+    wider = dataclasses.replace(base, model=dataclasses.replace(v3, v_head_dim=v3.v_head_dim + 64))
+    a, s = v3.num_attention_heads, 4096
+    # V and the output projection's input, 2sb*a*v each, over t = 8.
+    extra = 2 * (2 * s * a * 64) / 8
+    assert (memory.layer_activations(wider, flash_attention=True, dropout=True)[0]
+            - memory.layer_activations(base, flash_attention=True, dropout=True)[0]) == pytest.approx(extra, abs=1)

@@ -8,7 +8,7 @@ import csv
 import pytest
 
 import sweeps
-from commsweep import sweep
+from commsweep.orchestration import sweep
 from conftest import REPO
 
 
@@ -22,7 +22,7 @@ def test_moe_sweep_plans_an_audit_for_every_point_and_the_group_figure(tmp_path)
     result = sweeps.run(tmp_path, "--configfile", str(config), "--dry-run")
     jobs = {row[0]: int(row[1]) for row in (line.split() for line in result.stdout.splitlines())
             if len(row) == 2 and row[1].isdigit()}
-    assert jobs["plot_volume_by_group"] == 1
+    assert jobs["figures"] == 1 and "results/plots/volume_by_group.png" in result.stdout
     assert sweeps.todo(tmp_path, config)["audit"] == sweeps.planned(result)["points"] == len(points)
 
 

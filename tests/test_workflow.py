@@ -19,7 +19,7 @@ def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.Compl
 
 def test_default_sweep_dry_run(tmp_path):
     result = snakemake(tmp_path, "--configfile", str(REPO / "config" / "config.yaml"), "--dry-run")
-    assert "summarize" in result.stdout and "plot_volume_by_tp" in result.stdout
+    assert "summarize" in result.stdout and "results/plots/volume_by_tp.png" in result.stdout
 
 
 def test_invalid_sweep_fails_before_any_job(tmp_path):
@@ -49,7 +49,7 @@ def test_small_sweep_runs_end_to_end(tmp_path):
 
 def test_a_given_sweep_replaces_the_default_one(tmp_path):
     """--configfile replaces config/config.yaml: keys it leaves out take the schema's defaults."""
-    from commsweep import sweep
+    from commsweep.orchestration import sweep
 
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "config.yaml").write_text((REPO / "config" / "config.yaml").read_text())

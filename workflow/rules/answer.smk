@@ -19,6 +19,8 @@ rule difference_by_cause:
         # Each batch's part (its AICB points' causes), put together in the sweep's order.
         command=guarded_argv("causes", "--sweep", "<input.sweep>", "--parts", "<batches.causes>",
                              "-o", "<output.table>"),
+    conda:
+        COMMSWEEP_ENV
     log:
         L.log("difference_by_cause"),
     benchmark:
@@ -29,55 +31,6 @@ rule difference_by_cause:
     threads: 1
     script:
         "../scripts/commsweep.py"
-
-
-rule plot_difference_by_cause:
-    input:
-        causes=L.difference_by_cause(),
-        sweep=L.sweep_table(),
-        after=L.step_status("difference_by_cause"),
-    output:
-        plot=report(L.plot("difference_by_cause"), caption="../report/difference_by_cause_plot.rst",
-                    category="1. The answer"),
-        status=L.step_status("plot_difference_by_cause"),
-    params:
-        provenance=provenance(),
-        attempt=attempt(L.step_status("plot_difference_by_cause")),
-    log:
-        L.log("plot_difference_by_cause"),
-    benchmark:
-        L.benchmark("plot_difference_by_cause")
-    resources:
-        mem_mb=2048,
-        runtime=10,
-    threads: 1
-    shell:
-        guarded("plot difference-by-cause {input.causes} --sweep {input.sweep} -o {output.plot}")
-
-
-rule plot_exposed_tp_by_overlap:
-    input:
-        summary=L.summary(),
-        after=L.step_status("summarize"),
-    output:
-        plot=report(L.plot("exposed_tp_by_overlap"), caption="../report/exposed_tp_by_overlap.rst",
-                    category="1. The answer"),
-        status=L.step_status("plot_exposed_tp_by_overlap"),
-    params:
-        # The ratio of the points of a sweep without a tp_overlap axis.
-        tp_overlap=config["simulator"]["overlap"]["tp"],
-        provenance=provenance(),
-        attempt=attempt(L.step_status("plot_exposed_tp_by_overlap")),
-    log:
-        L.log("plot_exposed_tp_by_overlap"),
-    benchmark:
-        L.benchmark("plot_exposed_tp_by_overlap")
-    resources:
-        mem_mb=2048,
-        runtime=10,
-    threads: 1
-    shell:
-        guarded("plot exposed-tp-by-overlap {input.summary} --tp-overlap {params.tp_overlap} -o {output.plot}")
 
 
 rule answer:
@@ -94,6 +47,8 @@ rule answer:
     params:
         provenance=provenance(),
         attempt=attempt(L.step_status("answer")),
+    conda:
+        COMMSWEEP_ENV
     log:
         L.log("answer"),
     benchmark:

@@ -1,20 +1,28 @@
-# Sweep points and the rules' input functions. Every path comes from commsweep.paths (the
+# Sweep points and the rules' input functions. Every path comes from commsweep.base.paths (the
 # results layout), every check and record from the package: this file only connects them.
 
 import os
 import shlex
+from pathlib import Path
+from typing import NamedTuple
 
 from snakemake.exceptions import WorkflowError
 
-from commsweep import batch, paths, pipeline, status, storage, sweep
-from commsweep.arguments import to_commsweep_argv
-from commsweep.errors import CommsweepError
+from commsweep.base import paths, status
+from commsweep.base.errors import CommsweepError
+from commsweep.orchestration import batch, pipeline, storage, sweep
+from commsweep.setup.arguments import to_commsweep_argv
 from commsweep.trace.scale import pipeline_dp, trace_setups
 from commsweep.workload import megatron
 
 L = paths.Layout(paths.RESULTS)
+# The conda environment of every rule, for --software-deployment-method conda (the container
+# image is the Snakefile's): this package and its requirements, installed by pip from the
+# workflow's folder (COMMSWEEP_SOURCE). See docs/cluster.md.
+COMMSWEEP_ENV = "../envs/commsweep.yaml"
+os.environ.setdefault("COMMSWEEP_SOURCE", str(Path(workflow.basedir)))
 # Without a shared filesystem (a default storage provider: Kubernetes, a batch service), the
-# folder that holds this node's copies of the storage's files (commsweep.storage), else "".
+# folder that holds this node's copies of the storage's files (commsweep.orchestration.storage), else "".
 # Every job runs from it; this process reads what it knows of earlier runs there (LOCAL).
 try:
     JOB_ROOT = storage.job_root(workflow)
@@ -61,7 +69,7 @@ except CommsweepError as err:
     raise WorkflowError(str(err)) from None
 
 # The per-point work (AIOB profiles, workloads, volumes, simulations, audits), in batches of
-# points: one job each (workflow/rules/batch.smk, commsweep.batch).
+# points: one job each (workflow/rules/batch.smk, commsweep.orchestration.batch).
 BATCHES = batch.plan(POINTS, config, L, RUN, audited=AUDITED)
 BATCH_OF_POINT = batch.batch_of_points(BATCHES)
 pipeline.announce(workflow, POINTS, BATCHES)
@@ -74,24 +82,13 @@ wildcard_constraints:
 
 def final_outputs():
     """Everything `rule all` asks for (the check's inputs)."""
-    return [L.run_record(), L.summary(), L.plot("volume_by_tp"), *audit_outputs(), *answer_outputs(),
-            *trace_outputs(), *moe_outputs(), *([L.packet_comparison()] if PACKET_POINTS else [])]
-
-
-def moe_outputs():
-    """The MoE figure (moe.smk), for a sweep with an MoE point."""
-    return [L.plot("volume_by_group")] if HAS_MOE else []
+    return [L.run_record(), L.summary(), *audit_outputs(), *answer_outputs(), *figure_outputs(), *trace_outputs(),
+            *([L.packet_comparison()] if PACKET_POINTS else [])]
 
 
 def step_statuses():
     """The status files of the sweep-wide steps (their outcome, read by the check)."""
-    steps = ["summarize", "compare", "plot_volume_by_tp", "plot_tp_bytes_by_phase", "plot_exposed_by_group",
-             "plot_audit_by_kind"]
-    if AUDITED:
-        steps.append("plot_timeline")
-    steps += ["difference_by_cause", "plot_difference_by_cause", "plot_exposed_tp_by_overlap", "answer"]
-    if HAS_MOE:
-        steps.append("plot_volume_by_group")
+    steps = ["summarize", "compare", "difference_by_cause", *(f"plot_{name}" for name in FIGURES), "answer"]
     if PACKET_POINTS:
         steps.append("packet_vs_analytical")
     if TRACES:
@@ -113,7 +110,7 @@ def batch_of(wildcards):
 
 def batch_attempt(wildcards):
     """`params.attempt` of a batch: grows after a failed task or with an output missing, so
-    Snakemake reruns the batch, which redoes those tasks (commsweep.batch.attempt)."""
+    Snakemake reruns the batch, which redoes those tasks (commsweep.orchestration.batch.attempt)."""
     return batch.attempt(batch_of(wildcards), LOCAL.batch_manifest(wildcards.batch))
 
 
@@ -154,17 +151,18 @@ def point_inputs(*kinds):
     inputs named ``points_KIND``, in the manifests' order: declared only without a shared
     filesystem, where a job gets its declared inputs alone (with one, the manifests stand for
     them: Snakemake then tracks one file per batch, not ten per point)."""
-    if not JOB_ROOT:
-        return {}
-    return {f"points_{kind}": [f for name in sorted(BATCHES) for f in BATCHES[name].files[kind]] for kind in kinds}
+    return storage_inputs(**{f"points_{kind}": [f for name in sorted(BATCHES) for f in BATCHES[name].files[kind]]
+                             for kind in kinds})
+
+
+def storage_inputs(**files):
+    """Named inputs declared only without a shared filesystem: files a step reads that its
+    other inputs stand for (a manifest, a status) when the filesystem is shared."""
+    return files if JOB_ROOT else {}
 
 
 def audit_outputs():
-    out = [L.findings(), L.comparison(), L.verdicts(), L.findings_by_kind(),
-           L.plot("tp_bytes_by_phase"), L.plot("exposed_by_group"), L.plot("audit_by_kind")]
-    if AUDITED:
-        out.append(L.plot("timeline"))
-    return out
+    return [L.findings(), L.comparison(), L.verdicts(), L.findings_by_kind()]
 
 
 def timeline_point():
@@ -187,33 +185,27 @@ def timeline_point():
             return chosen[0]
 
 
-def timeline_files(wildcards):
-    """The timeline point's files (made by its batch, listed in its manifest) and statuses."""
-    point = timeline_point()
-    return {
-        "workload": L.workload(point.workload_key),
-        "simulation": L.endtoend(point.point_key),
-        "audit": L.audit(point.point_key),
-        "after": [L.workload_status("workload", point.workload_key), L.point_status("simulate", point.point_key),
-                  L.point_status("audit", point.point_key)],
-    }
-
-
 def timeline_batch(wildcards):
-    return L.batch_manifest(BATCH_OF_POINT[timeline_point().point_key])
+    """The timeline point's batch manifest (none in a sweep without an audit: no timeline)."""
+    return [L.batch_manifest(BATCH_OF_POINT[timeline_point().point_key])] if AUDITED else []
+
+
+def timeline_files():
+    """The timeline point's files (made by its batch, listed in its manifest) and the statuses
+    of the tasks that made them (the figure comes after those)."""
+    point = timeline_point()
+    files = [L.workload(point.workload_key), L.endtoend(point.point_key), L.audit(point.point_key)]
+    after = [L.workload_status("workload", point.workload_key), L.point_status("simulate", point.point_key),
+             L.point_status("audit", point.point_key)]
+    return files, after
 
 
 def timeline_inputs():
     """Without a shared filesystem, the timeline point's files as inputs (see point_inputs)."""
     if not JOB_ROOT or not AUDITED:
         return {}
-    files = timeline_files(None)
-    return {"points": [files["workload"], files["simulation"], files["audit"], *files["after"]]}
-
-
-def timeline_args(wildcards):
-    point = timeline_point()
-    return shlex.join(batch.point_argv(point, config) + ["--title", point.point_key])
+    files, after = timeline_files()
+    return {"points": [*files, *after]}
 
 
 # -- the answer first (workflow/rules/answer.smk) -------------------------------------------
@@ -221,8 +213,82 @@ def timeline_args(wildcards):
 
 def answer_outputs():
     """The difference by cause and the landing page."""
-    return [L.difference_by_cause(), L.plot("difference_by_cause"), L.plot("exposed_tp_by_overlap"),
-            L.answer_page(), L.answer_rst()]
+    return [L.difference_by_cause(), L.answer_page(), L.answer_rst()]
+
+
+# -- the figures (workflow/rules/figures.smk) ----------------------------------------------
+
+
+class Figure(NamedTuple):
+    """A figure of the sweep: the `commsweep` command that draws it (<input.NAME> and
+    <output.NAME> for the figure job's files), the steps it reads, its report caption
+    (workflow/report/CAPTION.rst) and category."""
+
+    command: tuple
+    after: tuple
+    caption: str
+    category: str
+
+
+def figure_table():
+    """This sweep's figures by name (results/plots/NAME.png; step plot_NAME)."""
+    table = {
+        "volume_by_tp": Figure(("plot", "volume-by-tp", "<input.summary>"), ("summarize",), "volume_by_tp",
+                               "Communication volumes"),
+        "tp_bytes_by_phase": Figure(("plot", "tp-bytes-by-phase", "<input.summary>"), ("summarize",),
+                                    "tp_bytes_by_phase", "Communication volumes"),
+        "exposed_by_group": Figure(("plot", "exposed-by-group", "<input.summary>"), ("summarize",),
+                                   "exposed_by_group", "Simulated times"),
+        "audit_by_kind": Figure(("plot", "audit-by-kind", "<input.by_kind>"), ("compare",), "audit_by_kind",
+                                "Audit against Megatron"),
+    }
+    if AUDITED:
+        table["timeline"] = Figure(("timeline",), (), "timeline", "Simulated times")
+    table["difference_by_cause"] = Figure(
+        ("plot", "difference-by-cause", "<input.causes>", "--sweep", "<input.sweep>"), ("difference_by_cause",),
+        "difference_by_cause_plot", "1. The answer")
+    # The ratio of the points of a sweep without a tp_overlap axis.
+    table["exposed_tp_by_overlap"] = Figure(
+        ("plot", "exposed-tp-by-overlap", "<input.summary>", "--tp-overlap", str(config["simulator"]["overlap"]["tp"])),
+        ("summarize",), "exposed_tp_by_overlap", "1. The answer")
+    if HAS_MOE:
+        # The MoE view (docs/moe.md): bytes per group, EP and DP_EP beside TP and DP.
+        table["volume_by_group"] = Figure(("plot", "volume-by-group", "<input.summary>"), ("summarize",),
+                                          "volume_by_group", "Communication volumes")
+    return table
+
+
+FIGURES = figure_table()
+
+
+def figure_outputs():
+    return [L.plot(name) for name in FIGURES]
+
+
+def timeline_command():
+    """The timeline's command and the statuses it comes after."""
+    point = timeline_point()
+    (workload, simulation, audit), after = timeline_files()
+    command = ["timeline", workload, simulation, *batch.point_argv(point, config), "--title", point.point_key,
+               "--audit", audit]
+    return command, after
+
+
+def figure_commands(wildcards):
+    """The figures rule's `params.commands`: each figure's guarded command (workflow/scripts/commsweep.py
+    runs them one after the other in the job's process). Its attempt is among its words: one more
+    after the figure failed, so the next run redraws it."""
+    commands = []
+    for name, fig in FIGURES.items():
+        command, after = list(fig.command), [L.step_status(step) for step in fig.after]
+        if name == "timeline":
+            command, after = timeline_command()
+        command += ["-o", f"<output.{name}>"]
+        attempt_ = status.next_attempt(LOCAL.step_status(f"plot_{name}"))
+        commands.append(["guard", "--status", f"<output.{name}_status>", "--outputs", f"<output.{name}>",
+                         "--after", *after, "--attempt", str(attempt_), "--provenance", "<params.provenance>",
+                         "--", *command])
+    return commands
 
 
 # -- measured traces (workflow/rules/trace.smk) --------------------------------------------
@@ -275,15 +341,15 @@ def trace_processes(wildcards):
 # (results/steps/<rule>.status), saying ok or the error. A failed step leaves one-line
 # markers in place of its outputs, and the steps after it (those listing its status file in
 # `input.after`) are not run, and record that, naming the failed step (status.NOT_RUN). The batches guard each point's
-# tasks the same way, in-process (commsweep.batch). The summary lists failed points with
+# tasks the same way, in-process (commsweep.orchestration.batch). The summary lists failed points with
 # their error; the check runs last, whatever failed, and fails the run if anything did.
 # `params.attempt` grows after a failure, so the next run retries exactly the failed steps
 # (Snakemake's params rerun trigger); a batch's attempt grows when one of its tasks failed.
-# The logic lives in commsweep.status; docs/workflow.md shows the pattern of a guarded rule:
+# The logic lives in commsweep.base.status; docs/workflow.md shows the pattern of a guarded rule:
 #
 # * `input.after` lists the status files of the guarded jobs this one reads (a list,
 #   possibly empty: `after=[]`);
-# * `output.status` is the path of commsweep.paths for the step; add it to step_statuses();
+# * `output.status` is the path of commsweep.base.paths for the step; add it to step_statuses();
 # * the command is a `commsweep` subcommand (guard runs it in-process); it must raise
 #   (CommsweepError for bad input) rather than write partial outputs.
 #
@@ -302,7 +368,7 @@ def guarded(command, after="{input.after}"):
 
 def guarded_argv(*command):
     """The `params.command` of a guarded rule run by workflow/scripts/commsweep.py (see
-    commsweep.pipeline.run_rule): for commands whose file lists are too long for a shell."""
+    commsweep.orchestration.pipeline.run_rule): for commands whose file lists are too long for a shell."""
     return ["guard", "--status", "<output.status>", "--outputs", "<output>", "--after", "<input.after>",
             "--attempt", "<params.attempt>", "--provenance", "<params.provenance>", "--", *command]
 

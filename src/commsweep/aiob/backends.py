@@ -16,9 +16,9 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..errors import ConfigError, InputError
-from ..files import read_text, write_bytes, write_text
-from ..training import TrainingSetup
+from ..base.errors import ConfigError, InputError
+from ..base.files import read_text, write_bytes, write_text
+from ..setup.training import TrainingSetup
 from . import gpus, roofline
 from . import profile_file as pf
 
@@ -45,7 +45,8 @@ def read_user_file(path: str | Path) -> pf.AiobProfile:
 
     Every standard section must be there, except that AICB's unfused attention
     (``atten_core_qk``, ``atten_core_softmax``, ``atten_core_contex``) may stand in for
-    ``atten_flash``. Sections beyond these (e.g. DeepSeek's) are kept.
+    ``atten_flash``; a file with AICB's DeepSeek MLA sections needs those in place of the
+    three attention ones. Sections beyond these are kept.
     """
     path = Path(path)
     if not path.is_file():
@@ -62,14 +63,17 @@ def read_user_file(path: str | Path) -> pf.AiobProfile:
                 file=path, line=number, field=value.group(1),
             )
     present = set(profile.names())
-    required = [s for s in pf.STANDARD_SECTIONS if s != "atten_flash"]
-    if "atten_flash" not in present and not set(_UNFUSED_ATTENTION) <= present:
-        required.append("atten_flash")
+    if set(pf.MLA_SECTIONS) & present:  # AICB's DeepSeek AIOB model's file
+        required = list(pf.DEEPSEEK_SECTIONS)
+    else:
+        required = [s for s in pf.STANDARD_SECTIONS if s != "atten_flash"]
+        if "atten_flash" not in present and not set(_UNFUSED_ATTENTION) <= present:
+            required.append("atten_flash")
     missing = [s for s in required if s not in present]
     if missing:
         raise InputError(
             f"missing sections: {', '.join(missing)} (an AIOB file from AICB's Megatron profiler has "
-            f"{', '.join(pf.STANDARD_SECTIONS)})",
+            f"{', '.join(pf.STANDARD_SECTIONS)}; from its DeepSeek profiler {', '.join(pf.DEEPSEEK_SECTIONS)})",
             file=path, field=missing[0],
         )
     return profile
@@ -106,6 +110,10 @@ def make(
         return Result(profile, roofline.tidy_csv(profile, backend=backend, gpu=spec.name, estimates=estimates))
     if backend == "torch":
         from . import torch_bench
+
+        if setup.model.is_mla:
+            raise ConfigError("the torch backend times Megatron's attention, not multi-latent attention; "
+                              "use the roofline or AICB's own DeepSeek AIOB file", key="--backend")
 
         measured = torch_bench.run(setup, device=device, warmup=warmup, iters=train_iter, threads=threads)
         note = f"measured on {measured.device} with torch {measured.torch_version}"

@@ -22,14 +22,23 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import InputError
-from ..files import read_text, write_text
+from ..base.errors import InputError
+from ..base.files import read_text, write_text
 
 # The operator sections AICB's AiobMegatron measures for a dense Megatron layer, in its order.
 STANDARD_SECTIONS = (
     "Emb", "layernorm", "atten_qkv", "atten_flash", "atten_linear", "layernorm2",
     "mlp_linear_1", "mlp_gelu", "mlp_linear_2", "layernorm_post", "logit_time", "param_time",
 )
+# AICB's DeepSeek AIOB model (AiobDeepSeek.DeepSeekMLA) times multi-latent attention in five
+# sections in place of the three attention ones (its frame reads them as per-layer times).
+MLA_SECTIONS = (
+    "attention_linear_q_lora", "attention_q_column", "attention_linear_kv_lora", "attention_kv_column",
+    "attention_o_row",
+)
+_ATTENTION = ("atten_qkv", "atten_flash", "atten_linear")
+DEEPSEEK_SECTIONS = tuple(x for s in STANDARD_SECTIONS if s not in _ATTENTION[1:]
+                          for x in (MLA_SECTIONS if s == "atten_qkv" else (s,)))
 TIME_KEYS = ("time_gpu_max", "time_gpu_min", "time_gpu_avg")
 
 _SECTION = re.compile(r"(\w+):\s*")
@@ -151,7 +160,9 @@ def parse(text: str, *, source: str | Path = "<aiob>", require_standard: bool = 
         raise InputError("no operator sections", file=source, line=len(lines))
     profile = AiobProfile(sections=tuple(sections), train_iter=train_iter)
     if require_standard:
-        missing = [s for s in STANDARD_SECTIONS if profile.get(s) is None]
+        # Either AICB's Megatron sections or its DeepSeek ones (the fewer missing named).
+        missing = min(([s for s in names if profile.get(s) is None] for names in (STANDARD_SECTIONS, DEEPSEEK_SECTIONS)),
+                      key=len)
         if missing:
             raise InputError(
                 f"missing sections: {', '.join(missing)}", file=source, line=len(lines), field=missing[0]

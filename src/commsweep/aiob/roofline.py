@@ -20,6 +20,8 @@ What each section covers follows what AICB times (``AiobMegatron.py`` and
 * ``atten_flash``: FlashAttention's causal forward over the rank's heads (GQA-aware bytes).
 * ``atten_linear``: AICB rearranges the context to ``[s, b, h/t]`` (a copy) inside the
   timed call, then the projection GEMM ``[b*s, h/t] x [h/t, h]``.
+* a model with multi-latent attention has, in place of these three, the five sections of
+  AICB's DeepSeek AIOB model (``mla``).
 * ``mlp_linear_1``/``mlp_linear_2``: the MLP GEMMs; fc1 is twice as wide with swiglu. MoE:
   one GEMM per local expert on the tokens routed to it, ``b*s*topk*ep/E`` under balanced
   routing (AICB's SequentialMLP; with an expert TP e other than t, e/t of that), at the
@@ -45,34 +47,15 @@ import csv
 import io
 from dataclasses import dataclass
 
-from ..errors import ConfigError
-from ..training import TrainingSetup
+from ..base.errors import ConfigError
+from ..setup.training import TrainingSetup
 from .gpus import GpuSpec
-from .profile_file import STANDARD_SECTIONS, AiobProfile, OpTime
-
-BF16 = 2  # bytes per bf16 value
-FP32 = 4
-INT64 = 8
-
-
-@dataclass(frozen=True)
-class Kernel:
-    """One kernel launch: its kind decides which efficiency its FLOPs run at."""
-
-    name: str
-    kind: str  # "gemm", "attention" or "memory"
-    flops: float
-    bytes: float
-
-
-@dataclass(frozen=True)
-class Operator:
-    """One AIOB section: the kernels AICB's timed call launches, and their backward."""
-
-    section: str
-    forward: tuple[Kernel, ...]
-    backward: tuple[Kernel, ...] = ()
-
+from .kernels import BF16, FP32, INT64, Kernel, Operator
+from .kernels import elementwise as _elementwise
+from .kernels import gemm as _gemm
+from .kernels import gemm_backward as _gemm_backward
+from . import mla
+from .profile_file import DEEPSEEK_SECTIONS, STANDARD_SECTIONS, AiobProfile, OpTime
 
 @dataclass(frozen=True)
 class Shard:
@@ -153,8 +136,6 @@ class Shard:
 
 def check_shard(setup: TrainingSetup) -> Shard:
     problems = setup.shard_problems()
-    if setup.model.is_mla:
-        problems.append("the AIOB profiles do not model multi-latent attention (kv_lora_rank) yet")
     if problems:
         raise ConfigError("; ".join(problems), key="arguments")
     return Shard.of(setup)
@@ -197,24 +178,6 @@ def aicb_model_param(setup: TrainingSetup) -> int:
 # -- the kernels of each section -------------------------------------------------------
 
 
-def _gemm(name: str, m: int, k: int, n: int) -> Kernel:
-    """``[m, k] x [k, n]`` in bf16: 2mkn FLOPs; both inputs read and the output written once."""
-    return Kernel(name, "gemm", 2.0 * m * k * n, BF16 * (m * k + k * n + m * n))
-
-
-def _gemm_backward(name: str, m: int, k: int, n: int) -> tuple[Kernel, ...]:
-    """Input gradient ``[m, n] x [n, k]`` and weight gradient ``[k, m] x [m, n]`` accumulated
-    into Megatron's fp32 main gradient (read and written): twice the forward FLOPs."""
-    return (
-        Kernel(f"{name}.dgrad", "gemm", 2.0 * m * n * k, BF16 * (m * n + n * k + m * k)),
-        Kernel(f"{name}.wgrad", "gemm", 2.0 * m * k * n, BF16 * (m * k + m * n) + 2 * FP32 * k * n),
-    )
-
-
-def _elementwise(name: str, read: float, write: float, flops: float = 0.0) -> Kernel:
-    return Kernel(name, "memory", flops, read + write)
-
-
 def operators(setup: TrainingSetup) -> list[Operator]:
     """The kernels of every AIOB section for this setup's rank, in AICB's order."""
     sh = check_shard(setup)
@@ -247,6 +210,27 @@ def operators(setup: TrainingSetup) -> list[Operator]:
         return Operator(section, (fwd,), bwd)
 
     ops.append(norm("layernorm"))
+    if setup.model.is_mla:
+        ops += mla.operators(setup)
+    else:
+        ops += _attention(sh)
+    ops.append(norm("layernorm2"))
+    ops += _mlp(sh)
+    ops.append(norm("layernorm_post"))
+    vocab_local = sh.vocab // t
+    ops.append(Operator("logit_time", (_gemm("logits", n, h, vocab_local),), _gemm_backward("logits", n, h, vocab_local)))
+
+    param = mla.aicb_model_param(setup) if setup.model.is_mla else aicb_model_param(setup)
+    values = param // t
+    ops.append(Operator("param_time", (_elementwise("grad_buffer_div_dp", FP32 * values, FP32 * values, flops=values),)))
+    assert [op.section for op in ops] == list(DEEPSEEK_SECTIONS if setup.model.is_mla else STANDARD_SECTIONS)
+    return ops
+
+
+def _attention(sh: Shard) -> list[Operator]:
+    """The three attention sections of AICB's Megatron AIOB model."""
+    n, h, t = sh.tokens, sh.h, sh.t
+    ops: list[Operator] = []
     ops.append(Operator("atten_qkv", (_gemm("qkv", n, h, sh.qkv_width),), _gemm_backward("qkv", n, h, sh.qkv_width)))
 
     heads, groups, d = sh.heads // t, sh.kv_groups // t, sh.head_dim
@@ -263,8 +247,13 @@ def operators(setup: TrainingSetup) -> list[Operator]:
         (_elementwise("context_to_sbh", context, context), _gemm("proj", n, heads * d, h)),
         _gemm_backward("proj", n, heads * d, h),
     ))
-    ops.append(norm("layernorm2"))
+    return ops
 
+
+def _mlp(sh: Shard) -> list[Operator]:
+    """The three MLP sections: a dense MLP, or the routed and shared experts and the router."""
+    n, h, t = sh.tokens, sh.h, sh.t
+    ops: list[Operator] = []
     m_e, experts = sh.expert_tokens, sh.local_experts
     # (name, tokens, fc1 width, fc2 width): the routed experts, then a shared expert's MLP.
     mlps = [(f"fc1[{e}]" if sh.experts else "fc1", m_e, sh.fc1_width, sh.fc2_width) for e in range(experts)]
@@ -297,13 +286,6 @@ def operators(setup: TrainingSetup) -> list[Operator]:
     fc2 = tuple(_gemm(name.replace("fc1", "fc2"), m, width, h) for name, m, _, width in mlps)
     fc2_b = tuple(k for name, m, _, width in mlps for k in _gemm_backward(name.replace("fc1", "fc2"), m, width, h))
     ops.append(Operator("mlp_linear_2", fc2, fc2_b))
-    ops.append(norm("layernorm_post"))
-    vocab_local = sh.vocab // t
-    ops.append(Operator("logit_time", (_gemm("logits", n, h, vocab_local),), _gemm_backward("logits", n, h, vocab_local)))
-
-    values = aicb_model_param(setup) // t
-    ops.append(Operator("param_time", (_elementwise("grad_buffer_div_dp", FP32 * values, FP32 * values, flops=values),)))
-    assert [op.section for op in ops] == list(STANDARD_SECTIONS)
     return ops
 
 

@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..setup.points import PointRow
 from . import causes as cz
 
 GiB = 2**30
@@ -133,30 +134,79 @@ def headline(panels: list[cz.Panel]) -> cz.Panel | None:
     return None
 
 
-def lacks(rows: list[cz.Row], points: dict[str, dict[str, str]], head: cz.Panel | None) -> list[str]:
+def lacks(rows: list[cz.Row], points: dict[str, PointRow], head: cz.Panel | None) -> list[str]:
     """What keeps this sweep from answering, each with the config key that adds it: no
     ``aicb`` point (nothing to hold against Megatron), no ``megatron`` point (bytes but no
     simulated time), or no setting the headline quotes (TP > 1, SP off, AIOB on)."""
-    aicb = [p for p in points.values() if p.get("schedule") == "aicb"]
+    aicb = [p for p in points.values() if p.schedule == "aicb"]
     if not aicb:
         return ["**This sweep cannot answer: it has no `aicb` point.** The answer holds the workloads of AICB's "
                 "two paths against Megatron's; add `aicb` to `sweep.schedule` (beside `megatron`)."]
     out = []
-    if not any(p.get("schedule") == "megatron" for p in points.values()):
+    if not any(p.schedule == "megatron" for p in points.values()):
         out.append("**This sweep has no `megatron` point,** so each AICB point's difference is in bytes only "
                    "(against Megatron's schedule) and has no simulated time; add `megatron` to `sweep.schedule` "
                    "for the exposed time.")
     if not rows:
         out.append("**No AICB point of this sweep has a difference to show:** each matches Megatron, or has no "
                    "audit (a failed point: `results/status.txt` lists them).")
-    elif head is None:
+    elif head is None and not deepseek(rows):  # a DeepSeek sweep has its own headline (AICB refuses SP off)
         missing = [key for key, found in (
-            ("`sweep.tp` (a TP above 1)", any(int(p["tp"]) > 1 for p in aicb)),
-            ("`sweep.sp` (false)", any(p["sp"] == "False" for p in aicb)),
-            ("`sweep.aiob` (true)", any(p["aiob"] == "True" for p in aicb))) if not found]
+            ("`sweep.tp` (a TP above 1)", any(p.tp > 1 for p in aicb)),
+            ("`sweep.sp` (false)", any(not p.sp for p in aicb)),
+            ("`sweep.aiob` (true)", any(p.aiob for p in aicb))) if not found]
         what = f"; add to {', '.join(missing)}" if missing else ""
         out.append("**The headline, what the AIOB path drops, needs a setting with TP above 1, SP off and AIOB "
                    f"on, where the AIOB path writes `NONE`:** this sweep has none{what}.")
+    return out
+
+
+def deepseek(rows: list[cz.Row]) -> bool:
+    """Whether the sweep's AICB points are DeepSeek ones (a DeepSeek cause among their rows)."""
+    return any(r.cause in cz.DEEPSEEK_CAUSES for r in rows)
+
+
+def deepseek_blocks(panels: list[cz.Panel], points: dict[str, PointRow]) -> list[Block]:
+    """What AICB's DeepSeek frame gets wrong (docs/deepseek.md), quoted at the first setting
+    whose AIOB path has MLA findings (TP above 1), else the first with a DeepSeek cause; and
+    why the default path has no point."""
+    with_mla = [p for p in panels if any(r.cause.startswith("mla_") for r in p.rows.get("aicb_aiob", []))]
+    with_any = [p for p in panels if deepseek(p.rows.get("aicb_aiob", []))]
+    if not with_any:
+        return []
+    head = (with_mla or with_any)[0]
+    rows = head.rows["aicb_aiob"]
+    where = f"{head.label} (network {head.network})"
+
+    def cause(slug: str) -> str:
+        _, nbytes, us = _cause_total(rows, slug)
+        return f"{gib(nbytes)}{'' if us is None else ', ' + ms(us)}; `{slug}`"
+
+    out = []
+    if with_mla:
+        out.append(Block("p", (
+            "**DeepSeek: AICB sizes multi-latent attention's TP traffic on the hidden size.** With SP, "
+            "megatron-core's MLA projects each rank's sequence shard down to the compressed latents on every TP "
+            "rank and all-gathers the latents (and the key's RoPE part), not the hidden state; AICB's DeepSeek "
+            "frame all-gathers a whole activation before each of `attention_q_column` and `attention_kv_column`, "
+            "writes their backward reduce-scatters with 0 bytes and has no weight-gradient gathers. "
+            f"For {where} its AIOB path gathers too much forward ({cause('mla_gathers_sized_on_hidden')}) and "
+            f"drops the backward ({cause('mla_latent_reducescatters')}; "
+            f"{cause('mla_latent_wgrad_gathers_missing')}).")))
+    moe = [slug for slug in ("moe_dispatch_fp8_scaled", "moe_shared_expert_backward_dropped",
+                             "moe_shared_experts_in_expert_sync") if any(r.cause == slug for r in rows)]
+    if moe:
+        out.append(Block("p", (
+            "**Its MoE layers: the forward dispatch at FP8, the shared experts half there.** AICB sizes the "
+            "forward token dispatch as FP8 (33/64 of megatron's bf16 all-to-all), writes the shared experts "
+            "without their backward TP collectives, and syncs their gradients again with the routed experts' on "
+            f"DP_EP. For {where}: " + "; ".join(f"{cause(slug)}" for slug in moe) + ".")))
+    if not any(p.schedule == "aicb" and not p.aiob for p in points.values()):
+        out.append(Block("p", (
+            "**AICB's default path writes no DeepSeek MoE workload:** it crashes on the DeepSeek frame with SP "
+            "(its MLA down projections look up AIOB compute times it does not have) and refuses MoE without SP, "
+            "so this sweep's default-path points are refused (`sweep.csv` lists them with AICB's error) and "
+            "the AIOB path is AICB's only DeepSeek workload.")))
     return out
 
 
@@ -166,7 +216,7 @@ def _cause_total(rows: list[cz.Row], cause: str) -> tuple[int, int, float | None
     return sum(r.rows for r in mine), sum(r.bytes for r in mine), exposed
 
 
-def page(rows: list[cz.Row], points: dict[str, dict[str, str]], figures: dict[str, str]) -> list[Block]:
+def page(rows: list[cz.Row], points: dict[str, PointRow], figures: dict[str, str]) -> list[Block]:
     """The landing page's blocks (``figures``: caption -> path of a PNG, relative to the page)."""
     panels = cz.panels(rows, points)
     blocks = [Block("h1", "The answer: what each AICB path gets wrong, by cause")]
@@ -200,6 +250,8 @@ def page(rows: list[cz.Row], points: dict[str, dict[str, str]], figures: dict[st
             f"`extra_layernorm_grad_allreduce`).{extra} "
             "A figure of TP bytes per phase nets the two and shows the AIOB path above Megatron; "
             "the causes, kept apart, show both errors.")))
+    if deepseek(rows):
+        blocks += deepseek_blocks(panels, points)
     none = sum(r.rows for r in rows if r.cause == "size_in_none_column")
     sized = (f" This sweep's AICB files hold {none:,} `NONE` columns with a size (`size_in_none_column`); "
              "each counts 0." if none else "")
@@ -286,11 +338,11 @@ FIGURES = {
 
 def write(causes_csv: Path, sweep_csv: Path, markdown: Path, rst: Path | None = None) -> None:
     """Write answer.md (figures linked relative to it) and, if asked, answer.rst (embedded)."""
-    from ..files import write_text
-    from .summary import read_points
+    from ..base.files import write_text
+    from ..setup.points import read_points
 
     rows = cz.read_csv(causes_csv)
-    points = {p["point"]: p for p in read_points(sweep_csv)}
+    points = {p.point: p for p in read_points(sweep_csv)}
     base = Path(markdown).parent
     figures = {caption: path for caption, path in FIGURES.items() if (base / path).exists()}
     blocks = page(rows, points, figures)

@@ -37,6 +37,10 @@ E experts of width f_e split over ETP:
 * the combined tokens unpermute weighs by the probabilities: 2kTh;
 * shared experts as a dense MLP of their width, split over TP.
 
+**Multi-latent attention** (DeepSeek-V2/V3) keeps its latents and the heads' Q, K, V in
+place of a dense layer's (``mla_attention_activations``); the s² terms and the flash
+statistics are those of its a heads.
+
 The routed experts' optimizer states are sharded over the expert data-parallel group
 (world / (etp·ep·p)), the other parameters' over DP.
 
@@ -108,6 +112,29 @@ def moe_mlp_activations(setup: TrainingSetup) -> float:
     return experts + router + unpermute + shared
 
 
+def mla_attention_activations(setup: TrainingSetup) -> tuple[float, float, float]:
+    """Bytes multi-latent attention keeps beyond the layer's norm and down-projection input
+    (the 2sbh a dense layer's QKV input counts), for one micro-batch: (replicated over TP
+    unless SP, split over TP, never split).
+
+    megatron-core's MLA: the down projections run on the rank's tokens (s/t with SP) and
+    their latents are all-gathered before the up projections, which every TP rank runs on
+    the whole sequence. Kept: the latents' norm inputs 2sb(q_lora + kv_lora) and the RoPE
+    part of the key 2sb·rope (replicated unless SP); the up projections' inputs, the normed
+    latents 2sb(q_lora + kv_lora) (never split); the rank's heads' Q and K, 2sb·a·(nope + rope)
+    each, V 2sb·a·v and the output projection's input 2sb·a·v (split over TP). Without a query
+    latent the query projection reads the layer's input, already counted.
+    """
+    m = setup.model
+    s, b, a = setup.seq_length, setup.micro_batch, m.num_attention_heads
+    assert m.kv_lora_rank and m.qk_nope_head_dim and m.qk_rope_head_dim and m.v_head_dim
+    q, kv, qk, v = m.q_lora_rank or 0, m.kv_lora_rank, m.qk_head_dim, m.v_head_dim
+    replicated = HALF * s * b * (q + kv + m.qk_rope_head_dim)
+    full = HALF * s * b * (q + kv)
+    split = HALF * s * b * a * (2 * qk + v) + HALF * s * b * a * v
+    return replicated, split, full
+
+
 def layer_activations(setup: TrainingSetup, *, flash_attention: bool, dropout: bool,
                       moe: bool = False) -> tuple[int, int]:
     """Bytes one layer keeps for one micro-batch: (stored until its backward, the whole
@@ -116,7 +143,7 @@ def layer_activations(setup: TrainingSetup, *, flash_attention: bool, dropout: b
     m, t = setup.model, setup.tp
     s, b, h, a = setup.seq_length, setup.micro_batch, m.hidden_size, m.num_attention_heads
     sp = setup.sp and t > 1
-    kv = m.kv_groups * m.head_dim  # K and V are narrower with GQA
+    kv = m.kv_groups * m.head_dim  # K and V are narrower with GQA (MLA: see mla_attention_activations)
     ffn = m.ffn_hidden_size * (2 if m.swiglu else 1)  # the activation's input; its output is f wide
     mask = 1 if dropout else 0
     sbh = s * b * h
@@ -124,13 +151,17 @@ def layer_activations(setup: TrainingSetup, *, flash_attention: bool, dropout: b
     replicated = (2 + 2 + 2 + 2) * sbh + 2 * mask * sbh
     split = (HALF * s * b * (h + 2 * kv)  # Q, K, V
              + 2 * sbh)  # the projection's input
+    full = 0.0  # never split over TP
+    if m.is_mla:
+        replicated_mla, split, full = mla_attention_activations(setup)
+        replicated += replicated_mla
     if not moe:
         split += HALF * s * b * ffn + HALF * s * b * m.ffn_hidden_size  # the activation's and fc2's inputs
     if flash_attention:
         core = FP32 * a * s * b  # the softmax statistics
     else:
         core = (HALF + (mask + HALF if dropout else 0)) * a * s * s * b
-    whole = (replicated / t if sp else replicated) + split / t + core / t
+    whole = (replicated / t if sp else replicated) + split / t + core / t + full
     if moe:
         whole += moe_mlp_activations(setup)  # already per rank
     if setup.recompute_mode == "selective":
