@@ -8,6 +8,7 @@ from typing import NamedTuple
 from snakemake.exceptions import WorkflowError
 
 from commsweep import batch, paths, pipeline, status, storage, sweep
+from commsweep.analysis import timeline
 from commsweep.arguments import to_commsweep_argv
 from commsweep.errors import CommsweepError
 from commsweep.trace.scale import pipeline_dp, trace_setups
@@ -257,7 +258,7 @@ def timeline_command():
     """The timeline's command and the statuses it comes after."""
     point = timeline_point()
     (workload, simulation, audit), after = timeline_files()
-    command = ["timeline", workload, simulation, *batch.point_argv(point, config), "--title", point.point_key,
+    command = ["timeline", workload, simulation, *batch.point_argv(point, config), "--title", timeline.title(point),
                "--audit", audit]
     return command, after
 
