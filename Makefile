@@ -27,7 +27,7 @@ $(BASE): pyproject.toml | $(BIN)/python
 	touch $@
 
 $(EXTRAS): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e ".[test,torch,megatron,slurm,storage]"
+	$(BIN)/python -m pip install --quiet -e ".[test,torch,megatron,slurm,storage,kubernetes,aws-batch]"
 	touch $@ $(BASE)
 
 ## run: a sweep end to end (CONFIG, default config/config.yaml) into results/, then its HTML report

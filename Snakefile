@@ -5,9 +5,11 @@
 #   snakemake --cores 2 --configfile my.yaml  # another sweep
 #
 # Rules are thin: each calls the `commsweep` command line (the per-point stages in batches
-# of points, one process each: commsweep.batch), whose logic lives in src/commsweep/ and is
+# of points, one process each: commsweep.orchestration.batch), whose logic lives in src/commsweep/ and is
 # tested there. The settings of a run (keep-going, rerun-incomplete,
 # ...) are in profiles/default, which Snakemake loads by itself.
+
+import os
 
 from snakemake.utils import min_version
 
@@ -20,6 +22,12 @@ min_version("9.27")
 if not workflow.overwrite_configfiles:
 
     configfile: "config/config.yaml"
+
+
+# The image every rule runs in under --software-deployment-method apptainer: one built from
+# workflow/envs/Dockerfile, as a local file or a registry's URI in COMMSWEEP_CONTAINER
+# (docs/cluster.md). With conda, each rule's environment is workflow/envs/commsweep.yaml.
+container: os.environ.get("COMMSWEEP_CONTAINER", "commsweep.sif")
 
 
 # The report's front page: the sweep's answer (results/answer.rst, made by rule answer).

@@ -240,7 +240,7 @@ def run_commsweep(argv: list[str]) -> tuple[bytes | None, str, float]:
 
 
 def in_process_seconds(argv: list[str], repeat: int = 5) -> float:
-    from commsweep.cli import build_parser
+    from commsweep.orchestration.cli import build_parser
     from commsweep.workload.generate import from_arguments
 
     parser = build_parser()

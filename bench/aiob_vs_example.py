@@ -30,8 +30,8 @@ from pathlib import Path
 
 from commsweep.aiob import gpus, roofline
 from commsweep.aiob import profile_file as pf
-from commsweep.models import PRESETS, ModelSpec
-from commsweep.training import TrainingSetup
+from commsweep.setup.models import PRESETS, ModelSpec
+from commsweep.setup.training import TrainingSetup
 
 # AICB's own file, in the user's AICB checkout (AICB_ROOT, as for the tests that run AICB).
 DEFAULT = Path(os.environ.get("AICB_ROOT", "aicb")) / "workload" / "aiob_inputs" / "Example.txt"

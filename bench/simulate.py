@@ -194,7 +194,7 @@ GRID_MODELS = ("gpt-7b", "llama-7b", "llama-70b")
 
 def grid_cases(folder: Path) -> list[Case]:
     """Generated workloads of a small sweep: models x TP x SP x AIOB x schedule x network."""
-    from commsweep.cli import main as commsweep
+    from commsweep.orchestration.cli import main as commsweep
 
     out = []
     for model in GRID_MODELS:

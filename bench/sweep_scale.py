@@ -13,7 +13,7 @@ Then where a point's time goes, in CPU milliseconds per point:
 * ``processes``: starting each job's Python (the jobs run, times the CPU of a bare
   ``python -c pass``);
 * ``imports``: what each job's Python imports before its work (the jobs run, times the CPU of
-  ``python -c 'import commsweep.cli, commsweep.status'``, with ``snakemake.script`` for a
+  ``python -c 'import commsweep.orchestration.cli, commsweep.base.status'``, with ``snakemake.script`` for a
   script job, less the bare start);
 * ``work``: the rest, the jobs' own work (``tasks`` says how much of it the batches
   measured themselves, their points' tasks and difference by cause, from their logs).
@@ -194,7 +194,7 @@ def startup_cpu(repo: Path, script: bool | None) -> float:
     """The CPU seconds of starting a job's Python with what it imports (best of 5); with
     ``script`` None, a bare interpreter's."""
     python = repo / ".venv" / "bin" / "python" if (repo / ".venv" / "bin").is_dir() else Path(sys.executable)
-    code = "pass" if script is None else "import commsweep.cli, commsweep.status" + (", snakemake.script" if script else "")
+    code = "pass" if script is None else "import commsweep.orchestration.cli, commsweep.base.status" + (", snakemake.script" if script else "")
     best = float("inf")
     for _ in range(5):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)

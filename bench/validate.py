@@ -32,7 +32,8 @@ from commsweep.analysis import validate
 CITATION = {"korthikanti2022_table5.csv": "Korthikanti et al. 2022, Table 5",
             "narayanan2021_table1.csv": "Narayanan et al. 2021, Table 1",
             "nemo2407_h100.csv": "NeMo 24.07, DGX-H100 FP8",
-            "nemo_later_h100.csv": "NeMo 25.02 / 25.11, DGX-H100 FP8"}
+            "nemo2409_h100.csv": "NeMo 24.09, DGX-H100 FP8",
+            "nemo_later_h100.csv": "NeMo 25.02 to 26.02, DGX-H100 FP8"}
 A100 = ("korthikanti2022_table5.csv", "narayanan2021_table1.csv")
 FP8_FIT = "nemo2407_h100.csv"
 

@@ -125,9 +125,9 @@ CORRUPT_PROFILE = "train_iter:10\nEmb:\n    time_gpu_max: 5\n    time_gpu_min: 7
 def place_aiob_files(workdir: Path, config: Path, corrupt: str | None = None) -> list[Path]:
     """The user's AIOB files (``aiob.file``) of a sweep's points with aiob on, under
     ``workdir``: valid ones, but the ``corrupt`` profile's (min > max). Returns them."""
-    from commsweep import sweep
     from commsweep.aiob import backends
     from commsweep.aiob import profile_file as pf
+    from commsweep.orchestration import sweep
 
     good = pf.AiobProfile(sections=tuple((n, pf.OpTime(max=12, min=10, avg=11)) for n in pf.STANDARD_SECTIONS))
     loaded = sweep.load_config(config)

@@ -12,12 +12,12 @@ import sys
 
 import pytest
 
-from commsweep import sweep
 from commsweep.aiob import profile_file
-from commsweep.cli import build_parser
-from commsweep.errors import CommsweepError, ConfigError
-from commsweep.models import PRESETS, ModelSpec
-from commsweep.training import TrainingSetup
+from commsweep.base.errors import CommsweepError, ConfigError
+from commsweep.orchestration import sweep
+from commsweep.orchestration.cli import build_parser
+from commsweep.setup.models import PRESETS, ModelSpec
+from commsweep.setup.training import TrainingSetup
 from commsweep.workload import aicb
 from commsweep.workload import format as wf
 from commsweep.workload.generate import build, from_arguments
@@ -271,7 +271,7 @@ def test_aicb_accepts_what_megatron_rules_refuse():
 
 def test_sweeps_stay_strict_for_the_aicb_schedule():
     cfg = {"sweep": {"model": ["gpt-7b"], "tp": [2], "global_batch": [20], "schedule": ["aicb"]}}
-    from commsweep.config_schema import validate_config
+    from commsweep.setup.config_schema import validate_config
 
     validate_config(cfg)
     points, invalid = sweep.expand(cfg)

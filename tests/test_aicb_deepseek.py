@@ -13,13 +13,13 @@ import dataclasses
 
 import pytest
 
-from commsweep import cli, sweep
 from commsweep.aiob import profile_file
-from commsweep.cli import build_parser
-from commsweep.config_schema import validate_config
-from commsweep.errors import ConfigError
-from commsweep.models import PRESETS, ModelSpec
-from commsweep.training import TrainingSetup
+from commsweep.base.errors import ConfigError
+from commsweep.orchestration import cli, sweep
+from commsweep.orchestration.cli import build_parser
+from commsweep.setup.config_schema import validate_config
+from commsweep.setup.models import PRESETS, ModelSpec
+from commsweep.setup.training import TrainingSetup
 from commsweep.workload import aicb, aicb_deepseek
 from commsweep.workload import format as wformat
 from commsweep.workload.generate import from_arguments
@@ -194,7 +194,7 @@ def test_a_preset_on_the_command_line_is_its_aicb_command_line(tmp_path):
     profile_file.write(profile(), aiob)
     common = ["--world_size=8", "--tensor_model_parallel_size=2", "--expert_model_parallel_size=2",
               "--enable_sequence_parallel", "--global_batch=8", "--aiob_enable", f"--comp_filepath={aiob}"]
-    from commsweep.arguments import to_aicb_argv
+    from commsweep.setup.arguments import to_aicb_argv
 
     by_preset, _ = from_arguments(build_parser().parse_args(["generate", "--model", "deepseek-tiny", *common]))
     s = TrainingSetup(model=TINY, world_size=8, tp=2, ep=2, sp=True, global_batch=8)

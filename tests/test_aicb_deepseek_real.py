@@ -23,11 +23,11 @@ from pathlib import Path
 import pytest
 
 from commsweep.aiob import gpus, mla, profile_file, roofline
-from commsweep.arguments import setup_from_args
-from commsweep.cli import build_parser
-from commsweep.errors import ConfigError
-from commsweep.models import PRESETS
-from commsweep.training import TrainingSetup
+from commsweep.base.errors import ConfigError
+from commsweep.orchestration.cli import build_parser
+from commsweep.setup.arguments import setup_from_args
+from commsweep.setup.models import PRESETS
+from commsweep.setup.training import TrainingSetup
 from commsweep.workload import aicb
 from commsweep.workload.generate import from_arguments
 
@@ -127,6 +127,10 @@ def random_line(rng: random.Random, profiles: list[Path]) -> list[str]:
             argv.append(flag)
     if rng.random() < 0.05:
         argv.append("--dtype=float16")
+    if rng.random() < 0.05:
+        argv.append("--moe_grouped_gemm")
+    if rng.random() < 0.1:
+        argv.append(f"--make_vocab_size_divisible_by={rng.choice([64, 100])}")
     if rng.random() < 0.7:
         argv += ["--aiob_enable", f"--comp_filepath={rng.choice(profiles)}"]
     return argv

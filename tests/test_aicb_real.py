@@ -19,10 +19,10 @@ import pytest
 import yaml
 
 from commsweep.aiob import profile_file
-from commsweep.cli import build_parser
-from commsweep.errors import ConfigError
-from commsweep.models import PRESETS
-from commsweep.training import TrainingSetup
+from commsweep.base.errors import ConfigError
+from commsweep.orchestration.cli import build_parser
+from commsweep.setup.models import PRESETS
+from commsweep.setup.training import TrainingSetup
 from commsweep.workload import aicb, aicb_runner
 from commsweep.workload.generate import from_arguments
 

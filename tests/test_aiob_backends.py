@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-from commsweep import sweep
 from commsweep.aiob import backends
 from commsweep.aiob import profile_file as pf
-from commsweep.errors import ConfigError, InputError
+from commsweep.base.errors import ConfigError, InputError
+from commsweep.orchestration import sweep
 
 
 def profile(*args, check=True):
@@ -145,7 +145,7 @@ def test_sweep_checks_the_aiob_block():
 
 
 def test_points_sharing_a_profile_key_give_the_same_profile_arguments():
-    from commsweep.arguments import to_commsweep_argv
+    from commsweep.setup.arguments import to_commsweep_argv
 
     points, _ = sweep.expand(_config(backend="roofline", gpu="H200"))
     keys = {p.profile_key for p in points}

@@ -7,12 +7,12 @@ import dataclasses
 
 import pytest
 
-from commsweep import cli
 from commsweep.aiob import gpus, mla, roofline
 from commsweep.aiob import profile_file as pf
-from commsweep.errors import ConfigError
-from commsweep.models import PRESETS
-from commsweep.training import TrainingSetup
+from commsweep.base.errors import ConfigError
+from commsweep.orchestration import cli
+from commsweep.setup.models import PRESETS
+from commsweep.setup.training import TrainingSetup
 from commsweep.workload import aicb_deepseek
 
 V3 = PRESETS["deepseek-v3"]

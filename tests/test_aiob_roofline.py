@@ -12,9 +12,9 @@ import pytest
 
 from commsweep.aiob import gpus, roofline
 from commsweep.aiob import profile_file as pf
-from commsweep.errors import ConfigError
-from commsweep.models import PRESETS, ModelSpec
-from commsweep.training import TrainingSetup
+from commsweep.base.errors import ConfigError
+from commsweep.setup.models import PRESETS, ModelSpec
+from commsweep.setup.training import TrainingSetup
 
 
 def setup(model: str | ModelSpec = "gpt-7b", **kw) -> TrainingSetup:

@@ -10,9 +10,9 @@ import pytest
 
 from commsweep.aiob import profile_file as pf
 from commsweep.aiob import torch_bench
-from commsweep.errors import CommsweepError
-from commsweep.models import PRESETS, ModelSpec
-from commsweep.training import TrainingSetup
+from commsweep.base.errors import CommsweepError
+from commsweep.setup.models import PRESETS, ModelSpec
+from commsweep.setup.training import TrainingSetup
 
 try:
     import torch  # noqa: F401
@@ -94,7 +94,7 @@ def test_missing_torch_is_explained(tmp_path):
     """Run the CLI with torch made unimportable: the error says how to install it."""
     code = (
         "import sys; sys.modules['torch'] = None\n"
-        "from commsweep.cli import main\n"
+        "from commsweep.orchestration.cli import main\n"
         f"sys.exit(main(['profile', '--backend', 'torch', '-o', {str(tmp_path / 'p.txt')!r}]))\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -8,8 +8,8 @@ import pytest
 import sweeps
 from test_workflow import snakemake
 
-from commsweep import sweep
 from commsweep.aiob import profile_file as pf
+from commsweep.orchestration import sweep
 from commsweep.workload import format as wf
 
 from conftest import REPO

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from commsweep import cli, paths, sweep
 from commsweep.analysis import answer, causes
+from commsweep.base import paths
+from commsweep.orchestration import cli, sweep
 from test_causes import default_config, run_sweep
 
 GiB = 2**30
@@ -159,7 +160,7 @@ def test_the_readme_quotes_the_default_sweeps_answer(results):
     from conftest import REPO
 
     readme = (REPO / "README.md").read_text()
-    section = readme.split("## The answer (default sweep)")[1].split("## Run it")[0]
+    section = readme.split("## The answer (default sweep)")[1].split("\n## ")[0]
     rows = [r for r in causes.read_csv(results / "difference_by_cause.csv") if r.point.endswith("__netA")]
     assert check_numbers(section, rows) >= 10
     assert "\u22122,181,038,080 bytes (\u22122.03 GiB)" in section and "+7,303,725,056 bytes" in section

@@ -8,12 +8,12 @@ import shlex
 
 import pytest
 
-from commsweep.arguments import (
+from commsweep.setup.arguments import (
     add_aiob_arguments, add_training_arguments, same_setup, setup_from_args, to_aicb_argv, to_commsweep_argv,
 )
-from commsweep.errors import ConfigError
-from commsweep.models import PRESETS
-from commsweep.training import TrainingSetup
+from commsweep.base.errors import ConfigError
+from commsweep.setup.models import PRESETS
+from commsweep.setup.training import TrainingSetup
 
 
 

@@ -11,12 +11,12 @@ from collections import Counter
 
 import pytest
 
-from commsweep import cli
 from commsweep.analysis import audit
-from commsweep.arguments import add_aiob_arguments, add_training_arguments, setup_from_args
-from commsweep.errors import ConfigError, InputError
-from commsweep.models import PRESETS, ModelSpec
-from commsweep.training import TrainingSetup
+from commsweep.base.errors import ConfigError, InputError
+from commsweep.orchestration import cli
+from commsweep.setup.arguments import add_aiob_arguments, add_training_arguments, setup_from_args
+from commsweep.setup.models import PRESETS, ModelSpec
+from commsweep.setup.training import TrainingSetup
 from commsweep.workload import format as wf
 from commsweep.workload import megatron
 

@@ -12,8 +12,8 @@ import pytest
 from commsweep.aiob import roofline
 from commsweep.aiob.gpus import GPUS
 from commsweep.analysis import audit, causes
-from commsweep.models import PRESETS
-from commsweep.training import TrainingSetup
+from commsweep.setup.models import PRESETS
+from commsweep.setup.training import TrainingSetup
 from commsweep.workload import aicb, megatron
 
 QWEN, MIXTRAL = PRESETS["qwen1.5-moe-a2.7b"], PRESETS["mixtral-8x7b"]
@@ -112,6 +112,6 @@ def test_megatron_moe_workload_audits_clean_and_the_table_names_causes():
     s = setup(QWEN, tp=2, ep=4)
     assert audit.audit(megatron.schedule(s).workload(), s) == []
     findings = audit.audit(aicb.generate(s), s)
-    table = audit.to_table(findings)
+    table = audit.to_table(findings, causes.cause_families(findings))
     assert "MoE causes (docs/moe.md):" in table
     assert "moe_shared_expert_missing:" in table and "layer0_moe_shared_fc1" in table

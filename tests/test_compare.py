@@ -19,13 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from commsweep import cli, paths
 from commsweep.analysis import audit, compare, plots, summary, timeline, volumes
-from commsweep.arguments import add_aiob_arguments, add_training_arguments, setup_from_args
+from commsweep.base import paths
+from commsweep.orchestration import cli
+from commsweep.setup.arguments import add_aiob_arguments, add_training_arguments, setup_from_args
+from commsweep.setup.points import TABLE_COLUMNS
 from commsweep.simulate import run as simulate_run
 from commsweep.simulate.collectives import csv_field
 from commsweep.simulate.engine import load_ratios
-from commsweep.sweep import TABLE_COLUMNS
 from commsweep.workload import format as wf
 from commsweep.workload import megatron
 

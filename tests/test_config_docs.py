@@ -9,10 +9,10 @@ import tomllib
 
 import pytest
 
-from commsweep import config_docs, sweep
-from commsweep.config_schema import schema, validate_config
-from commsweep.errors import ConfigError
-from commsweep.models import ModelSpec, model_from_dict, preset_entries, presets
+from commsweep.base.errors import ConfigError
+from commsweep.orchestration import config_docs, sweep
+from commsweep.setup.config_schema import schema, validate_config
+from commsweep.setup.models import ModelSpec, model_from_dict, preset_entries, presets
 from conftest import REPO
 
 
@@ -65,7 +65,7 @@ def test_model_schema_mirrors_modelspec():
 def test_config_page_is_generated_from_the_schema():
     page = REPO / "docs" / "config.md"
     assert page.read_text(encoding="utf-8") == config_docs.render(), (
-        "docs/config.md is stale: run `.venv/bin/python -m commsweep.config_docs` and commit it")
+        "docs/config.md is stale: run `.venv/bin/python -m commsweep.orchestration.config_docs` and commit it")
 
 
 def test_check_mode_fails_on_a_stale_page(tmp_path, capsys):

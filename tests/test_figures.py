@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from commsweep import batch, cli, paths, sweep
+from commsweep.base import paths
+from commsweep.orchestration import batch, cli, sweep
 from commsweep.analysis import plots, summary, timeline
 from test_causes import default_config, run_sweep
 

@@ -51,6 +51,8 @@ def test_a_run_leaves_no_report_of_results_it_replaced_and_names_the_command_tha
     assert suggested(first) == "make report CONFIG=my-sweep.yaml"
     in_clone(project, *shlex.split(suggested(first)), "-o", ".venv/.base-installed")
     first_run = json.loads((project / "results" / "run.json").read_text())["run"]
+    # Its end says how it went, and where the answer is.
+    assert f"commsweep: all 2 point(s) ok (run {first_run}); the answer: results/answer.md\n" in first.stderr
     assert first_run in report.read_text(errors="replace")
 
     # The same sweep with an override: the tables change, so the report of the first run goes,
@@ -95,7 +97,7 @@ def test_a_reader_that_stops_reading_is_no_error():
 
 
 def test_the_note_on_points_that_do_not_fit_names_the_key_that_drops_them():
-    from commsweep.config_schema import schema
+    from commsweep.setup.config_schema import schema
 
     done = subprocess.run([COMMSWEEP, "sweep", str(REPO / "config" / "moe.yaml")], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -120,7 +122,7 @@ def test_the_count_of_batches_agrees_with_their_names(tmp_path):
 def test_ctrl_c_in_a_command_says_one_line_and_ends_as_interrupted(tmp_path):
     """Ctrl-C while a command works (here a real SIGINT, sent while it reads the config): one
     line, no traceback, and the status of a process SIGINT ended, as a shell expects."""
-    script = ("import os, signal\nfrom commsweep import cli, sweep\n"
+    script = ("import os, signal\nfrom commsweep.orchestration import cli, sweep\n"
               "sweep.load_config = lambda path: os.kill(os.getpid(), signal.SIGINT)\n"
               "cli.main(['sweep', 'my-sweep.yaml'])\n")
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True)
@@ -130,8 +132,8 @@ def test_ctrl_c_in_a_command_says_one_line_and_ends_as_interrupted(tmp_path):
 def test_the_command_line_page_covers_every_command_and_plot_kind():
     """docs/cli.md says it lists every command: each subcommand has its row, and the plot row
     names every kind of figure."""
-    from commsweep import cli
     from commsweep.analysis.plots import PLOTS
+    from commsweep.orchestration import cli
 
     page = (REPO / "docs" / "cli.md").read_text()
     rows = {line.split("`")[1]: line for line in page.splitlines() if line.startswith("| `")}
@@ -153,3 +155,35 @@ def test_docs_and_sources_cite_public_sources_not_the_maintainers_reference_fold
                 found += [f"{path.relative_to(REPO)}:{n}" for n, line in enumerate(text.splitlines(), 1)
                           if "shared/reference" in line]
     assert found == []
+
+
+def test_make_report_of_a_run_that_did_not_finish_says_so_and_names_the_command_that_finishes_it(tmp_path):
+    """After Ctrl-C, the run record is there but not its end (results/status.txt): the report
+    would fail in Snakemake on a missing figure, after a screen of warnings."""
+    from commsweep.orchestration import provenance, sweep
+
+    config = tmp_path / "my-sweep.yaml"
+    config.write_text(sweeps.text("two-points"))
+    loaded = sweep.load_config(config)
+    points, _ = sweep.points_from_config(loaded)
+    run = provenance.Run(config=loaded, inputs=provenance.check_external(loaded, points), config_files=("my-sweep.yaml",))
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "run.json").write_text(run.record())
+    argv = [COMMSWEEP, "sweep", "--check", "my-sweep.yaml", "--made", "results/run.json"]
+    refused = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True)
+    assert refused.returncode == 2
+    assert refused.stderr == (f"commsweep sweep: error: run {run.id} of my-sweep.yaml did not finish (no "
+                              "results/status.txt, which its end writes): finish it first (make run CONFIG=my-sweep.yaml)\n")
+    (tmp_path / "results" / "status.txt").write_text(f"all 2 point(s) ok (run {run.id})\n")
+    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.endswith(f"run {run.id}\n"), done.stderr
+
+
+def test_a_sweep_whose_every_point_is_dropped_says_why_before_any_run(tmp_path):
+    config = tmp_path / "my-sweep.yaml"
+    config.write_text("sweep:\n  tp: [3]\nskip_invalid: true\n")
+    done = subprocess.run([COMMSWEEP, "sweep", str(config)], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr.startswith("commsweep sweep: error: sweep: no valid sweep point: all 1 combination(s) dropped "
+                                  "(skip_invalid, skip_unfit), e.g. [model=gpt-7b, world_size=16, tp=3,")
+    assert "tp=3 does not divide the 32 attention heads" in done.stderr

@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from commsweep import cli
+from commsweep.orchestration import cli
 
 NETWORK = ["-g_p_s", "8", "-n_p_s", "4", "-nv", "360", "-nic", "48.5"]
 SIMULATE = ["simulate", "-w", "w.txt", "-g", "16", "-r", "p-"]
@@ -64,7 +64,7 @@ def test_help_lists_one_spelling(command, new, capsys):
 def test_commsweep_flags_use_hyphens():
     # Every long option commsweep lists is hyphenated, or an upstream spelling: AICB's training
     # arguments (`arguments.py`) and SimAI's network and overlap flags.
-    from commsweep import arguments
+    from commsweep.setup import arguments
 
     upstream = {"--nic_per_server", "--nic_busbw", "--tp_overlap", "--dp_overlap", "--ep_overlap", "--pp_overlap",
                 "--aiob_enable", "--comp_filepath"}

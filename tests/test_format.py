@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from commsweep.errors import InputError
+from commsweep.base.errors import InputError
 from commsweep.workload import format as wf
 
 from conftest import reference_files
@@ -124,7 +124,7 @@ def test_comm_group_by_column():
 
 def test_write_is_atomic(tmp_path):
     """A failure while writing leaves the earlier file untouched and no temporary behind."""
-    from commsweep.files import atomic_open
+    from commsweep.base.files import atomic_open
 
     out = tmp_path / "w.txt"
     out.write_text("previous result\n")

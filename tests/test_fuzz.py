@@ -23,12 +23,12 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from commsweep import sweep
 from commsweep.aiob import profile_file as pf
-from commsweep.errors import CommsweepError, ConfigError, InputError
-from commsweep.models import PRESETS
+from commsweep.base.errors import CommsweepError, ConfigError, InputError
+from commsweep.orchestration import sweep
+from commsweep.setup.models import PRESETS
+from commsweep.setup.training import TrainingSetup
 from commsweep.simulate import endtoend
-from commsweep.training import TrainingSetup
 from commsweep.workload import format as wf
 from commsweep.workload import megatron
 from conftest import REFERENCE, REPO

@@ -8,8 +8,8 @@ import itertools
 import pytest
 
 from commsweep.analysis import volumes
-from commsweep.models import PRESETS, ModelSpec
-from commsweep.training import TrainingSetup
+from commsweep.setup.models import PRESETS, ModelSpec
+from commsweep.setup.training import TrainingSetup
 from commsweep.workload import format as wf
 from commsweep.workload import megatron
 

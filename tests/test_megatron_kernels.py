@@ -10,8 +10,8 @@ import pytest
 
 from commsweep.aiob import gpus
 from commsweep.aiob import megatron_kernels as mk
-from commsweep.models import PRESETS, ModelSpec
-from commsweep.training import TrainingSetup
+from commsweep.setup.models import PRESETS, ModelSpec
+from commsweep.setup.training import TrainingSetup
 
 GPT_22B = ModelSpec(name="22b", num_layers=48, hidden_size=6144, num_attention_heads=64, ffn_hidden_size=24576,
                     vocab_size=51200, max_position_embeddings=2048)
@@ -150,3 +150,25 @@ def test_a_22b_layer_is_korthikanti_table_4(reference):
         measured = float(rows[name]["combined_ms"]) * 1000
         assert (fwd + bwd) / measured == pytest.approx(1, abs=0.06), name
         assert math.isclose(fwd / 1000, float(rows[name]["forward_ms"]), rel_tol=0.1), name
+
+
+@pytest.mark.parametrize("attention", ["unfused", "flash"])
+@pytest.mark.parametrize("sp", [False, True])
+def test_mla_projections_and_attention_flops(attention, sp):
+    """DeepSeek-V3's multi-latent attention at TP 8 (workload/megatron_mla.py): the down
+    projections whole over the rank's tokens (its sequence shard with SP), the up projections
+    and linear_proj split over TP; the core with query/key heads of 192 and value heads of 128."""
+    m = PRESETS["deepseek-v3"]
+    s = TrainingSetup(model=m, world_size=8, tp=8, sp=sp, micro_batch=1, global_batch=1, seq_length=4096)
+    sw = dataclasses.replace(mk.software("2022"), attention=attention)
+    parts = mk.kernels(s, sw).parts
+    n, h, a = 4096, 7168, 128 // 8
+    rows = n // 8 if sp else n
+    down = 2 * rows * h * (1536 + 512 + 64)
+    up = 2 * n * (1536 * a * 192 + 512 * a * (128 + 128))
+    assert flops(parts["attention_qkv"].fwd) == down + up
+    assert flops(parts["attention_qkv"].ig) == flops(parts["attention_qkv"].wg) == down + up
+    proj = 2 * n * a * 128 * h
+    core = 2 * n * n * a * (192 + 128)  # Q K^T over 192, the context over 128
+    core = core / 2 if attention == "flash" else core  # causal
+    assert flops(parts["attention_proj"].fwd) == pytest.approx(proj + core)

@@ -9,8 +9,8 @@ import itertools
 import pytest
 
 from commsweep.analysis import audit, volumes
-from commsweep.models import PRESETS
-from commsweep.training import TrainingSetup
+from commsweep.setup.models import PRESETS
+from commsweep.setup.training import TrainingSetup
 from commsweep.workload import format as wf
 from commsweep.workload import megatron
 

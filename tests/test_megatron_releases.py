@@ -14,12 +14,12 @@ import sys
 import pytest
 import yaml
 
-from commsweep import sweep
 from commsweep.analysis import audit
-from commsweep.errors import ConfigError
-from commsweep.models import PRESETS
+from commsweep.base.errors import ConfigError
+from commsweep.orchestration import sweep
+from commsweep.setup.models import PRESETS
+from commsweep.setup.training import TrainingSetup
 from commsweep.trace import versions
-from commsweep.training import TrainingSetup
 from commsweep.workload import format as wf
 from commsweep.workload import megatron, megatron_releases
 
@@ -218,7 +218,7 @@ def test_generate_and_audit_take_the_release(tmp_path):
 
 
 def _setup(argv):
-    from commsweep.arguments import add_training_arguments, setup_from_args
+    from commsweep.setup.arguments import add_training_arguments, setup_from_args
     import argparse
 
     parser = argparse.ArgumentParser()

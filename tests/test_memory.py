@@ -8,9 +8,10 @@ import io
 
 import pytest
 
-from commsweep import memory, sweep
-from commsweep.models import PRESETS, ModelSpec
-from commsweep.training import TrainingSetup
+from commsweep.orchestration import sweep
+from commsweep.setup import memory
+from commsweep.setup.models import PRESETS, ModelSpec
+from commsweep.setup.training import TrainingSetup
 from commsweep.workload.megatron import expert_parameters, local_parameters, stage_layers
 
 from conftest import REPO

@@ -8,7 +8,7 @@ import csv
 import pytest
 
 import sweeps
-from commsweep import sweep
+from commsweep.orchestration import sweep
 from conftest import REPO
 
 

@@ -325,7 +325,7 @@ def test_real_simulator_writes_the_reference_run(tmp_path, reference):
 
 def test_simulate_command_with_the_ns3_backend(stand_in, reference, capsys):
     """`commsweep simulate --backend ns3`: the analytical backends' files, plus the run's record."""
-    from commsweep.cli import main
+    from commsweep.orchestration.cli import main
     from commsweep.simulate import times
     from commsweep.simulate.ns3 import record
 
@@ -353,8 +353,9 @@ def test_sweep_plans_each_packet_point_as_a_job_of_its_own(stand_in, reference, 
     the packet-level point is a batch of its own, after that one, with simulator.ns3's resources; run
     through the stand-in replaying the reference run, it writes that run's EndToEnd.csv and the same
     tables as its analytical twin; the comparison sets them side by side."""
-    from commsweep import batch, configfile, provenance, sweep
-    from commsweep.paths import Layout
+    from commsweep.base.paths import Layout
+    from commsweep.orchestration import batch, provenance, sweep
+    from commsweep.setup import configfile
     from commsweep.simulate import times
     from commsweep.simulate.ns3 import compare
 
@@ -454,8 +455,10 @@ def test_flows_past_simais_32_bit_count_are_left_out_of_the_slowdowns():
 def test_a_failed_packet_run_is_a_named_failed_point(stand_in, reference, monkeypatch):
     """In the sweep, an empty EndToEnd.csv from SimAI fails that point's simulate task with the
     reason in its status; its analytical twin is untouched."""
-    from commsweep import batch, configfile, provenance, status, sweep
-    from commsweep.paths import Layout
+    from commsweep.base import status
+    from commsweep.base.paths import Layout
+    from commsweep.orchestration import batch, provenance, sweep
+    from commsweep.setup import configfile
 
     binary, _, tmp = stand_in
     monkeypatch.setenv("STAND_IN_MODE", "empty")

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from commsweep import cli, sweep
 from commsweep.aiob import gpus
 from commsweep.aiob import profile_file as pf
-from commsweep.models import presets
-from commsweep.training import TrainingSetup
+from commsweep.orchestration import cli, sweep
+from commsweep.setup.models import presets
+from commsweep.setup.training import TrainingSetup
 from commsweep.workload import format as wformat
+from commsweep.workload import generate
 
 
 def setup_args(name):
@@ -23,7 +24,7 @@ def schedules(name):
     m = presets()[name]
     setup = TrainingSetup(model=m, world_size=8, tp=2, ep=2 if m.is_moe else 1, sp=m.is_moe, global_batch=8)
     # AICB's DeepSeek frame writes expert-parallel traffic on its AIOB path only.
-    return [s for s in sweep.SCHEDULES if not sweep.schedule_problems(setup, s, aiob=m.is_mla)]
+    return [s for s in generate.SCHEDULES if not generate.schedule_problems(setup, s, aiob=m.is_mla)]
 
 
 @pytest.mark.parametrize("name", list(presets()))
@@ -70,9 +71,18 @@ def test_deepseek_presets_keep_their_published_layout():
     ({"q_lora_rank": 64}, "models.m.q_lora_rank"),
 ])
 def test_incomplete_mla_is_a_config_error_naming_the_field(fields, key):
-    from commsweep.errors import ConfigError
-    from commsweep.models import model_from_dict
+    from commsweep.base.errors import ConfigError
+    from commsweep.setup.models import model_from_dict
 
     with pytest.raises(ConfigError) as err:
         model_from_dict("m", {"base": "gpt-7b", **fields})
     assert err.value.key == key
+
+
+@pytest.mark.parametrize("name, billions", [("deepseek-v3", 671), ("deepseek-v2-lite", 15.7)])
+def test_deepseek_presets_have_their_published_size(name, billions):
+    # DeepSeek-V3 report: 671B parameters (the MTP module aside); DeepSeek-V2 paper: V2-Lite 15.7B.
+    from commsweep.workload.megatron import local_parameters
+
+    whole = TrainingSetup(model=presets()[name], world_size=1, seq_length=4096)
+    assert local_parameters(whole) / 1e9 == pytest.approx(billions, rel=0.005)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from commsweep.aiob import profile_file as pf
-from commsweep.errors import InputError
+from commsweep.base.errors import InputError
 
 
 def test_example_round_trips(reference, tmp_path):

@@ -1,5 +1,5 @@
 """The package side of trustworthy runs: external inputs, the run's name, stale outputs,
-locks, limits, config overrides and rule commands (commsweep.provenance, locks, limits,
+locks, limits, config overrides and rule commands (commsweep.orchestration.provenance, locks, limits,
 configfile, pipeline). The Snakemake runs that use them are in test_trust.py."""
 
 from __future__ import annotations
@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 
 import sweeps
-from commsweep import configfile, limits, locks, paths, pipeline, provenance, sweep
-from commsweep.errors import ConfigError
-from commsweep.models import resolve_model
-from commsweep.training import TrainingSetup
+from commsweep.base import paths
+from commsweep.base.errors import ConfigError
+from commsweep.orchestration import limits, locks, pipeline, provenance, sweep
+from commsweep.setup import configfile
+from commsweep.setup.models import resolve_model
+from commsweep.setup.training import TrainingSetup
 from commsweep.workload import generate
 
 # -- external inputs ---------------------------------------------------------------------

@@ -99,14 +99,18 @@ def test_failed_points_and_steps_leave_the_others_intact_and_are_retried(tmp_pat
     assert ok_rows == [{**r, "run": ""} for r in summary_rows(ref) if r["point"] != bad_point]
     for name in ("volume_by_tp.png", "tp_bytes_by_phase.png", "exposed_by_group.png"):
         assert (run / "results" / "plots" / name).read_bytes()[:4] == b"\x89PNG"
-    # The timeline of the failed point is a marker, not the good run's figure.
-    assert (run / "results" / "plots" / "timeline.png").read_text().startswith("commsweep: no result: generate:")
+    # The timeline of the failed point is a marker, not the good run's figure: not drawn, because
+    # the point's workload failed to generate.
+    timeline = (run / "results" / "plots" / "timeline.png").read_text()
+    assert timeline.startswith(f"commsweep: no result: timeline: not run: results/workloads/{HUGE_POINT.split('__')[0]}/"
+                               "workload.status failed: generate: arguments: the model is too large"), timeline
     verdicts = (run / "results" / "verdicts.csv").read_text()
     assert bad_point not in verdicts and "gpt-huge" not in verdicts  # failed points carry no verdict
 
     # A failed job's outputs are markers, which no reader takes for data.
     marker = run / "results" / "workloads" / bad_point.split("__")[0] / "workload.txt"
-    assert marker.read_text().startswith("commsweep: no result: profile:")
+    assert marker.read_text().startswith(f"commsweep: no result: generate: not run: results/aiob/file/{corrupt}.status "
+                                         f"failed: profile: profiles/{corrupt}.txt:5:"), marker.read_text()
     with pytest.raises(Exception, match="expected the mode"):
         wf.read(marker)
 
@@ -143,12 +147,12 @@ def test_failed_points_and_steps_leave_the_others_intact_and_are_retried(tmp_pat
 
 
 def test_atomic_write_killed_midway_leaves_no_partial_file(tmp_path):
-    """SIGKILL while commsweep.files writes: the target keeps its old bytes, never a part."""
+    """SIGKILL while commsweep.base.files writes: the target keeps its old bytes, never a part."""
     target = tmp_path / "out.txt"
     target.write_text("old\n")
     script = (
         "import sys, time\n"
-        "from commsweep.files import atomic_open\n"
+        "from commsweep.base.files import atomic_open\n"
         "with atomic_open(sys.argv[1]) as fh:\n"
         "    for i in range(10**6):\n"
         "        fh.write('x' * 1000 + '\\n'); fh.flush()\n"
@@ -265,6 +269,7 @@ def test_ctrl_c_mid_sweep_then_make_run_finishes_it(tmp_path):
     assert all(re.fullmatch(r"batch \S+: interrupted \(Ctrl-C\); the tasks it finished are kept, "
                             r"the next run does the others\n", log) for log in logs), after
     assert len(after.splitlines()) <= 20 * max(1, len(logs)), after
+    assert "commsweep: the run did not finish (above: why); the same command again keeps what is done" in after
     # No verdict and no tables: the run did not end.
     assert not (run / "results" / "status.txt").exists() and not (run / "results" / "summary.csv").exists()
 

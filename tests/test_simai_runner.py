@@ -163,7 +163,7 @@ def test_run_in_a_fresh_directory(stand_in, monkeypatch):
 
 def test_cli_writes_the_times_of_a_simai_run(stand_in, monkeypatch):
     """`commsweep simulate --backend simai --times`: SimAI's summary line and its collectives, summed."""
-    from commsweep.cli import main
+    from commsweep.orchestration.cli import main
     from commsweep.simulate import endtoend, times
 
     root, run, tmp = stand_in
@@ -202,7 +202,7 @@ def test_run_timeout(stand_in, monkeypatch):
 
 
 def test_run_without_binary_or_tables(tmp_path):
-    from commsweep.errors import ConfigError
+    from commsweep.base.errors import ConfigError
 
     with pytest.raises(ConfigError, match="SimAI_analytical not found"):
         simai.find_binary(tmp_path)

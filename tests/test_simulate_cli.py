@@ -11,7 +11,7 @@ import pytest
 
 import simai_runs
 import sweeps
-from commsweep.cli import main
+from commsweep.orchestration.cli import main
 from commsweep.workload import format as wf
 from conftest import REPO
 
@@ -99,7 +99,7 @@ from test_workflow import snakemake  # noqa: E402
 def test_one_simulation_per_point(tmp_path):
     config = REPO / "config" / "config.yaml"
     result = snakemake(tmp_path, "--configfile", str(config), "--dry-run")
-    from commsweep import sweep
+    from commsweep.orchestration import sweep
 
     points, _ = sweep.points_from_config(sweep.load_config(config))
     assert len({p.network for p in points}) > 1  # the default sweep shares workloads across networks

@@ -8,7 +8,7 @@ import math
 import pytest
 
 import simai_runs
-from commsweep.errors import InputError
+from commsweep.base.errors import InputError
 from commsweep.simulate import endtoend
 from commsweep.simulate.engine import (
     Network, Ratios, SimaiBugError, comm_time_ns, load_ratios, parse_comm_type, simulate,
@@ -258,7 +258,7 @@ def test_default_ratios_are_said(ratios):
 
 
 def test_network_validation():
-    from commsweep.errors import ConfigError
+    from commsweep.base.errors import ConfigError
 
     with pytest.raises(ConfigError, match="nics_per_server"):
         Network(16, 8, 0, "360", "48.5")

@@ -7,7 +7,7 @@ import math
 import pytest
 
 import simai_runs
-from commsweep.errors import InputError
+from commsweep.base.errors import InputError
 from commsweep.simulate import bandwidth as bw
 from commsweep.simulate import endtoend
 from commsweep.simulate.cfloat import f32, f32_from_str, f32_of_int, fixed, u64

@@ -9,9 +9,9 @@ import sys
 import pytest
 
 import sweeps
-from commsweep import paths, status
 from commsweep.analysis import summary
-from commsweep.errors import InputError
+from commsweep.base import paths, status
+from commsweep.base.errors import InputError
 from commsweep.workload import format as wf
 
 GENERATE = ["generate", "--schedule", "megatron", "--model", "gpt-7b", "--world_size=16",
@@ -128,7 +128,7 @@ def test_bad_status_files_are_named(tmp_path, text, message):
 
 def make_results(tmp_path):
     """Two points of one sweep, run as the rules run them; the second's generation fails."""
-    from commsweep import cli
+    from commsweep.orchestration import cli
 
     results = tmp_path / "results"
     table = tmp_path / "sweep.csv"

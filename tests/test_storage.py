@@ -18,7 +18,7 @@ import shutil
 import pytest
 
 import sweeps
-from commsweep import storage
+from commsweep.orchestration import storage
 
 
 def _needs_fs_storage() -> None:
@@ -37,7 +37,7 @@ def _needs_fs_storage() -> None:
 
 
 def sweeps_points(config):
-    from commsweep import sweep
+    from commsweep.orchestration import sweep
 
     points, _ = sweep.points_from_config(sweep.load_config(config))
     return points
@@ -109,3 +109,18 @@ def test_enter_runs_from_the_root_once(tmp_path, monkeypatch):
     # Taken out of the environment: a command started from here (or a second call) stays put.
     assert storage.ROOT_ENV not in os.environ
     assert storage.enter(["results/x"]) == ["results/x"] and os.getcwd() == str(root)
+
+
+@pytest.mark.parametrize("name", ["kubernetes", "aws-batch"])
+def test_profiles_without_a_shared_filesystem_bundle_the_tables_as_slurm_does(name):
+    """The Kubernetes and AWS Batch profiles (docs/cluster.md): every file through S3, and the
+    sweep-wide steps in one job, the same group as on Slurm (whose profile is kept up to date
+    with the rules by its dry-run test)."""
+    import yaml
+
+    from conftest import REPO
+
+    profile = yaml.safe_load((REPO / "profiles" / name / "config.yaml").read_text())
+    slurm = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
+    assert profile["shared-fs-usage"] == "none" and profile["default-storage-provider"] == "s3"
+    assert profile["executor"] == name and profile["groups"] == slurm["groups"]

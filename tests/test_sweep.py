@@ -7,9 +7,9 @@ import copy
 import pytest
 import yaml
 
-from commsweep import sweep
-from commsweep.config_schema import validate_config
-from commsweep.errors import ConfigError
+from commsweep.base.errors import ConfigError
+from commsweep.orchestration import sweep
+from commsweep.setup.config_schema import validate_config
 
 from conftest import REPO
 

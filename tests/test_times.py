@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 import simai_runs
-from commsweep.cli import main
-from commsweep.errors import InputError
+from commsweep.base.errors import InputError
+from commsweep.orchestration.cli import main
 from commsweep.simulate import collectives, endtoend, times
 
 CLEAN = [r for r in simai_runs.params("clean") if r.values[0] is None or r.values[0].name.startswith("gpt7b_ws16_tp")][:4]

@@ -15,11 +15,11 @@ import sys
 
 import pytest
 
-from commsweep.errors import InputError
-from commsweep.models import PRESETS
+from commsweep.base.errors import InputError
+from commsweep.setup.models import PRESETS
+from commsweep.setup.training import TrainingSetup
 from commsweep.trace import compare, records, runner, scale
 from commsweep.trace.records import RankInfo, Trace, TraceRecord
-from commsweep.training import TrainingSetup
 
 MISSING = runner.missing_dependencies()
 

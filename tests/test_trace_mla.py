@@ -13,10 +13,10 @@ import dataclasses
 
 import pytest
 
-from commsweep.models import PRESETS
+from commsweep.setup.models import PRESETS
+from commsweep.setup.training import TrainingSetup
 from commsweep.trace import compare, runner, scale
 from commsweep.trace.records import Trace
-from commsweep.training import TrainingSetup
 from commsweep.workload import megatron, megatron_mla, megatron_releases
 
 MISSING = runner.missing_dependencies()
@@ -159,3 +159,39 @@ def test_mla_schedule_matches_megatron_core(traces, case):
         assert any(r.module.endswith(".linear_q_proj") and r.elements == tokens * m.hidden_size for r in attention)
     if m.moe_first_k_dense and trace.setup.pp == 1:
         assert any(r.module == "decoder.layers.0.mlp.linear_fc1" for r in rows)
+
+
+# -- the newest traced release -------------------------------------------------------------
+
+NEWEST_CASES = ("v3_tp2_sp_ep2", "v2lite_tp2_sp_ep2")
+
+
+@pytest.fixture(scope="module")
+def newest_traces() -> dict[str, Trace]:
+    """Two cases traced by the newest traced release (one launch; its folder as test_versions makes it)."""
+    from commsweep.trace import versions
+    from test_versions import _make
+
+    env = _make(versions.newest_traced(), versions.cache_root())
+    setups = {name: scale.scaled_setup(CASES[name][0], dp=CASES[name][1]) for name in NEWEST_CASES}
+    return dict(zip(setups, runner.run(list(setups.values()), timeout=900, environment=env)))
+
+
+@pytest.mark.trace
+@pytest.mark.skipif(MISSING is not None, reason=f"cannot trace: {MISSING}")
+def test_the_newest_release_matches_its_mla_schedule_and_norms_linear_q_proj(traces, newest_traces):
+    """0.19.2 matches its own schedule row by row; without a query latent it differs from
+    0.16.1 by the norm it fuses into linear_q_proj (h per layer: the SP all-reduce and the DP
+    collectives grow by it), with a query latent not at all."""
+    for case, trace in newest_traces.items():
+        assert trace.ranks[0].megatron_core == megatron_releases.NEWEST
+        rows = compare.compare(trace)
+        assert compare.differences(rows) == [], f"{case}:\n{compare.summary(rows)}"
+
+    def sp_allreduce(trace: Trace) -> int:
+        return next(r.elements for r in compare.compare(trace) if r.module == "finalize_model_grads.sequence_parallel")
+
+    lite = newest_traces["v2lite_tp2_sp_ep2"]
+    hidden, layers = lite.setup.model.hidden_size, lite.setup.model.num_layers
+    assert sp_allreduce(lite) - sp_allreduce(traces["v2lite_tp2_sp_ep2"]) == layers * hidden
+    assert sp_allreduce(newest_traces["v3_tp2_sp_ep2"]) == sp_allreduce(traces["v3_tp2_sp_ep2"])

@@ -15,10 +15,10 @@ import tempfile
 
 import pytest
 
-from commsweep.models import PRESETS
+from commsweep.setup.models import PRESETS
+from commsweep.setup.training import TrainingSetup
 from commsweep.trace import compare, runner, scale
 from commsweep.trace.records import Trace
-from commsweep.training import TrainingSetup
 from commsweep.workload import megatron
 
 MISSING = runner.missing_dependencies()

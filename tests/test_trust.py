@@ -54,7 +54,7 @@ def batch_pid(session: int) -> int | None:
 
 
 def task_under_way(workdir: Path) -> str | None:
-    """The status file of the task a batch job runs now (commsweep.batch.RUNNING), if any."""
+    """The status file of the task a batch job runs now (commsweep.orchestration.batch.RUNNING), if any."""
     for marker in (workdir / ".snakemake" / "commsweep" / "batches").glob("*.running"):
         with contextlib.suppress(OSError):
             if text := marker.read_text().strip():

@@ -13,11 +13,11 @@ import pytest
 from commsweep.aiob import gpus
 from commsweep.aiob import megatron_kernels as mk
 from commsweep.analysis import predict, validate
-from commsweep.cli import main
-from commsweep.errors import InputError
+from commsweep.base.errors import InputError
+from commsweep.orchestration.cli import main
+from commsweep.setup.training import TrainingSetup
 from commsweep.simulate import overlap
 from commsweep.simulate.engine import Network, simulate
-from commsweep.training import TrainingSetup
 from commsweep.workload import megatron
 
 KORTHIKANTI = validate.DATA / "korthikanti2022_table5.csv"
@@ -29,7 +29,7 @@ GOAL = (5.0, 15.0)
 # The tables that miss it, with the bound they do keep (docs/validation.md says why): the
 # later NeMo releases run the same layouts 11% faster than 24.07, on which the FP8 GEMM
 # efficiency is fitted.
-SHORT_OF_GOAL = {"nemo_later_h100.csv": (17.0, 18.0)}
+SHORT_OF_GOAL = {"nemo_later_h100.csv": (13.0, 18.0)}
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
@@ -67,7 +67,7 @@ def test_the_shipped_tables_cite_their_source_and_say_how_seconds_follow():
     for name in validate.PUBLISHED:
         comment = "".join(line for line in (validate.DATA / name).read_text().splitlines(keepends=True)
                           if line.startswith("#"))
-        assert "measured_s" in comment and ("commit" in comment or "arXiv" in comment), name
+        assert "measured_s" in comment and any(c in comment for c in ("commit", "arXiv", "https://")), name
         assert f"--megatron {validate.PUBLISHED[name]}" in comment, name
 
 
@@ -129,7 +129,10 @@ def test_a_run_without_a_measurement_is_predicted_only(tmp_path, capsys):
     rows = list(csv.DictReader(io.StringIO(out)))
     assert rc == 0 and rows[0]["measured_s"] == "" and rows[0]["error_pct"] == "" and float(rows[0]["predicted_s"]) > 1
     assert list(rows[0])[: len(validate.RUN_COLUMNS)] == list(validate.RUN_COLUMNS)
-    assert list(rows[0])[len(validate.RUN_COLUMNS):] == list(validate.RESULT_COLUMNS)
+    n = len(validate.RUN_COLUMNS) + len(validate.OPTIONAL_COLUMNS)
+    assert list(rows[0])[len(validate.RUN_COLUMNS):n] == list(validate.OPTIONAL_COLUMNS)
+    assert [rows[0][c] for c in validate.OPTIONAL_COLUMNS] == ["gpt", "", "bf16"]  # the defaults
+    assert list(rows[0])[n:] == list(validate.RESULT_COLUMNS)
 
 
 HEADER = ",".join(validate.RUN_COLUMNS)
@@ -280,3 +283,19 @@ def test_a_pipeline_across_servers_sends_at_the_nic_share():
     assert overlap.pipeline_link_gbps(deep, 8, 4, 300, 25) == 12.5
     one_server = TrainingSetup(model=model, world_size=8, tp=2, pp=4, global_batch=64)
     assert overlap.pipeline_link_gbps(one_server, 8, 4, 300, 25) == 300
+
+
+def test_the_nemo_recipes_attention_is_cudnns_fused_kernel():
+    """``nemo`` times the attention core as one cuDNN fused kernel each way, at the GPU's
+    fused-attention efficiency (FlashAttention-2's FLOPs and bytes), and keeps no s^2 tensor."""
+    run = next(r for r in validate.read_runs(NEMO) if r.name == "LLAMA2-7B")
+    nemo, core = mk.software("nemo"), mk.software("core")
+    fused = [k for k in mk.kernels(run.setup, nemo).parts["attention_proj"].fwd if k.kind == "fused_attention"]
+    flash = [k for k in mk.kernels(run.setup, core).parts["attention_proj"].fwd if k.kind == "attention"]
+    assert [k.name for k in fused] == ["cudnn.fwd"] and (fused[0].flops, fused[0].bytes) == (flash[0].flops, flash[0].bytes)
+    h100 = run.gpu
+    assert mk.kernel_us(fused[0], h100) == pytest.approx(
+        fused[0].flops / (h100.peak_flops * h100.fused_attention_efficiency) * 1e6)
+    assert mk.kernel_us(fused[0], h100) < mk.kernel_us(flash[0], h100)  # 0.50 against FlashAttention-2's 0.35
+    a100 = gpus.gpu("A100-80GB")  # no fused-attention figure: FlashAttention's
+    assert mk.kernel_us(fused[0], a100) == mk.kernel_us(flash[0], a100)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from commsweep.errors import CommsweepError, InputError
+from commsweep.base.errors import CommsweepError, InputError
 from commsweep.trace import compare, records, runner, scale, tally, versions
 from commsweep.trace.records import TraceRecord
 

@@ -49,7 +49,7 @@ def test_small_sweep_runs_end_to_end(tmp_path):
 
 def test_a_given_sweep_replaces_the_default_one(tmp_path):
     """--configfile replaces config/config.yaml: keys it leaves out take the schema's defaults."""
-    from commsweep import sweep
+    from commsweep.orchestration import sweep
 
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "config.yaml").write_text((REPO / "config" / "config.yaml").read_text())

@@ -19,6 +19,8 @@ rule difference_by_cause:
         # Each batch's part (its AICB points' causes), put together in the sweep's order.
         command=guarded_argv("causes", "--sweep", "<input.sweep>", "--parts", "<batches.causes>",
                              "-o", "<output.table>"),
+    conda:
+        COMMSWEEP_ENV
     log:
         L.log("difference_by_cause"),
     benchmark:
@@ -45,6 +47,8 @@ rule answer:
     params:
         provenance=provenance(),
         attempt=attempt(L.step_status("answer")),
+    conda:
+        COMMSWEEP_ENV
     log:
         L.log("answer"),
     benchmark:

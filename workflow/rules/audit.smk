@@ -9,6 +9,7 @@ rule compare:
         summary=L.summary(),
         batches=all_batches,
         after=L.step_status("summarize"),
+        **point_inputs("audits"),
     output:
         findings=report(L.findings(), caption="../report/findings.rst", category="Audit against Megatron"),
         comparison=report(L.comparison(), caption="../report/comparison.rst", category="Audit against Megatron"),
@@ -22,6 +23,8 @@ rule compare:
                              "--audits", "<batches.audits>", "--findings", "<output.findings>",
                              "--comparison", "<output.comparison>", "--verdicts", "<output.verdicts>",
                              "--by-kind", "<output.by_kind>"),
+    conda:
+        COMMSWEEP_ENV
     log:
         L.log("compare"),
     benchmark:

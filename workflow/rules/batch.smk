@@ -1,4 +1,4 @@
-# The per-point work, in batches of points (commsweep.batch): one job per batch runs every
+# The per-point work, in batches of points (commsweep.orchestration.batch): one job per batch runs every
 # stage of each of its points in-process (AIOB profile, workload, volumes, simulation,
 # audit), each task guarded as `commsweep guard -- COMMAND` would run it, and skips the
 # tasks whose outputs are current. Its manifest, written last, lists its points' files:
@@ -29,6 +29,8 @@ if not JOB_ROOT:
             attempt=batch_attempt,
             # The tasks themselves (an object: not a rerun trigger of its own, the digest is).
             plan=batch_of,
+        conda:
+            COMMSWEEP_ENV
         log:
             L.log("batch", "{batch}"),
         benchmark:
@@ -48,7 +50,8 @@ else:
             name:
                 batch_rule_name(_name)
             input:
-                external=_batch.inputs,
+                # Read on the node (absolute paths in the image), not from the storage.
+                external=[local(f) for f in _batch.inputs],
                 # What it reads from other batches (a packet-level point's workload), and their manifests.
                 reads=list(_batch.reads),
                 upstream=[L.batch_manifest(name) for name in _batch.after],
@@ -57,8 +60,10 @@ else:
                 points=_batch.outputs(),
             params:
                 digest=_batch.digest,
-                attempt=batch.attempt(_batch, LOCAL.batch_manifest(_name)),
+                attempt=batch.attempt(_batch, LOCAL.batch_manifest(_name), outputs_here=False),
                 plan=_batch,
+            conda:
+                COMMSWEEP_ENV
             log:
                 L.log("batch", _name),
             benchmark:

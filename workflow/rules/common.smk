@@ -1,22 +1,29 @@
-# Sweep points and the rules' input functions. Every path comes from commsweep.paths (the
+# Sweep points and the rules' input functions. Every path comes from commsweep.base.paths (the
 # results layout), every check and record from the package: this file only connects them.
 
 import os
 import shlex
+from pathlib import Path
 from typing import NamedTuple
 
 from snakemake.exceptions import WorkflowError
 
-from commsweep import batch, paths, pipeline, status, storage, sweep
 from commsweep.analysis import timeline
-from commsweep.arguments import to_commsweep_argv
-from commsweep.errors import CommsweepError
+from commsweep.base import paths, status
+from commsweep.base.errors import CommsweepError
+from commsweep.orchestration import batch, pipeline, storage, sweep
+from commsweep.setup.arguments import to_commsweep_argv
 from commsweep.trace.scale import pipeline_dp, trace_setups
 from commsweep.workload import megatron
 
 L = paths.Layout(paths.RESULTS)
+# The conda environment of every rule, for --software-deployment-method conda (the container
+# image is the Snakefile's): this package and its requirements, installed by pip from the
+# workflow's folder (COMMSWEEP_SOURCE). See docs/cluster.md.
+COMMSWEEP_ENV = "../envs/commsweep.yaml"
+os.environ.setdefault("COMMSWEEP_SOURCE", str(Path(workflow.basedir)))
 # Without a shared filesystem (a default storage provider: Kubernetes, a batch service), the
-# folder that holds this node's copies of the storage's files (commsweep.storage), else "".
+# folder that holds this node's copies of the storage's files (commsweep.orchestration.storage), else "".
 # Every job runs from it; this process reads what it knows of earlier runs there (LOCAL).
 try:
     JOB_ROOT = storage.job_root(workflow)
@@ -63,7 +70,7 @@ except CommsweepError as err:
     raise WorkflowError(str(err)) from None
 
 # The per-point work (AIOB profiles, workloads, volumes, simulations, audits), in batches of
-# points: one job each (workflow/rules/batch.smk, commsweep.batch).
+# points: one job each (workflow/rules/batch.smk, commsweep.orchestration.batch).
 BATCHES = batch.plan(POINTS, config, L, RUN, audited=AUDITED)
 BATCH_OF_POINT = batch.batch_of_points(BATCHES)
 pipeline.announce(workflow, POINTS, BATCHES)
@@ -104,7 +111,7 @@ def batch_of(wildcards):
 
 def batch_attempt(wildcards):
     """`params.attempt` of a batch: grows after a failed task or with an output missing, so
-    Snakemake reruns the batch, which redoes those tasks (commsweep.batch.attempt)."""
+    Snakemake reruns the batch, which redoes those tasks (commsweep.orchestration.batch.attempt)."""
     return batch.attempt(batch_of(wildcards), LOCAL.batch_manifest(wildcards.batch))
 
 
@@ -145,9 +152,14 @@ def point_inputs(*kinds):
     inputs named ``points_KIND``, in the manifests' order: declared only without a shared
     filesystem, where a job gets its declared inputs alone (with one, the manifests stand for
     them: Snakemake then tracks one file per batch, not ten per point)."""
-    if not JOB_ROOT:
-        return {}
-    return {f"points_{kind}": [f for name in sorted(BATCHES) for f in BATCHES[name].files[kind]] for kind in kinds}
+    return storage_inputs(**{f"points_{kind}": [f for name in sorted(BATCHES) for f in BATCHES[name].files[kind]]
+                             for kind in kinds})
+
+
+def storage_inputs(**files):
+    """Named inputs declared only without a shared filesystem: files a step reads that its
+    other inputs stand for (a manifest, a status) when the filesystem is shared."""
+    return files if JOB_ROOT else {}
 
 
 def audit_outputs():
@@ -330,15 +342,15 @@ def trace_processes(wildcards):
 # (results/steps/<rule>.status), saying ok or the error. A failed step leaves one-line
 # markers in place of its outputs, and the steps after it (those listing its status file in
 # `input.after`) are not run, and record that, naming the failed step (status.NOT_RUN). The batches guard each point's
-# tasks the same way, in-process (commsweep.batch). The summary lists failed points with
+# tasks the same way, in-process (commsweep.orchestration.batch). The summary lists failed points with
 # their error; the check runs last, whatever failed, and fails the run if anything did.
 # `params.attempt` grows after a failure, so the next run retries exactly the failed steps
 # (Snakemake's params rerun trigger); a batch's attempt grows when one of its tasks failed.
-# The logic lives in commsweep.status; docs/workflow.md shows the pattern of a guarded rule:
+# The logic lives in commsweep.base.status; docs/workflow.md shows the pattern of a guarded rule:
 #
 # * `input.after` lists the status files of the guarded jobs this one reads (a list,
 #   possibly empty: `after=[]`);
-# * `output.status` is the path of commsweep.paths for the step; add it to step_statuses();
+# * `output.status` is the path of commsweep.base.paths for the step; add it to step_statuses();
 # * the command is a `commsweep` subcommand (guard runs it in-process); it must raise
 #   (CommsweepError for bad input) rather than write partial outputs.
 #
@@ -357,7 +369,7 @@ def guarded(command, after="{input.after}"):
 
 def guarded_argv(*command):
     """The `params.command` of a guarded rule run by workflow/scripts/commsweep.py (see
-    commsweep.pipeline.run_rule): for commands whose file lists are too long for a shell."""
+    commsweep.orchestration.pipeline.run_rule): for commands whose file lists are too long for a shell."""
     return ["guard", "--status", "<output.status>", "--outputs", "<output>", "--after", "<input.after>",
             "--attempt", "<params.attempt>", "--provenance", "<params.provenance>", "--", *command]
 

@@ -25,6 +25,8 @@ rule figures:
         provenance=provenance(),
         # Each figure's guarded command, its attempt among its words: a failed figure reruns the job.
         commands=figure_commands,
+    conda:
+        COMMSWEEP_ENV
     log:
         L.log("figures"),
     benchmark:

@@ -1,5 +1,5 @@
 # Packet-level points (the sweep's `simulation` axis, docs/ns3.md): each is simulated by
-# SimAI_simulator in a batch of its own (rule batch, commsweep.batch.packet_batch); this
+# SimAI_simulator in a batch of its own (rule batch, commsweep.orchestration.batch.packet_batch); this
 # step sets each beside its analytical twin. Asked for by final_outputs() only then.
 
 
@@ -8,6 +8,7 @@ rule packet_vs_analytical:
         summary=L.summary(),
         batches=all_batches,
         after=L.step_status("summarize"),
+        **storage_inputs(records=[L.packet_record(p.point_key) for p in PACKET_POINTS]),
     output:
         table=report(L.packet_comparison(), caption="../report/packet_vs_analytical.rst",
                      category="Packet-level simulation"),
@@ -18,6 +19,8 @@ rule packet_vs_analytical:
         records=[L.packet_record(p.point_key) for p in PACKET_POINTS],
         command=guarded_argv("packet-compare", "--summary", "<input.summary>", "--records", "<params.records>",
                              "-o", "<output.table>"),
+    conda:
+        COMMSWEEP_ENV
     log:
         L.log("packet_vs_analytical"),
     benchmark:

@@ -7,6 +7,8 @@ rule sweep_table:
     params:
         # The table itself: a changed sweep reruns this rule and everything after it.
         table=sweep.table_csv(POINTS, INVALID),
+    conda:
+        COMMSWEEP_ENV
     log:
         L.log("sweep_table"),
     benchmark:
@@ -22,12 +24,14 @@ rule sweep_table:
 
 rule run_record:
     # What made this run's results: commsweep's version, the config and the external
-    # inputs' checksums (commsweep.provenance). Rewritten when any of them changes.
+    # inputs' checksums (commsweep.orchestration.provenance). Rewritten when any of them changes.
     output:
         report(L.run_record(), caption="../report/run_record.rst", category="Run"),
     params:
         # (a function: Snakemake would read {profile} in aiob.file as a wildcard)
         text=lambda wildcards: RUN.record(),
+    conda:
+        COMMSWEEP_ENV
     log:
         L.log("run_record"),
     benchmark:
@@ -43,7 +47,7 @@ rule run_record:
 
 rule summarize:
     # Reads each point's files as the batch manifests list them: their lists are too long
-    # for a shell command, so the command runs in a script (commsweep.pipeline.run_rule).
+    # for a shell command, so the command runs in a script (commsweep.orchestration.pipeline.run_rule).
     input:
         sweep=L.sweep_table(),
         batches=all_batches,
@@ -59,6 +63,8 @@ rule summarize:
         command=guarded_argv("summarize", "--sweep", "<input.sweep>", "--status", "<batches.status>",
                              "--volumes", "<batches.volumes>", "--times", "<batches.times>", "--run", "<params.run>",
                              "-o", "<output.summary>"),
+    conda:
+        COMMSWEEP_ENV
     log:
         L.log("summarize"),
     benchmark:
@@ -88,6 +94,8 @@ rule check:
         ignored=lambda wildcards: IGNORED,
         command=["check", "--sweep", "<input.sweep>", "--status", "<batches.status>", "--steps", "<input.steps>",
                  "--run", "<params.run>", "--ignored", "<params.ignored>", "--exit-zero", "-o", "<output.verdict>"],
+    conda:
+        COMMSWEEP_ENV
     log:
         L.log("check"),
     benchmark:

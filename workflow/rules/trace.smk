@@ -16,6 +16,8 @@ rule trace:
         provenance=provenance(),
         args=trace_args,
         attempt=attempt(L.trace_status()),
+    conda:
+        COMMSWEEP_ENV
     log:
         L.log("trace", "{trace}"),
     benchmark:
@@ -41,6 +43,8 @@ rule trace_versions:
     params:
         provenance=provenance(),
         attempt=attempt(L.step_status("trace_versions")),
+    conda:
+        COMMSWEEP_ENV
     log:
         L.log("trace_versions"),
     benchmark:
@@ -64,6 +68,8 @@ rule trace_check:
     params:
         provenance=provenance(),
         attempt=attempt(L.step_status("trace_check")),
+    conda:
+        COMMSWEEP_ENV
     log:
         L.log("trace_check"),
     benchmark:

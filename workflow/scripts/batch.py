@@ -1,5 +1,5 @@
 # Run the batch of `params.plan` (rule batch): every task of its points in this process,
-# those already current skipped, then its manifest. See commsweep.batch.run_rule.
-from commsweep.batch import run_rule
+# those already current skipped, then its manifest. See commsweep.orchestration.batch.run_rule.
+from commsweep.orchestration.batch import run_rule
 
 run_rule(snakemake)  # noqa: F821

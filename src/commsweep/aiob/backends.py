@@ -16,9 +16,9 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..errors import ConfigError, InputError
-from ..files import read_text, write_bytes, write_text
-from ..training import TrainingSetup
+from ..base.errors import ConfigError, InputError
+from ..base.files import read_text, write_bytes, write_text
+from ..setup.training import TrainingSetup
 from . import gpus, roofline
 from . import profile_file as pf
 

@@ -22,11 +22,15 @@ validated against measurements:
   (0.70) as NVIDIA's and MLPerf-style GEMM sweeps commonly show; the H20's tensor cores are
   capped so far below its memory system that GEMMs run close to the cap (0.85).
 * ``fp8_gemm``: large FP8 GEMMs (Transformer Engine, the transformer layers' linears), as
-  a fraction of the dense FP8 peak. Hopper: 0.49, **fitted** on one table only, NVIDIA's
+  a fraction of the dense FP8 peak. Hopper: 0.48, **fitted** on one table only, NVIDIA's
   NeMo 24.07 DGX-H100 pre-training table (``nemo2407_h100.csv``; ``bench/validate.py
   --fit-fp8``), and held fixed for every other table; it carries what the model leaves out
   of FP8 training (the scaling factors' amax reductions, the casts' launch gaps). The
   B200's 0.60 is an assumption, not validated.
+* ``fused_attention``: Transformer Engine's cuDNN fused attention (NVIDIA's recipes),
+  forward and backward. Hopper: 0.50, an assumption from the FlashAttention-3 paper (Shah et
+  al. 2024), whose kernels of the same generation reach up to 75 % of the H100's peak in
+  forward, less with a causal mask and in backward. Elsewhere as ``attention``.
 * ``attention``: FlashAttention-2's forward, which AICB times. The FlashAttention-2 paper
   (Dao, 2023) reports up to 70-73 % of A100 peak forward, less with a causal mask at 2-4k
   tokens (0.60); the FlashAttention-3 paper (Shah et al., 2024) shows FlashAttention-2 at
@@ -48,7 +52,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..errors import ConfigError
+from ..base.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,9 @@ class GpuSpec:
     # fraction of it large FP8 GEMMs reach (before wave quantization).
     fp8_tflops: float = 0.0
     fp8_gemm_efficiency: float = 0.0
+    # Transformer Engine's cuDNN fused attention (the kernel model's "cudnn" attention);
+    # 0: as ``attention_efficiency``.
+    fused_attention_efficiency: float = 0.0
 
     @property
     def peak_flops(self) -> float:
@@ -102,7 +109,7 @@ class GpuSpec:
 # Hopper: the FP8 GEMM efficiency fitted on NeMo 24.07's H100 table; the others assumed.
 _AMPERE = dict(gemm_efficiency=0.74, attention_efficiency=0.60, memory_efficiency=0.70, launch_us=5.0)
 _HOPPER = dict(gemm_efficiency=0.70, attention_efficiency=0.35, memory_efficiency=0.80, launch_us=5.0,
-               fp8_gemm_efficiency=0.49)
+               fp8_gemm_efficiency=0.48, fused_attention_efficiency=0.50)
 
 GPUS: dict[str, GpuSpec] = {
     g.name: g

@@ -44,7 +44,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from ..training import TrainingSetup
+from ..setup.training import TrainingSetup
 from .gpus import GpuSpec
 
 HALF = 2  # bf16 / fp16
@@ -60,7 +60,7 @@ class Software:
     """
 
     name: str
-    attention: str  # "unfused" (CoreAttention) or "flash"
+    attention: str  # "unfused" (CoreAttention), "flash" (FlashAttention-2) or "cudnn" (TE's fused attention)
     dropout: bool  # hidden and attention dropout 0.1 (Megatron's defaults) or none
     fp16: bool  # fp16 with a loss scale (unscale and inf-check pass) rather than bf16
     gradient_accumulation_fusion: bool  # wgrad GEMMs accumulate into fp32 main grads
@@ -112,11 +112,11 @@ SOFTWARE: dict[str, Software] = {
                  async_tp=True, overlap_grad_reduce=True, scatter_gather_pp=False, distributed_optimizer=True,
                  description="megatron-core: flash attention, bf16, overlapped gradient reduction"),
         # NVIDIA's performance recipes (NeMo 24.07 and later, on megatron-core with
-        # Transformer Engine): core, plus the TP communication overlap of userbuffers
+        # Transformer Engine): core with TE's cuDNN fused attention, plus the TP communication overlap of userbuffers
         # (tp_comm_overlap), the interleaved schedule's overlapped sends
         # (overlap_p2p_comm) and the distributed optimizer's overlapped gradient reduction
         # and parameter gather; FP8 per run (the tables' precision).
-        Software("nemo", attention="flash", dropout=False, fp16=False, gradient_accumulation_fusion=True,
+        Software("nemo", attention="cudnn", dropout=False, fp16=False, gradient_accumulation_fusion=True,
                  async_tp=True, overlap_grad_reduce=True, scatter_gather_pp=False, distributed_optimizer=True,
                  tp_comm_overlap=True, overlap_p2p=True,
                  description="NeMo performance recipes: megatron-core, TP communication overlap, overlapped sends"),
@@ -125,7 +125,7 @@ SOFTWARE: dict[str, Software] = {
 
 
 def software(name: str) -> Software:
-    from ..errors import ConfigError
+    from ..base.errors import ConfigError
 
     if name not in SOFTWARE:
         raise ConfigError(f"unknown Megatron-LM version {name!r}; known: {', '.join(SOFTWARE)}", key="--megatron")
@@ -141,7 +141,7 @@ class Kernel:
     a memory-bound kernel (FLOPs ignored)."""
 
     name: str
-    kind: str  # "gemm", "attention" or "memory"
+    kind: str  # "gemm", "attention" (FlashAttention-2), "fused_attention" (cuDNN's) or "memory"
     flops: float
     bytes: float
     m: int = 0
@@ -184,16 +184,28 @@ class Shape:
     rope: bool
     sp: bool
     vocab: int  # padded vocabulary on this rank (V'/t)
+    # Multi-latent attention: d is a query/key head (nope + rope parts), g = a (every head
+    # its own key and value), dv a value head, d_rope the rotated part (0: all of d).
+    dv: int = 0
+    d_rope: int = 0
 
     @classmethod
     def of(cls, setup: TrainingSetup) -> "Shape":
         m, t = setup.model, setup.tp
-        return cls(
-            b=setup.micro_batch, s=setup.seq_length, h=m.hidden_size, t=t,
-            a=m.num_attention_heads // t, g=m.kv_groups // t, d=m.head_dim, f=m.ffn_hidden_size // t,
-            swiglu=m.swiglu, bias=m.add_bias_linear, rmsnorm=m.normalization == "rmsnorm",
-            rope=m.position_embedding == "rope", sp=setup.sp and t > 1, vocab=setup.padded_vocab // t,
-        )
+        mla = {}
+        if m.is_mla:
+            mla = dict(g=m.num_attention_heads // t, d=m.qk_head_dim, dv=m.v_head_dim, d_rope=m.qk_rope_head_dim)
+        return cls(**{
+            **dict(b=setup.micro_batch, s=setup.seq_length, h=m.hidden_size, t=t,
+                   a=m.num_attention_heads // t, g=m.kv_groups // t, d=m.head_dim, f=m.ffn_hidden_size // t,
+                   swiglu=m.swiglu, bias=m.add_bias_linear, rmsnorm=m.normalization == "rmsnorm",
+                   rope=m.position_embedding == "rope", sp=setup.sp and t > 1, vocab=setup.padded_vocab // t),
+            **mla})
+
+    @property
+    def v(self) -> int:
+        """A value head's width (a query/key head's but with MLA)."""
+        return self.dv or self.d
 
     @property
     def n(self) -> int:
@@ -271,18 +283,23 @@ def _linear(name: str, m: int, k: int, n: int, sw: Software, *, bias: bool, main
 
 def _attention_core(sh: Shape, sw: Software) -> tuple[tuple[Kernel, ...], tuple[Kernel, ...]]:
     """The attention between the QKV and projection GEMMs: (forward, backward)."""
-    b, s, a, g, d, n = sh.b, sh.s, sh.a, sh.g, sh.d, sh.n
+    b, s, a, g, d, n, v = sh.b, sh.s, sh.a, sh.g, sh.d, sh.n, sh.v
     fwd: list[Kernel] = []
     bwd: list[Kernel] = []
     if sh.rope:
-        rotated = HALF * n * (a + g) * d
+        # MLA rotates the queries' RoPE part and the one RoPE key all heads share.
+        rotated = HALF * n * (a + 1) * sh.d_rope if sh.d_rope else HALF * n * (a + g) * d
         fwd.append(memory("rope.fwd", 2 * rotated))
         bwd.append(memory("rope.bwd", 2 * rotated))
-    if sw.attention == "flash":
-        causal = 2.0 * b * s * s * a * d  # 4 b s^2 a d, halved by the causal mask
-        q, kv, lse = HALF * n * a * d, HALF * n * g * d, FP32 * b * a * s
-        fwd.append(Kernel("flash.fwd", "attention", causal, 2 * q + 2 * kv + lse))
-        bwd.append(Kernel("flash.bwd", "attention", 2.5 * causal, 4 * q + 4 * kv + lse + 2 * FP32 * n * a * d))
+    if sw.attention in ("flash", "cudnn"):
+        # One kernel each way (FlashAttention-2, or TE's cuDNN fused attention, timed at the
+        # GPU's fused_attention_efficiency): the same FLOPs and bytes.
+        kind = "attention" if sw.attention == "flash" else "fused_attention"
+        causal = 1.0 * b * s * s * a * (d + v)  # 2 b s^2 a (d + v), halved by the causal mask
+        q, k, val, o, lse = HALF * n * a * d, HALF * n * g * d, HALF * n * g * v, HALF * n * a * v, FP32 * b * a * s
+        fwd.append(Kernel(f"{sw.attention}.fwd", kind, causal, q + k + val + o + lse))
+        bwd.append(Kernel(f"{sw.attention}.bwd", kind, 2.5 * causal,
+                          2 * (q + k + val + o) + lse + 2 * FP32 * n * a * d))
         return tuple(fwd), tuple(bwd)
     scores = b * a * s * s
     if g != a:  # megatron-core repeats the key/value groups to every head first
@@ -296,13 +313,13 @@ def _attention_core(sh: Shape, sw: Software) -> tuple[tuple[Kernel, ...], tuple[
     if sw.dropout:
         fwd.append(memory("attention_dropout.fwd", (2 * HALF + mask) * scores))
     fwd += [
-        gemm("context.av", s, s, d, batch=b * a),
-        memory("context.to_sbh", 2 * HALF * n * a * d),
+        gemm("context.av", s, s, v, batch=b * a),
+        memory("context.to_sbh", 2 * HALF * n * a * v),
     ]
     bwd += [
-        memory("context.to_sbh.bwd", 2 * HALF * n * a * d),
-        gemm("context.dprobs", s, d, s, batch=b * a),
-        gemm("context.dv", s, s, d, batch=b * a),
+        memory("context.to_sbh.bwd", 2 * HALF * n * a * v),
+        gemm("context.dprobs", s, v, s, batch=b * a),
+        gemm("context.dv", s, s, v, batch=b * a),
     ]
     if sw.dropout:
         bwd.append(memory("attention_dropout.bwd", (2 * HALF + mask) * scores))
@@ -312,6 +329,38 @@ def _attention_core(sh: Shape, sw: Software) -> tuple[tuple[Kernel, ...], tuple[
         gemm("scores.dk", s, s, d, batch=b * a),
     ]
     return tuple(fwd), tuple(bwd)
+
+
+def _mla_projections(setup: TrainingSetup, sh: Shape, sw: Software, ln1: Kernel, ln1_b: tuple[Kernel, ...],
+                     main_grad: int, fp8: bool) -> Part:
+    """Multi-latent attention's projections (``workload/megatron_mla.py``), in place of the
+    QKV GEMM: the q and kv down projections, whole on every TP rank, over the rank's tokens
+    (its sequence shard with SP); the latent norms; the up projections, split over TP, over
+    the whole sequence. Without a query latent, linear_q_proj from the hidden state."""
+    m, n, rows, h, a = setup.model, sh.n, sh.rows, sh.h, sh.a
+    fwd: list[Kernel] = [ln1]
+    ig: list[Kernel] = []
+    wg: list[Kernel] = []
+
+    def add(part: Part) -> None:
+        fwd.extend(part.fwd)
+        ig[:0] = part.ig  # backward runs in reverse
+        wg.extend(part.wg)
+
+    if m.q_lora_rank is not None:
+        add(_linear("q_down", rows, h, m.q_lora_rank, sw, bias=False, main_grad=main_grad, fp8=fp8))
+        q_norm, q_norm_b = _norm("q_latent_norm", rows, m.q_lora_rank)
+        add(Part(fwd=(q_norm,), ig=q_norm_b))
+        add(_linear("q_up", n, m.q_lora_rank, a * sh.d, sw, bias=False, main_grad=main_grad, fp8=fp8))
+    else:
+        add(_linear("q_proj", n, h, a * sh.d, sw, bias=False, main_grad=main_grad, fp8=fp8))
+    add(_linear("kv_down", rows, h, m.kv_lora_rank + m.qk_rope_head_dim, sw, bias=False, main_grad=main_grad,
+                fp8=fp8))
+    kv_norm, kv_norm_b = _norm("kv_latent_norm", rows, m.kv_lora_rank)
+    add(Part(fwd=(kv_norm,), ig=kv_norm_b))
+    add(_linear("kv_up", n, m.kv_lora_rank, a * (m.qk_nope_head_dim + sh.v), sw, bias=False, main_grad=main_grad,
+                fp8=fp8))
+    return Part(fwd=tuple(fwd), ig=(*ig, *ln1_b), wg=tuple(wg))
 
 
 @dataclass(frozen=True)
@@ -331,11 +380,14 @@ def kernels(setup: TrainingSetup, sw: Software) -> LayerKernels:
 
     ln1, ln1_b = _norm("input_norm", rows, h)
     fp8 = sw.fp8  # the transformer layers' linears; the output layer stays 16-bit
-    qkv = _linear("qkv", n, h, sh.qkv, sw, bias=sh.bias, main_grad=main_grad, fp8=fp8)
-    parts["attention_qkv"] = Part(fwd=(ln1, *qkv.fwd), ig=(*qkv.ig, *ln1_b), wg=qkv.wg)
+    if setup.model.is_mla:
+        parts["attention_qkv"] = _mla_projections(setup, sh, sw, ln1, ln1_b, main_grad, fp8)
+    else:
+        qkv = _linear("qkv", n, h, sh.qkv, sw, bias=sh.bias, main_grad=main_grad, fp8=fp8)
+        parts["attention_qkv"] = Part(fwd=(ln1, *qkv.fwd), ig=(*qkv.ig, *ln1_b), wg=qkv.wg)
 
     core, core_b = _attention_core(sh, sw)
-    proj = _linear("proj", n, sh.a * sh.d, h, sw, bias=False, main_grad=main_grad, fp8=fp8)
+    proj = _linear("proj", n, sh.a * sh.v, h, sw, bias=False, main_grad=main_grad, fp8=fp8)
     parts["attention_proj"] = Part(fwd=(*core, *proj.fwd), ig=(*proj.ig, *core_b), wg=proj.wg)
 
     bda1, bda1_b = _dropout_add("attention_residual", rows * h, sw.dropout, sh.bias)
@@ -447,7 +499,12 @@ def kernel_us(kernel: Kernel, gpu: GpuSpec) -> float:
     memory_us = kernel.bytes / (gpu.peak_bytes * gpu.memory_efficiency) * 1e6
     if kernel.kind == "memory":
         return max(memory_us, gpu.launch_us)
-    eff = gpu.attention_efficiency if kernel.kind == "attention" else gemm_efficiency(gpu, kernel)
+    if kernel.kind == "attention":
+        eff = gpu.attention_efficiency
+    elif kernel.kind == "fused_attention":
+        eff = gpu.fused_attention_efficiency or gpu.attention_efficiency
+    else:
+        eff = gemm_efficiency(gpu, kernel)
     peak = gpu.fp8_tflops * 1e12 if kernel.fp8 else gpu.peak_flops
     return max(kernel.flops / (peak * eff) * 1e6, memory_us, gpu.launch_us)
 

@@ -26,7 +26,7 @@ the norms' backward, flash attention's backward at 2.5x its forward FLOPs.
 
 from __future__ import annotations
 
-from ..training import TrainingSetup
+from ..setup.training import TrainingSetup
 from .kernels import BF16, FP32, Kernel, Operator
 from .kernels import gemm as _gemm
 from .kernels import gemm_backward as _gemm_backward

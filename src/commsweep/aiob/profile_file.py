@@ -22,8 +22,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import InputError
-from ..files import read_text, write_text
+from ..base.errors import InputError
+from ..base.files import read_text, write_text
 
 # The operator sections AICB's AiobMegatron measures for a dense Megatron layer, in its order.
 STANDARD_SECTIONS = (

@@ -47,8 +47,8 @@ import csv
 import io
 from dataclasses import dataclass
 
-from ..errors import ConfigError
-from ..training import TrainingSetup
+from ..base.errors import ConfigError
+from ..setup.training import TrainingSetup
 from .gpus import GpuSpec
 from .kernels import BF16, FP32, INT64, Kernel, Operator
 from .kernels import elementwise as _elementwise

@@ -30,8 +30,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..errors import CommsweepError, ConfigError
-from ..training import TrainingSetup
+from ..base.errors import CommsweepError, ConfigError
+from ..setup.training import TrainingSetup
 from .profile_file import STANDARD_SECTIONS, AiobProfile, OpTime
 from .roofline import Shard, _us, aicb_model_param, check_shard
 

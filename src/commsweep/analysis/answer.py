@@ -149,7 +149,7 @@ def lacks(rows: list[cz.Row], points: dict[str, dict[str, str]], head: cz.Panel 
     if not rows:
         out.append("**No AICB point of this sweep has a difference to show:** each matches Megatron, or has no "
                    "audit (a failed point: `results/status.txt` lists them).")
-    elif head is None:
+    elif head is None and not deepseek(rows):  # a DeepSeek sweep has its own headline (AICB refuses SP off)
         missing = [key for key, found in (
             ("`sweep.tp` (a TP above 1)", any(int(p["tp"]) > 1 for p in aicb)),
             ("`sweep.sp` (false)", any(p["sp"] == "False" for p in aicb)),
@@ -157,6 +157,55 @@ def lacks(rows: list[cz.Row], points: dict[str, dict[str, str]], head: cz.Panel 
         what = f"; add to {', '.join(missing)}" if missing else ""
         out.append("**The headline, what the AIOB path drops, needs a setting with TP above 1, SP off and AIOB "
                    f"on, where the AIOB path writes `NONE`:** this sweep has none{what}.")
+    return out
+
+
+def deepseek(rows: list[cz.Row]) -> bool:
+    """Whether the sweep's AICB points are DeepSeek ones (a DeepSeek cause among their rows)."""
+    return any(r.cause in cz.DEEPSEEK_CAUSES for r in rows)
+
+
+def deepseek_blocks(panels: list[cz.Panel], points: dict[str, dict[str, str]]) -> list[Block]:
+    """What AICB's DeepSeek frame gets wrong (docs/deepseek.md), quoted at the first setting
+    whose AIOB path has MLA findings (TP above 1), else the first with a DeepSeek cause; and
+    why the default path has no point."""
+    with_mla = [p for p in panels if any(r.cause.startswith("mla_") for r in p.rows.get("aicb_aiob", []))]
+    with_any = [p for p in panels if deepseek(p.rows.get("aicb_aiob", []))]
+    if not with_any:
+        return []
+    head = (with_mla or with_any)[0]
+    rows = head.rows["aicb_aiob"]
+    where = f"{head.label} (network {head.network})"
+
+    def cause(slug: str) -> str:
+        _, nbytes, us = _cause_total(rows, slug)
+        return f"{gib(nbytes)}{'' if us is None else ', ' + ms(us)}; `{slug}`"
+
+    out = []
+    if with_mla:
+        out.append(Block("p", (
+            "**DeepSeek: AICB sizes multi-latent attention's TP traffic on the hidden size.** With SP, "
+            "megatron-core's MLA projects each rank's sequence shard down to the compressed latents on every TP "
+            "rank and all-gathers the latents (and the key's RoPE part), not the hidden state; AICB's DeepSeek "
+            "frame all-gathers a whole activation before each of `attention_q_column` and `attention_kv_column`, "
+            "writes their backward reduce-scatters with 0 bytes and has no weight-gradient gathers. "
+            f"For {where} its AIOB path gathers too much forward ({cause('mla_gathers_sized_on_hidden')}) and "
+            f"drops the backward ({cause('mla_latent_reducescatters')}; "
+            f"{cause('mla_latent_wgrad_gathers_missing')}).")))
+    moe = [slug for slug in ("moe_dispatch_fp8_scaled", "moe_shared_expert_backward_dropped",
+                             "moe_shared_experts_in_expert_sync") if any(r.cause == slug for r in rows)]
+    if moe:
+        out.append(Block("p", (
+            "**Its MoE layers: the forward dispatch at FP8, the shared experts half there.** AICB sizes the "
+            "forward token dispatch as FP8 (33/64 of megatron's bf16 all-to-all), writes the shared experts "
+            "without their backward TP collectives, and syncs their gradients again with the routed experts' on "
+            f"DP_EP. For {where}: " + "; ".join(f"{cause(slug)}" for slug in moe) + ".")))
+    if not any(p.get("schedule") == "aicb" and p.get("aiob") == "False" for p in points.values()):
+        out.append(Block("p", (
+            "**AICB's default path writes no DeepSeek MoE workload:** it crashes on the DeepSeek frame with SP "
+            "(its MLA down projections look up AIOB compute times it does not have) and refuses MoE without SP, "
+            "so this sweep's default-path points are refused (`sweep.csv` lists them with AICB's error) and "
+            "the AIOB path is AICB's only DeepSeek workload.")))
     return out
 
 
@@ -202,6 +251,8 @@ def page(rows: list[cz.Row], points: dict[str, dict[str, str]], figures: dict[st
             f"`extra_layernorm_grad_allreduce`).{extra} "
             "A figure of TP bytes per phase nets the two and shows the AIOB path above Megatron; "
             "the causes, kept apart, show both errors.")))
+    if deepseek(rows):
+        blocks += deepseek_blocks(panels, points)
     none = sum(r.rows for r in rows if r.cause == "size_in_none_column")
     sized = (f" This sweep's AICB files hold {none:,} `NONE` columns with a size (`size_in_none_column`); "
              "each counts 0." if none else "")
@@ -289,7 +340,7 @@ FIGURES = {
 
 def write(causes_csv: Path, sweep_csv: Path, markdown: Path, rst: Path | None = None) -> None:
     """Write answer.md (figures linked relative to it) and, if asked, answer.rst (embedded)."""
-    from ..files import write_text
+    from ..base.files import write_text
     from .summary import read_points
 
     rows = cz.read_csv(causes_csv)

@@ -59,8 +59,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ConfigError, InputError
-from ..training import TrainingSetup
+from ..base.errors import ConfigError, InputError
+from ..setup.training import TrainingSetup
 from ..workload import format as wf
 from ..workload import megatron
 
@@ -308,7 +308,7 @@ def audit(
 
 # The last audit before its times, by its workload (the object itself: a ``Workload`` is
 # immutable, and ``format.reuse_parsed`` gives the same object for the same file), setup,
-# stage and GPUs. A batch of points (``commsweep.batch``) audits each workload once per
+# stage and GPUs. A batch of points (``commsweep.orchestration.batch``) audits each workload once per
 # network, and only the times differ.
 _LAST: dict[tuple, tuple[wf.Workload, list[Finding], wf.Header]] = {}
 
@@ -513,8 +513,9 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:,.2f}"
 
 
-def to_table(findings: list[Finding]) -> str:
-    """Findings for a reader: sizes in MiB, the size ratio, and totals per kind."""
+def to_table(findings: list[Finding], families: dict[str, dict] | None = None) -> str:
+    """Findings for a reader: sizes in MiB, the size ratio, and totals per kind; ``families``:
+    per title, the totals per cause of a family (``causes.cause_families``), listed after them."""
     head = ("row", "name", "layer", "phase", "kind", "expected", "found", "ratio", "delta MiB", "delta us")
     rows = []
     for f in findings:
@@ -540,34 +541,13 @@ def to_table(findings: list[Finding]) -> str:
     for kind, (count, delta, us) in totals.items():
         time = "" if us is None else f", {us:,.1f} us"
         lines.append(f"{kind}: {count} finding(s), {_mib(delta)} MiB{time}")
-    for title, family in (("MoE causes (docs/moe.md):", "moe"), ("DeepSeek causes (docs/deepseek.md):", "deepseek")):
-        named = moe_causes(findings, family=family)
+    for title, named in (families or {}).items():
         if named:
             lines += ["", title]
         for cause, (count, delta, us) in named.items():
             time = "" if us is None else f", {us:,.1f} us"
             lines.append(f"  {cause.slug}: {count} finding(s), {_mib(delta)} MiB{time}: {cause.label}")
     return "\n".join(lines) + "\n"
-
-
-def moe_causes(findings: Iterable[Finding], family: str = "moe") -> dict:
-    """Per MoE cause (``causes.MOE_CAUSES``; ``family="deepseek"``: per DeepSeek cause,
-    ``causes.DEEPSEEK_CAUSES``) of one point's findings: (findings, summed delta_bytes,
-    summed delta_us or None), in ``causes.CAUSES`` order."""
-    from . import causes
-
-    findings = list(findings)
-    wanted = causes.DEEPSEEK_CAUSES if family == "deepseek" else causes.MOE_CAUSES
-    slugs = causes.classify([causes.item(r) for r in as_rows(findings)])
-    acc: dict[str, list] = {}
-    for f, slug in zip(findings, slugs):
-        if slug in wanted:
-            entry = acc.setdefault(slug, [0, 0, None])
-            entry[0] += 1
-            entry[1] += f.delta_bytes
-            if f.delta_us is not None:
-                entry[2] = (entry[2] or 0.0) + f.delta_us
-    return {c: tuple(acc[slug]) for slug, c in causes.CAUSES.items() if slug in acc}
 
 
 def as_rows(findings: Iterable[Finding]) -> list[dict[str, str]]:

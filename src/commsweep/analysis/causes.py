@@ -40,9 +40,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from .. import paths
-from ..errors import InputError
-from ..files import read_text
+from ..base import paths
+from ..base.errors import InputError
+from ..base.files import read_text
 from ..simulate import engine
 from ..simulate import times as sim_times
 from ..workload import format as wf
@@ -288,6 +288,12 @@ class Item:
 _LAYER_ROW = re.compile(r"layer\d+_(.*)")
 
 
+def _is_fp8_dispatch(f: Item) -> bool:
+    """AICB's DeepSeek forward dispatch: 33/64 of a bf16 token all-to-all (int of the product)."""
+    return (f.kind == "size" and f.phase == "fwd" and f.found_collective == "alltoall"
+            and f.expected_bytes is not None and f.found_bytes == int(f.expected_bytes * (1 + 4 / 128) / 2))
+
+
 # Units whose column-parallel linear Megatron re-gathers for the weight gradient with SP.
 WGRAD_UNITS = ("attention", "mlp", "output_layer")
 # The Megatron schedule's MLA rows (workload/megatron_mla.py) and AICB's DeepSeek attention rows.
@@ -313,11 +319,9 @@ class Context:
     mla_units: set = field(default_factory=set)
     # Units where AICB wrote its MoE lines (mlp_moelayer).
     moe_line_units: set = field(default_factory=set)
-
-    @property
-    def deepseek(self) -> bool:
-        """A DeepSeek point: multi-latent attention (AICB's DeepSeek frame)."""
-        return bool(self.mla_units)
+    # A DeepSeek point (AICB's DeepSeek frame): MLA findings, or (at TP 1, where MLA moves
+    # nothing) AICB's FP8-scaled forward dispatch, which only that frame writes.
+    deepseek: bool = False
 
     @classmethod
     def of(cls, items: list[Item], pp: int = 1) -> Context:
@@ -330,6 +334,8 @@ class Context:
             mla_units={f.unit for f in items if f.module == "attention" and (
                 f.megatron_row.startswith(MLA_ROWS) or f.found_name in AICB_MLA_ROWS)},
             moe_line_units={f.unit for f in items if f.found_name == "mlp_moelayer"},
+            deepseek=any((f.module == "attention" and (f.megatron_row.startswith(MLA_ROWS)
+                          or f.found_name in AICB_MLA_ROWS)) or _is_fp8_dispatch(f) for f in items),
         )
 
 
@@ -398,9 +404,7 @@ def _involves(f: Item, collective: str) -> bool:
 
 
 def _fp8_dispatch(f: Item, s: Context) -> bool:
-    """AICB's DeepSeek forward dispatch: 33/64 of a bf16 token all-to-all (int of the product)."""
-    return (s.deepseek and f.kind == "size" and f.phase == "fwd" and f.found_collective == "alltoall"
-            and f.expected_bytes is not None and f.found_bytes == int(f.expected_bytes * (1 + 4 / 128) / 2))
+    return _is_fp8_dispatch(f)
 
 
 # What AICB's DeepSeek frame gets wrong: MLA's TP collectives, by phase and collective (the
@@ -526,8 +530,8 @@ class Simulated:
 
 def read_simulated(files: paths.PointFiles, point: str) -> Simulated | None:
     """A point's collectives.csv and times.csv, or None when it has no (complete) simulation."""
+    from ..base.status import is_marker
     from ..simulate.collectives import COLUMNS as TIDY
-    from ..status import is_marker
 
     coll_path, times_path = files.collectives(point), files.times(point)
     if coll_path is None or times_path is None:
@@ -690,6 +694,32 @@ def aggregate(point_parts: list[Part], total_bytes: int | None = None, total_exp
     return rows
 
 
+def moe_causes(findings: Iterable[audit.Finding], family: str = "moe") -> dict:
+    """Per MoE cause (``MOE_CAUSES``; ``family="deepseek"``: per DeepSeek cause,
+    ``DEEPSEEK_CAUSES``) of one point's findings: (findings, summed delta_bytes, summed
+    delta_us or None), in ``CAUSES`` order."""
+    findings = list(findings)
+    wanted = DEEPSEEK_CAUSES if family == "deepseek" else MOE_CAUSES
+    slugs = classify([item(r) for r in audit.as_rows(findings)])
+    acc: dict[str, list] = {}
+    for f, slug in zip(findings, slugs):
+        if slug in wanted:
+            entry = acc.setdefault(slug, [0, 0, None])
+            entry[0] += 1
+            entry[1] += f.delta_bytes
+            if f.delta_us is not None:
+                entry[2] = (entry[2] or 0.0) + f.delta_us
+    return {c: tuple(acc[slug]) for slug, c in CAUSES.items() if slug in acc}
+
+
+def cause_families(findings: Iterable[audit.Finding]) -> dict[str, dict]:
+    """The MoE and the DeepSeek causes' totals of one point's findings, by the title
+    ``audit.to_table`` lists them under."""
+    findings = list(findings)
+    return {title: moe_causes(findings, family=family)
+            for title, family in (("MoE causes (docs/moe.md):", "moe"), ("DeepSeek causes (docs/deepseek.md):", "deepseek"))}
+
+
 # -- the sweep -----------------------------------------------------------------------------
 
 
@@ -740,7 +770,7 @@ class PointCauses:
 def point_causes(files: paths.PointFiles, point: dict[str, str], partner: dict[str, str] | None
                  ) -> PointCauses | None:
     """An AICB point's causes against its Megatron point (None: the point has no audit)."""
-    from ..status import is_marker
+    from ..base.status import is_marker
 
     audit_path = files.audit(point["point"])
     if audit_path is None or not audit_path.exists() or is_marker(audit_path):
@@ -771,9 +801,9 @@ def points_causes(points: list[dict[str, str]], files: paths.PointFiles) -> list
 
     A point's Megatron partner is one of the same setting (``megatron_partners``), so any set
     of points that holds every point of its settings gives each point what the whole sweep
-    would: a batch of points does (``commsweep.batch``: a batch holds whole model shards).
+    would: a batch of points does (``commsweep.orchestration.batch``: a batch holds whole model shards).
     """
-    from ..status import failures
+    from ..base.status import failures
 
     ok = {p["point"]: p for p in points if not failures(files, p["workload"], p["point"])}
     partners = megatron_partners(list(ok.values()))
@@ -810,7 +840,7 @@ def assemble(sweep_csv: Path, parts: Iterable[str | Path]) -> str:
     """``difference_by_cause.csv`` from tables of parts of the sweep (``to_csv`` of
     ``points_causes``, one per batch of points): their rows, point by point in the sweep's
     order. A part that is a failed job's marker (``status.MARKER``) is an error naming it."""
-    from ..status import MARKER
+    from ..base.status import MARKER
     from .summary import read_points
 
     rows_of: dict[str, list[list[str]]] = {}

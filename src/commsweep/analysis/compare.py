@@ -39,10 +39,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from .. import paths
-from ..errors import InputError
+from ..base import paths
+from ..base.errors import InputError
+from ..setup.points import AXES, OPTIONAL_AXES, TABLE_COLUMNS, table_columns
 from ..simulate.collectives import csv_field
-from ..sweep import AXES, OPTIONAL_AXES, TABLE_COLUMNS, table_columns
 from . import audit
 
 VARIANTS = ("aicb_default", "aicb_aiob", "megatron", "megatron_aiob")
@@ -184,7 +184,7 @@ def stream_audit(path: Path | None, point: str, out: IO[str] | None) -> Totals |
     point's text at most. A file not written by ``audit.to_csv`` is an InputError naming
     its line and field.
     """
-    from ..files import read_text
+    from ..base.files import read_text
 
     if path is None or not path.exists():
         return None

@@ -27,7 +27,7 @@ def _pyplot():
 
 def save(fig, path: Path) -> None:
     """Save a PNG atomically with fixed metadata, so identical data gives identical bytes."""
-    from ..files import atomic_open
+    from ..base.files import atomic_open
 
     with atomic_open(path, "wb") as fh:
         fig.savefig(fh, format="png", dpi=110, metadata={"Software": "commsweep"})
@@ -127,7 +127,7 @@ _READ: dict[tuple, object] = {}
 
 def read_summary(summary_csv: Path):
     """The summary table's complete points as a DataFrame (a failed point has no numbers:
-    its one row would count as zero bytes; see commsweep.status). A copy of the table read
+    its one row would count as zero bytes; see commsweep.base.status). A copy of the table read
     before, if the file has not changed since."""
     import pandas as pd
 

@@ -21,9 +21,9 @@ from dataclasses import dataclass, replace
 
 from ..aiob import megatron_kernels as mk
 from ..aiob.gpus import GpuSpec
+from ..setup.training import TrainingSetup
 from ..simulate.engine import Network, Ratios, simulate
 from ..simulate.overlap import Overlap, megatron_overlap, pipeline_link_gbps
-from ..training import TrainingSetup
 from ..workload import megatron
 from ..workload.format import Workload
 

@@ -2,7 +2,7 @@
 
 Each row carries the point's parameters (the columns of the points table), its status
 and the volume columns, so the table can be filtered and pivoted without joins. A point
-whose stage failed (see ``commsweep.status``) has one row, ``status`` saying
+whose stage failed (see ``commsweep.base.status``) has one row, ``status`` saying
 ``failed: <stage>: <error>`` and the other columns empty; the other points are complete.
 
 Then the simulation (the point's ``times.csv``, see ``simulate.times``): ``time_us`` and
@@ -22,10 +22,10 @@ import csv
 import io
 from pathlib import Path
 
-from .. import paths, status
-from ..errors import InputError
+from ..base import paths, status
+from ..base.errors import InputError
+from ..setup.points import MEMORY_COLUMNS, TABLE_COLUMNS, table_columns
 from ..simulate import times as sim_times
-from ..sweep import MEMORY_COLUMNS, TABLE_COLUMNS, table_columns
 from . import volumes
 
 SIM_COMPONENTS = {

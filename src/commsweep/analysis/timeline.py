@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import InputError
+from ..base.errors import InputError
 from ..simulate import endtoend
 from ..simulate.endtoend import RowTimes
 from ..workload import format as wf

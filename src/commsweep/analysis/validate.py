@@ -1,16 +1,18 @@
 """``commsweep validate``: predicted iteration times against measured ones.
 
-A runs file is a CSV with one measured training run per line, in exactly these columns
-(any order): ``RUN_COLUMNS``. Lines starting with ``#`` before the header are comments
-(the published tables shipped in ``commsweep/data/validation/`` carry their citation
+A runs file is a CSV with one measured training run per line, in these columns (any
+order): ``RUN_COLUMNS``, and optionally ``OPTIONAL_COLUMNS`` (absent: their defaults).
+Lines starting with ``#`` before the header are comments (the published tables shipped in ``commsweep/data/validation/`` carry their citation
 there). ``recompute`` is ``none``, ``selective`` or ``full``; ``sequence_parallel``
 ``true`` or ``false``; ``virtual_pipeline`` the interleaved schedule's model chunks per
 stage (1: not interleaved); ``gpu`` a name of ``commsweep profile --list_gpus``; the four
-network columns are SimAI's ``-g_p_s -n_p_s -nv -nic``; ``measured_s`` the measured
-seconds per iteration (empty: predict only).
+network columns GPUs and NICs per server and the NVLink and NIC GB/s; ``measured_s``
+the measured seconds per iteration (empty: predict only).
 
-The model is a GPT-style dense decoder (learned position embedding, LayerNorm, GeLU MLP
-with biases, tied embeddings), the architecture of the published Megatron-LM runs. Each
+The model is a dense decoder: GPT-style (learned position embedding, LayerNorm, GeLU MLP
+with biases, tied embeddings), the architecture of the published Megatron-LM runs, or
+Llama-style (``architecture`` llama). The four network columns are the datasheets' figures;
+``predict.Cluster.simai_gbps`` turns the bandwidths into SimAI's flags. Each
 run is predicted by ``analysis.predict`` under one Megatron-LM version
 (``aiob.megatron_kernels.SOFTWARE``). The output is the runs with ``predicted_s``,
 ``error_pct`` (predicted over measured, minus 1, in percent), the breakdown
@@ -27,13 +29,13 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .. import memory
 from ..aiob import gpus
 from ..aiob import megatron_kernels as mk
-from ..errors import CommsweepError, ConfigError, InputError
-from ..files import read_text
-from ..models import ModelSpec
-from ..training import TrainingSetup
+from ..base.errors import CommsweepError, ConfigError, InputError
+from ..base.files import read_text
+from ..setup import memory
+from ..setup.models import ModelSpec
+from ..setup.training import TrainingSetup
 from ..workload.megatron import local_parameters
 from .predict import BREAKDOWN, Cluster, Prediction, predict
 
@@ -58,7 +60,7 @@ RECOMPUTE = ("none", "selective", "full")
 # The published tables shipped with the package, and the Megatron-LM each was measured with.
 DATA = Path(__file__).resolve().parents[1] / "data" / "validation"
 PUBLISHED = {"korthikanti2022_table5.csv": "2022", "narayanan2021_table1.csv": "2021",
-             "nemo2407_h100.csv": "nemo", "nemo_later_h100.csv": "nemo"}
+             "nemo2407_h100.csv": "nemo", "nemo2409_h100.csv": "nemo", "nemo_later_h100.csv": "nemo"}
 
 
 @dataclass(frozen=True)
@@ -218,7 +220,7 @@ def validate(runs: list[Run], sw: mk.Software, *, ratios=None, source: str | Pat
         except CommsweepError as err:
             raise InputError(f"cannot predict this run: {err}", file=source, line=run.line) from None
         params = {stage: local_parameters(setup, stage) for stage in {0, setup.pp - 1}}
-        mem = memory.estimate(setup, params, flash_attention=sw.attention == "flash", dropout=sw.dropout)
+        mem = memory.estimate(setup, params, flash_attention=sw.attention in ("flash", "cudnn"), dropout=sw.dropout)
         out.append(Result(run=run, prediction=p, memory=mem, fits=mem.fits(run.gpu.memory_gib)))
     return out
 
@@ -227,7 +229,7 @@ def write_workloads(results: list[Result], folder: str | Path) -> Path:
     """Each run's SimAI workload (``<name>.txt``) and ``commands.sh``: the SimAI_analytical
     command line of each (run from that folder, SimAI's ``results/`` beside it), which
     ``commsweep simulate`` also takes. Returns the commands file."""
-    from ..files import write_text
+    from ..base.files import write_text
 
     folder = Path(folder)
     lines = ["# SimAI_analytical (or commsweep simulate) on each run's workload, from this folder",
@@ -244,14 +246,14 @@ def write_workloads(results: list[Result], folder: str | Path) -> Path:
 
 def _cells(r: Result) -> list[str]:
     err = r.error_pct
-    return ([r.run.values[c] for c in RUN_COLUMNS] + [f"{r.predicted_s:.4f}", "" if err is None else f"{err:.2f}"]
+    return ([r.run.values[c] for c in (*RUN_COLUMNS, *OPTIONAL_COLUMNS)] + [f"{r.predicted_s:.4f}", "" if err is None else f"{err:.2f}"]
             + [f"{r.breakdown[b]:.4f}" for b in BREAKDOWN] + [f"{r.memory.total_gib:.1f}", str(r.fits).lower()])
 
 
 def to_csv(results: list[Result]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow([*RUN_COLUMNS, *RESULT_COLUMNS])
+    writer.writerow([*RUN_COLUMNS, *OPTIONAL_COLUMNS, *RESULT_COLUMNS])
     for r in results:
         writer.writerow(_cells(r))
     return buf.getvalue()
@@ -307,7 +309,7 @@ def plot(groups: dict[str, list[Result]], output: str | Path, *, title: str | No
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..files import atomic_open
+    from ..base.files import atomic_open
 
     measured = {label: [r for r in rs if r.run.measured_s is not None] for label, rs in groups.items()}
     every = [r for rs in measured.values() for r in rs]

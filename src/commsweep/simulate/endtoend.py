@@ -18,8 +18,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..errors import InputError
-from ..files import read_text
+from ..base.errors import InputError
+from ..base.files import read_text
 from .cfloat import fixed
 
 SUMMARY_HEADER = (

@@ -54,7 +54,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from ..errors import CommsweepError, ConfigError, InputError
+from ..base.errors import CommsweepError, ConfigError, InputError
 from ..workload import format as wformat
 from ..workload.format import Header, Workload
 from . import endtoend

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..training import TrainingSetup
+from ..setup.training import TrainingSetup
 from ..workload.format import Workload
 from ..workload.megatron import Schedule
 from .engine import Network, Ratios, comm_time_ns

@@ -26,8 +26,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import InputError
-from ..files import read_text
+from ..base.errors import InputError
+from ..base.files import read_text
 from .cfloat import div, f32
 
 TABLES = ("nvlink", "nic", "ata")

@@ -12,8 +12,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..errors import ConfigError
-from ..files import write_text
+from ..base.errors import ConfigError
+from ..base.files import write_text
 
 
 class Options:
@@ -58,7 +58,7 @@ def add_network_arguments(parser, *, required: bool, title: str = "network (SimA
     SimAI's spelling; the names ``audit`` once had (``--nvlink_gbps`` ...) parse as aliases.
     The bandwidths stay text, as typed: SimAI reads them with ``std::stof``, and so does the engine.
     """
-    from ..flags import add_flag
+    from ..base.flags import add_flag
 
     n = parser.add_argument_group(title)
     add_flag(n, "-g_p_s", "--gpus-per-server", dest="gpus_per_server", type=int, required=required, default=None,

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
 
-from ..errors import CommsweepError, ConfigError
+from ..base.errors import CommsweepError, ConfigError
 from ..workload import format as wformat
 from . import endtoend as e2e
 from .collectives import CollectiveTime

@@ -25,8 +25,8 @@ import io
 from collections import Counter
 from pathlib import Path
 
-from ..errors import InputError
-from ..files import read_text
+from ..base.errors import InputError
+from ..base.files import read_text
 
 COLUMNS = ("quantity", "phase", "collective", "group", "us")
 # SimAI's summary line (``endtoend.COMPONENTS`` and its total) -> (quantity, group).

@@ -23,8 +23,8 @@ import sys
 import tempfile
 from collections.abc import Sequence
 
-from ..models import ModelSpec
-from ..training import TrainingSetup
+from ..setup.models import ModelSpec
+from ..setup.training import TrainingSetup
 
 
 def measure(setup: TrainingSetup) -> dict[str, int]:

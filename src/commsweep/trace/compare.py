@@ -59,8 +59,8 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 
-from ..errors import ConfigError
-from ..training import TrainingSetup
+from ..base.errors import ConfigError
+from ..setup.training import TrainingSetup
 from ..workload import megatron, megatron_releases
 from .records import PHASES, Trace, TraceRecord
 

@@ -31,6 +31,13 @@ Workarounds (release ranges as traced; see ``docs/megatron-versions.md``):
   built (torch's AdamW stands in for the fused Adam of apex or Transformer Engine) and
   its step run without gradient clipping, whose norm all-reduce no release's trace keeps.
 
+MLA only (recorded with MLA traces): ``mla_transformer_engine_stand_ins`` (0.14 and later):
+megatron's MLA needs its Transformer Engine spec, CUDA only
+(the local spec's core attention takes one width for keys and values); the spec is built with
+CPU stand-ins for its three TE modules (``mla_transformer_engine_spec``), and 0.19's backend
+lookup of the up projections answers with them. 0.10 to 0.13 build MLA's down projections
+column parallel, which the schedule does not model: refused.
+
 MoE only (recorded with MoE traces; a dense trace never needs them):
 
 * ``moe_te_functions_none`` (0.8 to 0.16): ``moe_utils`` and the GPT layer specs bind
@@ -71,7 +78,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..errors import CommsweepError
+from ..base.errors import CommsweepError
 
 # Files that import Triton at their top (the MoE paged stash: in 0.18 the stash itself,
 # from 0.19 its kernels' own module), which every GPT model imports.

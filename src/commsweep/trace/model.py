@@ -53,7 +53,7 @@ import torch
 import torch.distributed as dist
 from torch.overrides import TorchFunctionMode
 
-from ..training import TrainingSetup
+from ..setup.training import TrainingSetup
 
 
 def cpu_device() -> str:

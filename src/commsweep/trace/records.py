@@ -12,8 +12,8 @@ import io
 from collections import Counter
 from dataclasses import asdict, dataclass, fields
 
-from ..errors import InputError
-from ..training import TrainingSetup
+from ..base.errors import InputError
+from ..setup.training import TrainingSetup
 from .collectives import WRAPPED
 
 CSV_COLUMNS = ("op", "group", "group_size", "elements", "bytes", "phase", "module", "layer")

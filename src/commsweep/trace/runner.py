@@ -22,10 +22,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..errors import CommsweepError
-from ..files import write_text
-from ..models import ModelSpec
-from ..training import TrainingSetup
+from ..base.errors import CommsweepError
+from ..base.files import write_text
+from ..setup.models import ModelSpec
+from ..setup.training import TrainingSetup
 from .records import RankInfo, Trace, TraceRecord
 from .versions import Environment
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..models import ModelSpec
-from ..training import TrainingSetup
+from ..setup.models import ModelSpec
+from ..setup.training import TrainingSetup
 
 HEAD_DIM = 16
 HEADS_PER_RANK = 2

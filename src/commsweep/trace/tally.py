@@ -33,7 +33,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ..errors import CommsweepError, InputError
+from ..base.errors import CommsweepError, InputError
 from .compare import trace_module
 from .records import PHASES, Trace, TraceRecord
 
@@ -241,7 +241,7 @@ def read_traces(paths: Iterable[str]) -> tuple[list[Row], dict[str, dict[str, St
     the pipeline writes them: ``results/traces/<release>/<key>.csv``)."""
     from pathlib import Path
 
-    from ..files import read_text
+    from ..base.files import read_text
     from .records import read_csv
     from .versions import VersionError, check_version
 

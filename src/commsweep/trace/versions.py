@@ -35,7 +35,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import CommsweepError
+from ..base.errors import CommsweepError
 from ..workload.megatron_releases import TRACED
 
 CACHE_ENV = "COMMSWEEP_MEGATRON_CACHE"

@@ -21,7 +21,9 @@ is to measure those quirks against the Megatron schedule. The quirks kept on pur
   variables (``embedding_layer``'s weight-gradient time is whatever the previous layer set)
   and ``int(x / 2)`` halving.
 
-Everything is pure Python over the setup; nothing of AICB is imported or needed.
+Everything is pure Python over the setup; nothing of AICB is imported or needed. This module
+is AICB's Megatron frame and the generator's two paths; its DeepSeek frame (multi-latent
+attention) walks other modules through the same paths (``aicb_deepseek``).
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ from dataclasses import dataclass
 
 from ..aiob import profile_file
 from ..aiob.profile_file import AiobProfile
-from ..errors import ConfigError
-from ..training import TrainingSetup
+from ..base.errors import ConfigError
+from ..setup.training import TrainingSetup
 from . import format as wformat
 
 # AICB's ``Work_Item`` defaults: placeholder -1 (SimAI's dependency) and process_time 100.

@@ -36,9 +36,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..aiob.profile_file import AiobProfile
-from ..arguments import deepseek_flags
-from ..errors import ConfigError
-from ..training import TrainingSetup
+from ..setup.arguments import deepseek_flags
+from ..base.errors import ConfigError
+from ..setup.training import TrainingSetup
 from . import aicb
 from . import format as wformat
 from .aicb import Module

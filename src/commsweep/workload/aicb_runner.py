@@ -17,9 +17,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..arguments import to_aicb_argv
-from ..errors import CommsweepError, ConfigError
-from ..training import TrainingSetup
+from ..base.errors import CommsweepError, ConfigError
+from ..setup.arguments import to_aicb_argv
+from ..setup.training import TrainingSetup
 
 MODULE = "workload_generator.SimAI_training_workload_generator"
 _SCRIPT = Path("workload_generator") / "SimAI_training_workload_generator.py"

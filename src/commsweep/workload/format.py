@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import InputError
-from ..files import read_text, write_text
+from ..base.errors import InputError
+from ..base.files import read_text, write_text
 
 MODE = "HYBRID_TRANSFORMER_FWD_IN_BCKWD"
 PHASES = ("fwd", "ig", "wg")
@@ -158,7 +158,7 @@ _PARSED: dict[tuple[str, str], Workload] | None = None
 def reuse_parsed() -> Iterator[None]:
     """Within this block, reading the same file with the same text again returns the
     workload parsed the first time (a ``Workload`` is immutable). A batch of points
-    (``commsweep.batch``) reads each workload once for its volumes and once per network
+    (``commsweep.orchestration.batch``) reads each workload once for its volumes and once per network
     for the simulation and the audit."""
     global _PARSED
     previous, _PARSED = _PARSED, {}

@@ -5,9 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..aiob import profile_file
-from ..errors import ConfigError
-from ..training import TrainingSetup
+from ..base.errors import ConfigError
+from ..setup.training import TrainingSetup
 from . import format as wformat
+
+SCHEDULES = ("aicb", "megatron")
 
 
 def pipeline_stage(value: str | int, pp: int) -> int:
@@ -22,6 +24,22 @@ def pipeline_stage(value: str | int, pp: int) -> int:
     if not 0 <= stage < pp:
         raise ConfigError(f"must be first, last or 0..{pp - 1}, got {value!r}", key="--pp-stage")
     return stage
+
+
+def schedule_problems(setup: TrainingSetup, schedule: str, megatron_version: str | None = None, *,
+                      aiob: bool = False) -> list[str]:
+    """Why a schedule cannot generate this setup's workload (empty when it can); the
+    megatron schedule that of megatron-core ``megatron_version`` (default: the newest traced),
+    the aicb schedule on AICB's AIOB path when ``aiob`` (its DeepSeek frame's crashes depend on it)."""
+    if schedule == "megatron":
+        from . import megatron
+
+        return megatron.unsupported(setup, megatron_version)
+    if schedule == "aicb":
+        from .aicb_deepseek import frame_module
+
+        return frame_module(setup).unsupported(setup, aiob=aiob)
+    return [f"unknown schedule {schedule!r}; expected one of {', '.join(SCHEDULES)}"]
 
 
 def build(
@@ -46,8 +64,6 @@ def build(
     arguments those asserts read beyond the setup (see ``aicb.problems``). Sweeps stay
     strict: ``sweep.expand`` applies Megatron's rules to every point first.
     """
-    from ..sweep import schedule_problems
-
     aiob = profile_path is not None
     if schedule == "aicb":
         from . import aicb
@@ -91,8 +107,8 @@ def from_arguments(ns) -> tuple[str, list[str]]:
     Arguments AICB accepts but ignores (``--comp_filepath`` without ``--aiob_enable``,
     ``--context-parallel-size``) are ignored the same way under the aicb schedule, with a note.
     """
-    from ..arguments import setup_from_args
-    from ..errors import CommsweepError
+    from ..base.errors import CommsweepError
+    from ..setup.arguments import setup_from_args
 
     notes: list[str] = []
     aicb = ns.schedule == "aicb"

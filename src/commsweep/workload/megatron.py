@@ -67,7 +67,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from ..aiob.profile_file import AiobProfile
-from ..training import TrainingSetup
+from ..setup.training import TrainingSetup
 from . import megatron_mla, megatron_moe, megatron_releases
 from .format import Header, Row, Workload
 

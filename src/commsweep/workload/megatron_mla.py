@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..training import TrainingSetup
+from ..setup.training import TrainingSetup
 from .megatron_releases import Release, release as newest
 
 BF16 = 2

@@ -67,7 +67,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..training import TrainingSetup
+from ..setup.training import TrainingSetup
 from .megatron_releases import Release
 
 INT64 = 8

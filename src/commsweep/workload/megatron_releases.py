@@ -23,6 +23,10 @@ reads these switches):
 * 0.8 to 0.10 also all-reduce the load-balancing counts at t = 1: over one rank, so
   nothing moves, and the schedule, as everywhere, writes no collective on one rank.
 
+Multi-latent attention (``mla_problems``, ``mla_q_proj_norm``): from 0.10, and as the schedule
+follows it (the down projections duplicated on every TP rank) from 0.14, traced on 0.14.0 to
+0.19.2; 0.19 adds a norm to linear_q_proj where there is no query latent.
+
 A release older than a model feature cannot build the model (``problems``): before 0.10
 shared experts, dense layers between MoE layers and an expert TP of its own; before 0.16
 the shared expert's gate. The trace refuses such models the same way (``trace/compat.py``).
@@ -38,8 +42,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..errors import ConfigError
-from ..training import TrainingSetup
+from ..base.errors import ConfigError
+from ..setup.training import TrainingSetup
 
 # The releases docs/megatron-versions.md compares, one per minor release, oldest first;
 # the last is the newest traced, the schedule's default (trace.versions traces them).

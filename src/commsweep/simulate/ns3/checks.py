@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ...errors import CommsweepError
+from ...base.errors import CommsweepError
 from ...workload import format as wformat
 from .conf import Settings
 from .topology import NVLS_GPU_TYPES, TopologyFile

@@ -15,8 +15,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...errors import ConfigError
-from ...files import read_text, write_text
+from ...base.errors import ConfigError
+from ...base.files import read_text, write_text
 from . import conf, record, runner, topology
 
 

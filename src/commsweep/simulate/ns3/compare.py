@@ -14,7 +14,7 @@ import csv
 import io
 from pathlib import Path
 
-from ...errors import InputError
+from ...base.errors import InputError
 from . import record
 
 QUANTITIES = (("total_us", "sim_total_us"), ("exposed_us", "sim_exposed_us"), ("dp_us", "sim_dp_us"),

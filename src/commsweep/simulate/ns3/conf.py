@@ -37,7 +37,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from ...errors import ConfigError
+from ...base.errors import ConfigError
 
 # SimAI's file's paths, relative to the run directory (the simulator's working directory).
 FCT_FILE = "llama_hpn7_fct.txt"

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from ...errors import InputError
+from ...base.errors import InputError
 from .. import endtoend as e2e
 
 ENDTOEND = "ncclFlowModel_EndToEnd.csv"

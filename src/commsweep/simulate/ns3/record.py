@@ -15,8 +15,8 @@ import io
 import math
 from pathlib import Path
 
-from ...errors import InputError
-from ...files import read_text, write_text
+from ...base.errors import InputError
+from ...base.files import read_text, write_text
 from . import conf
 from .runner import Ns3Run
 

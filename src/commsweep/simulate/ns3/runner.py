@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from ...errors import CommsweepError, ConfigError
-from ...files import read_text, write_text
+from ...base.errors import CommsweepError, ConfigError
+from ...base.files import read_text, write_text
 from ...workload import format as wformat
 from ..collectives import CollectiveTime
 from ..engine import parse_comm_type, _nranks

@@ -27,8 +27,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...errors import ConfigError, InputError
-from ...files import read_text
+from ...base.errors import ConfigError, InputError
+from ...base.files import read_text
 
 KNOWN_GPU_TYPES = ("A100", "A800", "H100", "H800")
 NVLS_GPU_TYPES = ("H100", "H800")

@@ -73,7 +73,7 @@ FILE_KINDS = ("status", "volumes", "times", "collectives", "audits", "workloads"
 
 def ratio_dir(config: Mapping) -> str | None:
     """The ratio tables of the simulation (None: the engine's default)."""
-    from .simulate.run import ratio_dir_for
+    from ..simulate.run import ratio_dir_for
 
     sim = config["simulator"]
     return ratio_dir_for(sim["ratio_dir"], sim["root"])
@@ -107,15 +107,15 @@ def network_argv(point, config: Mapping) -> list[str]:
 
 def point_argv(point, config: Mapping) -> list[str]:
     """The point's setup as commsweep arguments, and the pipeline stage its workload holds."""
-    from .arguments import to_commsweep_argv
+    from ..setup.arguments import to_commsweep_argv
 
     return to_commsweep_argv(point.setup) + ["--pp-stage", config["generator"]["megatron_pp_stage"]]
 
 
 def profile_command(point, config: Mapping, profile: str, table: str) -> list[str]:
     """``commsweep profile`` of a point's AIOB profile: its shard, its GPU, the backend."""
-    from .aiob.backends import profile_setup, user_file
-    from .arguments import to_commsweep_argv
+    from ..aiob.backends import profile_setup, user_file
+    from ..setup.arguments import to_commsweep_argv
 
     backend = config["aiob"]["backend"]
     argv = ["profile", "--backend", backend]
@@ -128,7 +128,7 @@ def profile_command(point, config: Mapping, profile: str, table: str) -> list[st
 
 def generate_command(point, config: Mapping, workload: str, profile: str | None) -> list[str]:
     """``commsweep generate`` of a point's workload: its setup, schedule and AIOB profile."""
-    from .arguments import to_commsweep_argv
+    from ..setup.arguments import to_commsweep_argv
 
     argv = ["generate", *to_commsweep_argv(point.setup), "--schedule", point.schedule]
     if point.schedule == "megatron":
@@ -145,7 +145,7 @@ def packet_command(point, config: Mapping, workload: str, endtoend: str, collect
                    record: str) -> list[str]:
     """``commsweep simulate --backend ns3`` of a packet-level point: ``simulator.ns3``'s binary,
     topology template and parameters (the GPU count is the point's world size), settings, limits."""
-    from .simulate.ns3.runner import configured_root
+    from ..simulate.ns3.runner import configured_root
 
     ns3 = config["simulator"]["ns3"]
     argv = ["simulate", "--backend", "ns3", "-w", workload, "-g", str(point.world_size), "-r", f"{point.point_key}-",
@@ -316,10 +316,10 @@ def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | 
     (``provenance.Run``); ``audited``: the points that get an audit (default: those
     Megatron's schedule describes).
     """
+    from ..aiob.backends import user_file
+    from ..simulate.ratio import table_files
+    from ..workload import megatron
     from . import limits
-    from .aiob.backends import user_file
-    from .simulate.ratio import table_files
-    from .workload import megatron
 
     points = list(points)
     if audited is None:
@@ -462,7 +462,7 @@ def manifest(batch: Batch, attempt: int, failed: Iterable[Task]) -> str:
 
 def read_manifest(path: str | Path) -> dict:
     """A batch's manifest; InputError naming the file for anything else."""
-    from .errors import InputError
+    from ..base.errors import InputError
 
     try:
         record = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -485,16 +485,20 @@ def manifest_files(manifests: Iterable[str | Path], kind: str) -> list[str]:
     return out
 
 
-def attempt(batch: Batch, manifest_path: str | Path) -> int:
+def attempt(batch: Batch, manifest_path: str | Path, *, outputs_here: bool = True) -> int:
     """The batch job's ``attempt`` parameter: its manifest's, one more when a task failed or
-    an output is missing (so Snakemake reruns the batch, which redoes those tasks)."""
+    an output is missing (so Snakemake reruns the batch, which redoes those tasks).
+
+    ``outputs_here=False``: the points' files are not on this filesystem to look at (a run
+    without a shared filesystem, where they are declared outputs: Snakemake reruns a batch
+    whose file is missing from the storage by itself), so only a failed task counts."""
     try:
         record = json.loads(Path(manifest_path).read_text(encoding="utf-8"))
         last = int(record["attempt"])
         failed = bool(record["failed"])
     except (OSError, ValueError, KeyError, TypeError):
         return 1
-    if failed or any(not _nonempty(f) for f in batch.outputs()):
+    if failed or (outputs_here and any(not _nonempty(f) for f in batch.outputs())):
         return last + 1
     return last
 
@@ -505,8 +509,8 @@ def attempt(batch: Batch, manifest_path: str | Path) -> int:
 def is_current(task: Task) -> bool:
     """Whether a task's outputs are those its command makes now: its status ok, made by the
     same command from the same inputs (its digest), and every output there."""
-    from . import status
-    from .errors import InputError
+    from ..base import status
+    from ..base.errors import InputError
 
     try:
         st = status.read(task.status)
@@ -575,21 +579,21 @@ class Outcome:
 
 
 class _Parsers:
-    """One parser per command, built once (``cli.build_parser(only=...)``)."""
+    """One parser per stage command, built once (``stages.build_parser``)."""
 
     def __init__(self) -> None:
         self._built: dict[str, object] = {}
 
     def __call__(self, command: str):
         if command not in self._built:
-            from .cli import build_parser
+            from .stages import build_parser
 
-            self._built[command] = build_parser(only=command)
+            self._built[command] = build_parser(command)
         return self._built[command]
 
 
 def _run_in_process(task: Task, attempt_: int, parsers: _Parsers):
-    from . import status
+    from ..base import status
 
     parser = parsers(task.command[0])
 
@@ -605,8 +609,8 @@ def _run_in_subprocess(task: Task, attempt_: int):
     """The task as ``commsweep guard`` in a process of its own: a crash kills that process only."""
     import signal
 
-    from . import status
-    from .errors import CommsweepError
+    from ..base import status
+    from ..base.errors import CommsweepError
 
     sys.stdout.flush()
     sys.stderr.flush()
@@ -631,10 +635,10 @@ def run(batch: Batch, attempt_: int, manifest_path: str | Path, *, running_dir: 
     ``running_dir`` holds the task under way (``<batch>.running``), so that the next run of a
     batch whose process was killed runs that task in a process of its own.
     """
-    from . import status
-    from .errors import InputError
-    from .files import synced_once, write_text
-    from .workload.format import reuse_parsed
+    from ..base import status
+    from ..base.errors import InputError
+    from ..base.files import synced_once, write_text
+    from ..workload.format import reuse_parsed
 
     outcome = Outcome()
     parsers = _Parsers()
@@ -704,9 +708,9 @@ def causes_table(batch: Batch) -> str:
     sweep's order (a batch holds every point of its settings, so each AICB point's Megatron
     partner is in it). Worked out here, batch by batch, rather than for the whole sweep at its
     end. A failure is a marker (``status.MARKER``) that fails that step, naming it."""
-    from .analysis import causes
-    from .paths import PointFiles
-    from .status import MARKER, describe_exception
+    from ..analysis import causes
+    from ..base.paths import PointFiles
+    from ..base.status import MARKER, describe_exception
 
     files = PointFiles.given(**{kind: batch.files.get(kind, ()) for kind in
                                 ("status", "volumes", "times", "collectives", "audits")})
@@ -742,7 +746,7 @@ def run_rule(smk) -> None:
         except KeyboardInterrupt:
             # Ctrl-C: Snakemake shows this log; a line says it all (the task lines, up to
             # one per task, and a traceback would be most of what the terminal shows).
-            from .cli import exit_interrupted
+            from ..base.errors import exit_interrupted
 
             with contextlib.suppress(OSError, ValueError):
                 sys.stderr.flush()

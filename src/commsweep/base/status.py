@@ -2,7 +2,7 @@
 
 Snakemake cannot run the summary when one of its inputs failed, so a sweep of thousands
 of points would lose its table to a single bad point. Every per-point task (a batch runs
-them in-process, ``commsweep.batch``) therefore runs its ``commsweep`` command through
+them in-process, ``commsweep.orchestration.batch``) therefore runs its ``commsweep`` command through
 ``guard`` (``commsweep guard`` on the command line), which always leaves a *status file*
 beside the task's outputs:
 
@@ -47,6 +47,10 @@ from .errors import CommsweepError, InputError
 from .files import write_text
 
 SUFFIX = ".status"
+# The config digest of the run a job belongs to, for its status file (set by the workflow,
+# ``pipeline``; read by ``commsweep guard``). Not a parameter of the jobs: a config change
+# that leaves a job's own parameters alone must not rerun it.
+CONFIG_DIGEST_ENV = "COMMSWEEP_CONFIG_DIGEST"
 MARKER = "commsweep: no result:"
 # The error of a task not run because a task it reads failed: ``not run: <status> failed: <cause>``.
 NOT_RUN = "not run:"
@@ -66,10 +70,10 @@ class Status:
     # Which run of the job this was (see next_attempt).
     attempt: int = 1
     # What made the outputs: commsweep's version, the run's config digest, the checksums of
-    # the external inputs the job read (see commsweep.provenance). Empty: not recorded.
+    # the external inputs the job read (see commsweep.orchestration.provenance). Empty: not recorded.
     provenance: dict = field(default_factory=dict, compare=False)
     # The digest of the task that made the outputs (its command, inputs and upstream tasks;
-    # ``commsweep.batch``): a batch skips a task whose status is ok with the same digest.
+    # ``commsweep.orchestration.batch``): a batch skips a task whose status is ok with the same digest.
     job: str = field(default="", compare=False)
 
     def render(self) -> str:
@@ -160,12 +164,11 @@ def read(path: str | Path) -> Status:
 
 def job_provenance(words: Iterable[str] = ()) -> dict:
     """What a status records of the job's making: commsweep's version, the run's config digest
-    (from the workflow, ``provenance.CONFIG_DIGEST_ENV``) and the external inputs' checksums
+    (from the workflow, ``CONFIG_DIGEST_ENV``) and the external inputs' checksums
     (``KEY=CHECKSUM`` words, the job's ``params.provenance``)."""
     import os
 
-    from . import __version__
-    from .provenance import CONFIG_DIGEST_ENV
+    from .. import __version__
 
     inputs = {}
     for word in words:
@@ -223,7 +226,7 @@ def guard(
     ``run`` is the command (it raises on failure); ``outputs`` are the job's declared
     outputs (the status file among them is skipped); ``after`` are the status files of
     the jobs this one depends on; ``attempt`` and ``provenance`` (see ``job_provenance``)
-    are recorded, and so is ``job``, the task's digest (``commsweep.batch``). Returns the status written. Only a failure to write
+    are recorded, and so is ``job``, the task's digest (``commsweep.orchestration.batch``). Returns the status written. Only a failure to write
     the status itself (or an interruption) escapes.
     """
     status_path = Path(status_path)

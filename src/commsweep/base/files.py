@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,7 +46,7 @@ def synced_once() -> Iterator[None]:
     """Within this block, atomic writes skip their ``fsync``; at its end (when it ends
     without an error) the filesystems are synced once.
 
-    A batch of points (``commsweep.batch``) writes thousands of small files; one ``fsync``
+    A batch of points (``commsweep.orchestration.batch``) writes thousands of small files; one ``fsync``
     each (milliseconds on a busy disk) would cost more than computing them. Renames stay
     atomic, so a killed process still leaves whole files or none. A machine that crashes
     within the block may lose recent files (left empty or absent): the batch treats an
@@ -72,6 +72,8 @@ def atomic_open(path: str | Path, mode: str = "w", *, newline: str | None = "") 
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    import tempfile  # here, not at import: the command line imports this module at start-up
+
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     binary = "b" in mode
     try:
@@ -109,3 +111,11 @@ def read_text(path: str | Path) -> str:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
         raise not_utf8(path, err) from None
+
+
+def emit(text: str, output: str | None) -> None:
+    """Write ``text`` atomically to ``output``, or to stdout when none is given (``-``: stdout)."""
+    if output is None or output == "-":
+        sys.stdout.write(text)
+    else:
+        write_text(output, text)

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import CommsweepError
+from ..base.errors import CommsweepError
 
 LOCK_DIR = Path(".snakemake") / "locks"
 HOLDER = Path(".snakemake") / "commsweep" / "holder.json"
@@ -71,7 +71,7 @@ def live_snakemakes(workdir: str | Path = ".") -> list[Process]:
 
 def record_holder(workdir: str | Path = ".") -> None:
     """Note which run holds the lock (this process, this machine), for a later run to check."""
-    from .files import write_text
+    from ..base.files import write_text
 
     record = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
               "command": " ".join(sys.argv)}

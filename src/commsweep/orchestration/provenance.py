@@ -31,13 +31,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import __version__
-from .errors import ConfigError
+from .. import __version__
+from ..base.errors import ConfigError
 
-# The config digest of the run a job belongs to, for its status file (set by the workflow,
-# read by ``commsweep guard``). Not a parameter of the jobs: a config change that leaves a
-# job's own parameters alone must not rerun it.
-CONFIG_DIGEST_ENV = "COMMSWEEP_CONFIG_DIGEST"
 RATIO_FILES = ("nvlink_ratio.csv", "nic_ratio.csv", "ata_ratio.csv")
 # Files of an AICB checkout that can change what it writes (its Python sources).
 AICB_SOURCES = "*.py"
@@ -116,14 +112,14 @@ def check_external(config: Mapping, points: Iterable) -> dict[str, External | di
     key -> External. Raises ConfigError naming the key and the path of the first missing
     input (all missing AIOB files at once), before any job runs.
     """
-    from .simulate.run import ratio_dir_for
+    from ..simulate.run import ratio_dir_for
 
     points = list(points)
     out: dict[str, External | dict[str, External]] = {}
     aiob = config.get("aiob") or {}
     profiles = sorted({p.profile_key for p in points if p.aiob})
     if profiles and aiob.get("backend") == "file" and aiob.get("file"):
-        from .aiob.backends import user_file
+        from ..aiob.backends import user_file
 
         files = {key: user_file(aiob["file"], key) for key in profiles}
         missing = [path for path in files.values() if not Path(path).is_file()]
@@ -136,7 +132,7 @@ def check_external(config: Mapping, points: Iterable) -> dict[str, External | di
 
     generator = config.get("generator") or {}
     if generator.get("aicb_root") and any(p.schedule == "aicb" for p in points):
-        from .workload.aicb_runner import _SCRIPT
+        from ..workload.aicb_runner import _SCRIPT
 
         root = Path(generator["aicb_root"]).expanduser()
         if not root.is_dir():
@@ -149,7 +145,7 @@ def check_external(config: Mapping, points: Iterable) -> dict[str, External | di
     sim = config.get("simulator") or {}
     root = sim.get("root")
     if sim.get("backend") == "simai":
-        from .simulate.simai import BINARY
+        from ..simulate.simai import BINARY
 
         if not root:
             raise ConfigError("the simai backend needs the root of a built SimAI", key="simulator.root")
@@ -159,7 +155,7 @@ def check_external(config: Mapping, points: Iterable) -> dict[str, External | di
         if not binary.is_file():
             raise _missing("simulator.root", binary, "SimAI_analytical (build SimAI first)")
         out["simulator.root"] = External("simulator.root", str(root), file_digest(binary), str(BINARY))
-    from .simulate.ns3.runner import configured_root, find_binary
+    from ..simulate.ns3.runner import configured_root, find_binary
 
     ns3_root = configured_root(config)
     if ns3_root and "packet" in ((config.get("sweep") or {}).get("simulation") or ()):
@@ -238,7 +234,7 @@ class Run:
 
 def read_record(path: str | Path) -> dict:
     """A ``results/run.json``, as written by ``Run.record``."""
-    from .errors import InputError
+    from ..base.errors import InputError
 
     try:
         record = json.loads(Path(path).read_text(encoding="utf-8"))

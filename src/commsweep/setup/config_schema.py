@@ -12,7 +12,7 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
-from .errors import ConfigError
+from ..base.errors import ConfigError
 
 
 @cache

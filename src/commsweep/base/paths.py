@@ -15,7 +15,7 @@ layout is spelled once::
     results/points/<point>/audit.csv                    its workload's audit against Megatron's schedule
     results/summary.csv, results/plots/*.png, ...       the sweep's tables and figures
     results/steps/<rule>.status                         the outcome of each sweep-wide step
-    results/batches/<batch>.json                        a finished batch of points: their files (commsweep.batch)
+    results/batches/<batch>.json                        a finished batch of points: their files (commsweep.orchestration.batch)
     results/batches/<batch>.causes.csv                  the difference by cause of its AICB points
     results/traces/<trace>.csv|.compare.csv             measured megatron-core traces (reference: measured;
                                                         <trace>: <key>, or <release>/<key> per megatron_core release)
@@ -25,7 +25,7 @@ layout is spelled once::
 
 Every per-point file sits in a folder named after its key (``<kind>/<key>/<file>``, see
 ``key_of``), and every job's outcome in a ``.status`` file beside its outputs
-(``commsweep.status``). A path method called without a key returns the Snakemake pattern,
+(``commsweep.base.status``). A path method called without a key returns the Snakemake pattern,
 with the key as a wildcard (``{point}``, ``{workload}``, ...): what a rule declares.
 """
 
@@ -135,7 +135,7 @@ class Layout:
         """A sweep-wide step's status (summarize, compare, a figure, trace-check)."""
         return self._at(f"steps/{step}{STATUS_SUFFIX}")
 
-    # -- batches: the jobs that run the per-point stages (commsweep.batch) -----------------
+    # -- batches: the jobs that run the per-point stages (commsweep.orchestration.batch) -----------------
 
     def batches_dir(self) -> str:
         return self._at("batches")

@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from .errors import ConfigError
+from ..base.errors import ConfigError
 
 
 def read(path: str | Path) -> dict:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from .errors import ConfigError
+from ..base.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ PRESET_FILE = "presets/models.yaml"
 def _preset_path():
     from importlib import resources  # here, not at import: it costs the per-point commands ~5 ms
 
-    return resources.files(__package__).joinpath(PRESET_FILE)
+    return resources.files("commsweep").joinpath(PRESET_FILE)
 
 
 @cache

@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from .errors import ConfigError
-from .flags import add_flag
+from ..base.errors import ConfigError
+from ..base.flags import add_flag
 from .models import ModelSpec, preset
 from .training import TrainingSetup
 
@@ -114,7 +114,7 @@ def add_stage_argument(parser: argparse.ArgumentParser) -> None:
 
 def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
     """Megatron's schedule options beyond AICB's arguments (the megatron schedule only)."""
-    from .flags import add_flag
+    from ..base.flags import add_flag
 
     g = parser.add_argument_group("Megatron schedule beyond AICB's arguments")
     add_flag(g, "--virtual-pipeline", dest="virtual_pipeline", type=int, default=1,

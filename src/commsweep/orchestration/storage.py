@@ -13,7 +13,7 @@ for ``s3://bucket/run``).
 commsweep runs such a job from its root, with every path relative to it (``enter``): the
 files it writes that name other files (a status file its outputs, a batch manifest its points'
 files) then hold the same bytes as a local run's, and the paths the plan spells
-(``commsweep.batch``: a task's command line) are the right ones as they are. The Snakefile
+(``commsweep.orchestration.batch``: a task's command line) are the right ones as they are. The Snakefile
 works the root out once (``job_root``) and hands it to its jobs in ``ROOT_ENV``.
 """
 

@@ -1,6 +1,6 @@
 """docs/config.md, written from the config schema: the one home of what each key means.
 
-The page is generated, never edited: ``python -m commsweep.config_docs`` rewrites it, and
+The page is generated, never edited: ``python -m commsweep.orchestration.config_docs`` rewrites it, and
 ``--check`` (what the test does) fails when it is stale. It lives in the package, not in
 ``workflow/scripts/``, because it reads what the package ships (the schema, the presets,
 ModelSpec's defaults, the GPU table) and the test imports ``render`` directly.
@@ -14,7 +14,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from .config_schema import schema
+from ..setup.config_schema import schema
 
 PAGE = Path("docs/config.md")
 SCHEMA_PATH = "workflow/schemas/config.schema.yaml"
@@ -77,7 +77,7 @@ def type_text(prop: dict) -> str:
 
 
 def _model_defaults() -> dict:
-    from .models import ModelSpec
+    from ..setup.models import ModelSpec
 
     return {f.name: f.default for f in dataclasses.fields(ModelSpec) if f.default is not dataclasses.MISSING}
 
@@ -117,7 +117,7 @@ def _table(lines: list[str], items) -> None:
 
 
 def _presets(lines: list[str]) -> None:
-    from .models import presets, preset_entries
+    from ..setup.models import presets, preset_entries
 
     lines += [
         "### Presets",
@@ -125,15 +125,21 @@ def _presets(lines: list[str]) -> None:
         "Written in `src/commsweep/presets/models.yaml` exactly as a `models:` entry is (fields "
         "left out take the defaults above); `base: <preset>` starts a model of your own from one.",
         "",
-        "| preset | layers | hidden | heads | query groups | FFN | vocabulary | experts (top-k) | source |",
+        "| preset | layers | hidden | heads | query groups or MLA latents | FFN | vocabulary | experts (top-k) | source |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, m in presets().items():
         experts = f"{m.num_experts} ({m.moe_topk})" if m.is_moe else ""
+        if m.is_moe and m.moe_first_k_dense:
+            k = m.moe_first_k_dense
+            experts += f", the first {k} layers dense" if k > 1 else ", the first layer dense"
+        groups = m.num_query_groups or ""
+        if m.is_mla:
+            groups = f"MLA: q {m.q_lora_rank or 'none'}, kv {m.kv_lora_rank}"
         shape = "swiglu, rope, rmsnorm, untied" if m.swiglu else ""
         source = _text(preset_entries()[name].get("source"))
         lines.append(
-            f"| `{name}` | {m.num_layers} | {m.hidden_size} | {m.num_attention_heads} | {m.num_query_groups or ''} | "
+            f"| `{name}` | {m.num_layers} | {m.hidden_size} | {m.num_attention_heads} | {groups} | "
             f"{m.ffn_hidden_size}{' (' + shape + ')' if shape else ''} | {m.vocab_size} | {experts} | {source} |"
         )
     lines.append("")
@@ -141,13 +147,13 @@ def _presets(lines: list[str]) -> None:
 
 def render() -> str:
     """The whole page."""
-    from .aiob.gpus import known_gpus
+    from ..aiob.gpus import known_gpus
 
     import yaml
 
     root = schema()
     lines = [
-        f"<!-- Generated from {SCHEMA_PATH} by `python -m commsweep.config_docs`: edit the schema, not this page. -->",
+        f"<!-- Generated from {SCHEMA_PATH} by `python -m commsweep.orchestration.config_docs`: edit the schema, not this page. -->",
         "",
         "# Configuring a sweep",
         "",
@@ -175,7 +181,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m commsweep.config_docs", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m commsweep.orchestration.config_docs", description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="fail (status 1) if the page is not what render() writes")
     parser.add_argument("page", nargs="?", default=str(PAGE), help=f"the page (default: {PAGE})")
     ns = parser.parse_args(argv)
@@ -183,10 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     text = render()
     if ns.check:
         if not page.is_file() or page.read_text(encoding="utf-8") != text:
-            print(f"{page} is stale: run `python -m commsweep.config_docs` and commit it", file=sys.stderr)
+            print(f"{page} is stale: run `python -m commsweep.orchestration.config_docs` and commit it", file=sys.stderr)
             return 1
         return 0
-    from .files import write_text
+    from ..base.files import write_text
 
     write_text(page, text)
     return 0

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from .errors import ConfigError
+from ..base.errors import ConfigError
 
 ROWS_PER_LAYER = 8
 BYTES_PER_ROW = 2048

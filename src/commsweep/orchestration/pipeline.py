@@ -99,7 +99,7 @@ def load_config(workflow, config: dict) -> None:
     The files are those Snakemake read (``--configfile``, else the Snakefile's default),
     the overrides the raw ``--config KEY=VALUE`` arguments; ``config`` is updated in place.
     """
-    from .configfile import load
+    from ..setup.configfile import load
 
     files = [str(f) for f in workflow.configfiles]
     loaded = load(files, overrides(workflow))
@@ -142,30 +142,41 @@ def on_start(workflow, layout) -> None:
 
 
 def on_error() -> None:
-    """A run that failed (e.g. a job killed outside commsweep's guard): Snakemake releases its lock; forget the holder."""
+    """A run that did not finish (Ctrl-C, or a job killed outside commsweep's guard):
+    Snakemake releases its lock; forget the holder, and say what the next run does."""
     from .locks import release_holder
 
     release_holder()
+    print("commsweep: the run did not finish (above: why); the same command again keeps what is done and "
+          "does the rest", file=sys.stderr, flush=True)
 
 
 def on_success(layout) -> None:
-    """After the last job: a run whose check recorded failures ends with an error, and the list."""
+    """After the last job: the run's verdict (ok, and where the answer is; or the failed
+    points and steps, and the run ends with an error), and the command that makes the report
+    when there is none of these results."""
+    from ..base.status import verdict_failed
     from .locks import release_holder
-    from .status import verdict_failed
 
     release_holder()
-    if _RUN["report_command"] and not Path(layout.report()).exists():
-        print(f"commsweep: the HTML report of these results: {_RUN['report_command']}", file=sys.stderr, flush=True)
-    if not _RUN["checks"]:  # e.g. --until volumes: the verdict on file is an earlier run's
-        return
     path = Path(layout.verdict())
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError:
-        return
-    if verdict_failed(text):
-        sys.stderr.write(f"commsweep: {text}commsweep: the run failed ({path}); the next run retries what failed\n")
-        sys.stderr.flush()
+    text = ""
+    if _RUN["checks"]:  # else (e.g. --until volumes) the verdict on file is an earlier run's
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError:
+            pass
+    failed = verdict_failed(text)
+    if failed:
+        sys.stderr.write(f"commsweep: {text}")
+    elif text:
+        print(f"commsweep: {text.splitlines()[0]}; the answer: {layout.answer_page()}", file=sys.stderr)
+    if _RUN["report_command"] and not Path(layout.report()).exists():
+        print(f"commsweep: the HTML report of these results: {_RUN['report_command']}", file=sys.stderr)
+    if failed:
+        sys.stderr.write(f"commsweep: the run failed ({path}); the next run retries what failed\n")
+    sys.stderr.flush()
+    if failed:
         raise SystemExit(1)
 
 
@@ -192,8 +203,10 @@ def prepare(workflow, config: dict, points, layout, *, traces=(), root: str = ""
     )
     _RUN["report_command"] = provenance.report_command(run.config_files, run.overrides, layout.report())
     os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
-    os.environ[provenance.CONFIG_DIGEST_ENV] = run.config_digest
-    # Without a shared filesystem, the folder of the job's local copies (commsweep.storage).
+    from ..base.status import CONFIG_DIGEST_ENV
+
+    os.environ[CONFIG_DIGEST_ENV] = run.config_digest
+    # Without a shared filesystem, the folder of the job's local copies (commsweep.orchestration.storage).
     os.environ[storage.ROOT_ENV] = root
     ignored: list[str] = []
     if workflow.is_main_process:
@@ -216,7 +229,7 @@ def prepare(workflow, config: dict, points, layout, *, traces=(), root: str = ""
 
 def announce(workflow, points, batches) -> None:
     """Say, once per run, how much per-point work the sweep holds and how it is batched
-    (``commsweep.batch``): a dry run shows batch jobs, not points. ``commsweep sweep --check
+    (``commsweep.orchestration.batch``): a dry run shows batch jobs, not points. ``commsweep sweep --check
     CONFIG --todo`` says which of their tasks a run would do now."""
     if not workflow.is_main_process:
         return

@@ -65,3 +65,19 @@ def not_utf8(path: str | Path, err: UnicodeDecodeError) -> InputError:
     """The InputError for a file that is not UTF-8 text, naming the line of the bad byte."""
     line = err.object[: err.start].count(b"\n") + 1
     return InputError(f"not a UTF-8 text file ({err.reason} at byte {err.start})", file=path, line=line)
+
+
+def exit_interrupted(said: str) -> None:
+    """End as a program ends on Ctrl-C: ``said`` on one line, no traceback, and killed by
+    SIGINT, the status a shell, make or Snakemake reads as an interruption (not a failure)."""
+    import contextlib
+    import os
+    import signal
+    import sys
+
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+    print(said, file=sys.stderr, flush=True)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
+    raise SystemExit(128 + signal.SIGINT)  # only if the signal could not end the process

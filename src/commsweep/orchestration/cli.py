@@ -12,76 +12,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..base.errors import CommsweepError, exit_interrupted
+from ..base.files import emit
 from . import storage
-from .errors import CommsweepError
-
-
-def _emit(text: str, output: str | None) -> None:
-    """Write ``text`` atomically to ``output``, or to stdout when none is given."""
-    if output is None or output == "-":
-        sys.stdout.write(text)
-    else:
-        from .files import write_text
-
-        write_text(output, text)
+from .stages import STAGE_COMMANDS
 
 
 # -- commands --------------------------------------------------------------------------
-
-
-def cmd_generate(ns: argparse.Namespace) -> None:
-    from .workload.generate import from_arguments
-
-    text, notes = from_arguments(ns)
-    for note in notes:
-        print(f"commsweep generate: note: {note}", file=sys.stderr)
-    _emit(text, ns.output)
-
-
-def cmd_profile(ns: argparse.Namespace) -> None:
-    from .aiob import backends, gpus
-
-    if ns.list_gpus:
-        _emit(gpus.table(), None)
-        return
-    from .arguments import setup_from_args
-
-    setup = setup_from_args(ns)
-    iters = ns.iters if ns.iters is not None else int(ns.epoch_num or 10)
-    efficiency = {
-        "gemm_efficiency": ns.gemm_efficiency, "attention_efficiency": ns.attention_efficiency,
-        "memory_efficiency": ns.memory_efficiency, "launch_us": ns.launch_us,
-    }
-    result = backends.make(
-        setup, ns.backend, ns.gpu, file=ns.file, train_iter=iters, efficiency=efficiency,
-        device=ns.device, warmup=ns.warmup, threads=ns.threads,
-    )
-    backends.write(result, ns.output, ns.csv)
-    if result.note:
-        print(f"commsweep profile: {result.note}", file=sys.stderr)
-
-
-def cmd_volumes(ns: argparse.Namespace) -> None:
-    from .analysis import volumes
-    from .workload import format as wformat
-
-    table = volumes.tally(wformat.read(ns.workload), gpus=ns.gpus)
-    render = {"csv": volumes.to_csv, "json": volumes.to_json, "table": volumes.to_table}[ns.format]
-    _emit(render(table), ns.output)
-
-
-def cmd_audit(ns: argparse.Namespace) -> None:
-    from .analysis import audit
-    from .arguments import setup_from_args
-    from .workload import format as wformat
-    from .workload.generate import pipeline_stage
-
-    setup = setup_from_args(ns)
-    findings = audit.audit(
-        wformat.read(ns.workload), setup, stage=pipeline_stage(ns.pp_stage, setup.pp), gpus=ns.gpus,
-        time_us=audit.time_function(ns), source=ns.workload, megatron_version=ns.megatron_version,
-    )
-    _emit(audit.to_csv(findings) if ns.format == "csv" else audit.to_table(findings), ns.output)
 
 
 def cmd_sweep(ns: argparse.Namespace) -> None:
@@ -93,7 +30,7 @@ def cmd_sweep(ns: argparse.Namespace) -> None:
         return
     if ns.table:
         points, invalid = sweep.points_from_config(config)
-        _emit(sweep.table_csv(points, invalid), ns.table)
+        emit(sweep.table_csv(points, invalid), ns.table)
         return
     points, invalid = sweep.expand(config)
     if invalid and not config.get("skip_invalid"):
@@ -102,17 +39,19 @@ def cmd_sweep(ns: argparse.Namespace) -> None:
     print(f"{len(points)} valid point(s), {len(invalid)} invalid combination(s)")
     for p in points:
         print(p.point_key)
-    unfit = [p for p in points if p.memory()["fits"] is False]
+    unfit = [p for p in points if sweep.memory_columns(p)["fits"] is False]
     if unfit:
         print(f"note: {len(unfit)} point(s) do not fit their GPU's memory (fits=False in sweep.csv; "
               "skip_unfit: true drops them)", file=sys.stderr)
     if invalid and not config.get("skip_invalid"):
         raise CommsweepError(f"{len(invalid)} invalid combination(s); set skip_invalid: true to drop them")
+    if not points:
+        sweep.points_from_config(config)  # the error a run would stop with, naming why
 
 
 def _point_files(ns: argparse.Namespace, lists: tuple[str, ...]):
     """The per-point files of a sweep-wide command: those given, else found under --results."""
-    from .paths import PointFiles
+    from ..base.paths import PointFiles
 
     given = {name: getattr(ns, name) for name in lists if getattr(ns, name) is not None}
     if given:
@@ -144,38 +83,28 @@ def _check_sweep(ns: argparse.Namespace, config: dict) -> None:
             raise CommsweepError(f"{ns.made} is run {record['run']}, made from another config ({made_from}), not run "
                                  f"{run.id} of {ns.config}: {rerun}, or make the report of those results: "
                                  f"{provenance.report_command(files, overrides)}")
+        from ..base.paths import Layout
+
+        verdict = Layout(str(Path(ns.made).parent)).verdict()
+        if not Path(verdict).exists():  # removed when a run starts, written at its end (the check)
+            raise CommsweepError(f"run {run.id} of {ns.config} did not finish (no {verdict}, which its end writes): "
+                                 f"finish it first (make run CONFIG={ns.config})")
     print(f"{ns.config}: {len(points)} point(s), {len(invalid)} combination(s) skipped; run {run.id}")
     if ns.todo:
+        from ..base.paths import Layout
         from . import batch
-        from .paths import Layout
 
         print(batch.describe_pending(batch.plan(points, config, Layout(), run)))
 
 
 def cmd_summarize(ns: argparse.Namespace) -> None:
-    from .analysis import summary
+    from ..analysis import summary
 
-    _emit(summary.summarize(Path(ns.sweep), _point_files(ns, ("status", "volumes", "times")), ns.run or ""), ns.output)
-
-
-def cmd_simulate(ns: argparse.Namespace) -> None:
-    from .simulate.run import options_from_args, run
-
-    if ns.backend != "ns3":  # the analytical backends need SimAI_analytical's network flags
-        missing = [flag for flag, dest in (("-g_p_s/--gpus-per-server", "gpus_per_server"),
-                                           ("-n_p_s/--nic_per_server", "nics_per_server"),
-                                           ("-nv/--nvlink", "nvlink_gbps"), ("-nic/--nic_busbw", "nic_gbps"))
-                   if getattr(ns, dest) is None]
-        if missing:
-            # argparse's way (status 2): they are required but with --backend ns3
-            print("commsweep simulate: error: the following arguments are required: " + ", ".join(missing),
-                  file=sys.stderr)
-            raise SystemExit(2)
-    run(options_from_args(ns))
+    emit(summary.summarize(Path(ns.sweep), _point_files(ns, ("status", "volumes", "times")), ns.run or ""), ns.output)
 
 
 def cmd_plot(ns: argparse.Namespace) -> None:
-    from .analysis import plots
+    from ..analysis import plots
 
     options = {}
     if ns.kind == "difference-by-cause" and ns.sweep:
@@ -186,24 +115,24 @@ def cmd_plot(ns: argparse.Namespace) -> None:
 
 
 def cmd_causes(ns: argparse.Namespace) -> None:
-    from .analysis import causes
+    from ..analysis import causes
 
     if ns.parts is not None:
-        _emit(causes.assemble(Path(ns.sweep), ns.parts), ns.output)
+        emit(causes.assemble(Path(ns.sweep), ns.parts), ns.output)
         return
     files = _point_files(ns, ("status", "volumes", "times", "collectives", "audits"))
-    _emit(causes.difference_by_cause(Path(ns.sweep), files), ns.output)
+    emit(causes.difference_by_cause(Path(ns.sweep), files), ns.output)
 
 
 def cmd_answer(ns: argparse.Namespace) -> None:
-    from .analysis import answer
+    from ..analysis import answer
 
     answer.write(Path(ns.causes), Path(ns.sweep), Path(ns.output), Path(ns.rst) if ns.rst else None)
 
 
 def cmd_trace(ns: argparse.Namespace) -> None:
-    from .arguments import setup_from_args
-    from .trace import compare, records, runner, scale, versions
+    from ..setup.arguments import setup_from_args
+    from ..trace import compare, records, runner, scale, versions
 
     environment = versions.environment(versions.check_version(ns.megatron_core)) if ns.megatron_core else None
     if ns.world_size is None:  # a trace needs no more processes than one model replica (EP is carved out of DP)
@@ -216,39 +145,39 @@ def cmd_trace(ns: argparse.Namespace) -> None:
     shown = trace.records if ns.ranks == "all" else [
         r for stage in trace.stages for r in trace.rank_records(trace.first_rank_of_stage(stage))]
     text = records.to_csv(shown) if ns.format == "csv" else records.summary_table(shown)
-    _emit(text, ns.output)
+    emit(text, ns.output)
     if ns.compare:
         rows = compare.compare(trace)
-        _emit(compare.to_csv(rows), ns.compare)
+        emit(compare.to_csv(rows), ns.compare)
         sys.stderr.write(compare.summary(rows))
 
 
 def cmd_trace_check(ns: argparse.Namespace) -> None:
     import os
 
-    from .files import read_text
-    from .trace.compare import check_table
+    from ..base.files import read_text
+    from ..trace.compare import check_table
 
     # A trace's name: its path below the files' common folder (results/traces), so that
     # the traces of several releases (<release>/<key>.compare.csv) keep their release.
     paths = {f: Path(f).resolve() for f in ns.compare}
     common = Path(os.path.commonpath([p.parent for p in paths.values()]))
-    _emit(check_table({str(p.relative_to(common)).removesuffix(".compare.csv"): read_text(f)
+    emit(check_table({str(p.relative_to(common)).removesuffix(".compare.csv"): read_text(f)
                        for f, p in paths.items()}), ns.output)
 
 
 def cmd_trace_versions(ns: argparse.Namespace) -> None:
-    from .trace import tally
+    from ..trace import tally
 
     rows, traces = tally.read_traces(ns.traces)
-    _emit(tally.to_csv(rows), ns.output)
+    emit(tally.to_csv(rows), ns.output)
     if ns.differences:
-        _emit(tally.report(rows, traces), ns.differences)
+        emit(tally.report(rows, traces), ns.differences)
 
 
 def cmd_compare(ns: argparse.Namespace) -> None:
-    from .analysis import compare
-    from .files import atomic_open, write_text
+    from ..analysis import compare
+    from ..base.files import atomic_open, write_text
 
     # findings.csv is written as the audits are read (it can hold millions of rows); it
     # lands only when the whole comparison succeeded.
@@ -261,11 +190,11 @@ def cmd_compare(ns: argparse.Namespace) -> None:
 
 
 def cmd_timeline(ns: argparse.Namespace) -> None:
-    from .analysis import audit, plots, timeline
-    from .arguments import setup_from_args
-    from .errors import ConfigError
-    from .workload import format as wformat
-    from .workload.generate import pipeline_stage
+    from ..analysis import audit, plots, timeline
+    from ..base.errors import ConfigError
+    from ..setup.arguments import setup_from_args
+    from ..workload import format as wformat
+    from ..workload.generate import pipeline_stage
 
     setup = setup_from_args(ns)
     if ns.simulation is not None:
@@ -276,7 +205,7 @@ def cmd_timeline(ns: argparse.Namespace) -> None:
         if network is None:
             raise ConfigError("give the simulation (an EndToEnd.csv) or the network flags -g_p_s -n_p_s -nv -nic",
                               key="simulation")
-        from .simulate.engine import load_ratios
+        from ..simulate.engine import load_ratios
 
         times = timeline.simulate(workload, network, load_ratios(ns.ratio_dir))
     plots.timeline(
@@ -286,7 +215,7 @@ def cmd_timeline(ns: argparse.Namespace) -> None:
 
 
 def cmd_guard(ns: argparse.Namespace) -> None:
-    from . import status
+    from ..base import status
 
     argv = list(ns.argv)
     if argv[:1] == ["--"]:
@@ -305,13 +234,13 @@ def cmd_guard(ns: argparse.Namespace) -> None:
 
 
 def cmd_validate(ns: argparse.Namespace) -> None:
-    from .aiob.megatron_kernels import software
-    from .analysis import validate
-    from .simulate.engine import load_ratios
+    from ..aiob.megatron_kernels import software
+    from ..analysis import validate
+    from ..simulate.engine import load_ratios
 
     sw = software(ns.megatron)
     results = validate.validate(validate.read_runs(ns.runs), sw, ratios=load_ratios(ns.ratio_dir), source=ns.runs)
-    _emit(validate.to_csv(results) if ns.format == "csv" else validate.to_table(results, sw), ns.output)
+    emit(validate.to_csv(results) if ns.format == "csv" else validate.to_table(results, sw), ns.output)
     if ns.plot:
         validate.plot({f"{Path(ns.runs).stem} (Megatron-LM {sw.name})": results}, ns.plot)
     if ns.workloads:
@@ -319,12 +248,12 @@ def cmd_validate(ns: argparse.Namespace) -> None:
 
 
 def cmd_check(ns: argparse.Namespace) -> None:
-    from . import status
-    from .analysis import summary
+    from ..analysis import summary
+    from ..base import status
 
     ok, text = status.check(summary.read_points(Path(ns.sweep)), _point_files(ns, ("status",)), ns.steps or (),
                             run=ns.run, ignored=ns.ignored or ())
-    _emit(text, ns.output)
+    emit(text, ns.output)
     if not ok and not ns.exit_zero:
         to_file = ns.output not in (None, "-")
         raise CommsweepError(text.rstrip("\n") if to_file else "some points or steps failed (listed above)")
@@ -333,98 +262,9 @@ def cmd_check(ns: argparse.Namespace) -> None:
 # -- parser ----------------------------------------------------------------------------
 
 
-def add_simulate_parser(sub) -> None:
-    p = sub.add_parser(
-        "simulate", allow_abbrev=False,
-        help="simulate a workload with SimAI's analytical model (built-in engine or a user's SimAI)",
-        description="Simulate one iteration of a SimAI workload. Takes SimAI_analytical's flags; writes "
-                    "<out-dir>/<PREFIX>EndToEnd.csv (SimAI's layout) and <out-dir>/<PREFIX>collectives.csv.",
-    )
-    from .simulate.run import add_gpus_argument, add_network_arguments, number_text
-
-    p.add_argument("-w", "--workload", required=True, help="a SimAI workload file")
-    add_gpus_argument(p, required=True)
-    p.add_argument("-r", "--result", dest="prefix", required=True, help="output name prefix (SimAI's -r)")
-    add_network_arguments(p, required=False, title="network (SimAI's flags; required but with --backend ns3)")
-    for name, default in (("tp", "0"), ("dp", "0"), ("ep", "0"), ("pp", "1")):
-        p.add_argument(f"-{name}_o", f"--{name}_overlap", dest=f"{name}_overlap", type=number_text,
-                       default=default, help=f"{name.upper()} overlap ratio (default {default})")
-    p.add_argument("--out-dir", default="results", help="output directory (default: results)")
-    p.add_argument("--endtoend", help="write the EndToEnd.csv here instead")
-    p.add_argument("--collectives", help="write the per-collective table here instead")
-    p.add_argument("--times", metavar="FILE", help="also write the simulated times summed per phase, collective "
-                                                  "and group, and SimAI's summary line, here (what summarize reads)")
-    p.add_argument("--simai-bugs", choices=("fix", "reproduce", "error"), default="fix",
-                   help="where SimAI prints nonsense: fix it and warn (default), reproduce SimAI's output, or fail")
-    p.add_argument("--backend", choices=("builtin", "simai", "ns3"), default="builtin",
-                   help="builtin: the closed-form engine; simai: run <simai-root>/bin/SimAI_analytical; "
-                        "ns3: run SimAI's packet-level SimAI_simulator (--ns3-root)")
-    p.add_argument("--simai-root", help="a built SimAI checkout")
-    p.add_argument("--timeout", type=float, help="seconds before a SimAI run is stopped (simai and ns3 backends)")
-    p.add_argument("--strict", action="store_true",
-                   help="fail when -g is not the workload's all_gpus (default: warn; SimAI takes DP from -g)")
-    from .simulate.ns3.command import add_arguments as add_ns3_arguments
-
-    add_ns3_arguments(p)
-    p.set_defaults(func=cmd_simulate)
-
-
-def add_generate_parser(sub) -> None:
-    from .arguments import add_aiob_arguments, add_schedule_arguments, add_stage_argument, add_training_arguments
-
-    p = sub.add_parser(
-        "generate", allow_abbrev=False,
-        help="write the SimAI workload of one setup (AICB's arguments)",
-        description="Write a SimAI workload file. Takes AICB's own arguments, so an AICB command line works unchanged.",
-    )
-    add_training_arguments(p)
-    add_schedule_arguments(p)
-    add_aiob_arguments(p)
-    p.add_argument("--schedule", choices=("aicb", "megatron"), default="aicb",
-                   help="aicb: what AICB writes (default path, or AIOB path with --aiob_enable); "
-                        "megatron: what Megatron-LM really communicates")
-    add_stage_argument(p)
-    p.add_argument("--aicb-root", metavar="PATH",
-                   help="aicb schedule: run the AICB checkout at PATH instead of the emulation")
-    p.add_argument("--aicb-python", metavar="PYTHON",
-                   help="the Python that runs AICB (needs numpy and pandas; default: this one)")
-    p.add_argument("-o", "--output", help="output file (default: stdout)")
-    p.set_defaults(func=cmd_generate)
-
-
-def add_profile_parser(sub) -> None:
-    from .arguments import add_training_arguments
-    from .flags import add_flag
-
-    p = sub.add_parser(
-        "profile", allow_abbrev=False,
-        help="write the AIOB compute-time profile of one setup (AICB's format)",
-        description="Write the AIOB compute-time file (AICB's --comp_filepath format) of one rank's shard: "
-                    "modelled (roofline), measured with PyTorch (torch) or a user's file, validated (file). "
-                    "Takes AICB's model arguments.",
-    )
-    add_training_arguments(p)
-    p.add_argument("--backend", choices=("roofline", "torch", "file"), default="roofline")
-    p.add_argument("--gpu", default="H100-SXM",
-                   help="GPU type: the roofline's peaks (see --list-gpus); a label for torch and file")
-    p.add_argument("--file", help="file backend: the AIOB file (e.g. from AICB) to validate and copy")
-    p.add_argument("--iters", type=int, default=None,
-                   help="timed iterations (torch) and the file's train_iter (default: --epoch_num, else 10)")
-    p.add_argument("--warmup", type=int, default=3, help="torch: untimed runs of each operator first")
-    p.add_argument("--device", default="auto", help="torch: auto (CUDA when present), cpu, cuda or cuda:N")
-    p.add_argument("--threads", type=int, default=None, help="torch: CPU threads")
-    for name in ("gemm-efficiency", "attention-efficiency", "memory-efficiency"):
-        add_flag(p, f"--{name}", type=float, default=None, help=f"roofline: override the GPU's {name.replace('-', ' ')}")
-    add_flag(p, "--launch-us", type=float, default=None, help="roofline: override the per-kernel launch overhead")
-    add_flag(p, "--list-gpus", action="store_true", help="print the GPU table with its sources and exit")
-    p.add_argument("-o", "--output", help="the AIOB file (default: stdout)")
-    p.add_argument("--csv", help="also write the tidy CSV of the same numbers here")
-    p.set_defaults(func=cmd_profile)
-
-
 def add_trace_parser(sub) -> None:
-    from .arguments import add_training_arguments
-    from .flags import add_flag
+    from ..base.flags import add_flag
+    from ..setup.arguments import add_training_arguments
 
     p = sub.add_parser(
         "trace", allow_abbrev=False,
@@ -459,40 +299,6 @@ def add_trace_versions_parser(sub) -> None:
     p.add_argument("-o", "--output", help="the table, one row per release and collective (default: stdout)")
     p.add_argument("--differences", metavar="FILE", help="also write the differences between releases in words")
     p.set_defaults(func=cmd_trace_versions)
-
-
-def add_volumes_parser(sub) -> None:
-    from .simulate.run import add_gpus_argument
-
-    p = sub.add_parser("volumes", help="communication volumes of a workload per phase, collective and group")
-    p.add_argument("workload", help="a SimAI workload file")
-    p.add_argument("--format", choices=("csv", "json", "table"), default="table")
-    add_gpus_argument(p, required=False)
-    p.add_argument("-o", "--output", help="output file (default: stdout)")
-    p.set_defaults(func=cmd_volumes)
-
-
-def add_audit_parser(sub) -> None:
-    from .arguments import add_aiob_arguments, add_schedule_arguments, add_stage_argument, add_training_arguments
-    from .simulate.run import add_gpus_argument, add_network_arguments
-
-    p = sub.add_parser(
-        "audit", allow_abbrev=False,
-        help="compare every row of a workload with the collectives Megatron really issues",
-        description="Align a workload with the Megatron schedule of the same setup (AICB's arguments) and "
-                    "list every missing, extra, mis-sized or misplaced collective with its cost.",
-    )
-    p.add_argument("workload", help="a SimAI workload file")
-    add_training_arguments(p)
-    add_schedule_arguments(p)
-    add_aiob_arguments(p)
-    add_stage_argument(p)
-    p.add_argument("--format", choices=("csv", "table"), default="table")
-    add_gpus_argument(p, required=False)
-    add_network_arguments(p, required=False, title="network, for delta_us (SimAI's flags, all four or none; "
-                                                   "without them delta_us is empty)")
-    p.add_argument("-o", "--output", help="output file (default: stdout)")
-    p.set_defaults(func=cmd_audit)
 
 
 def add_sweep_parser(sub) -> None:
@@ -547,7 +353,7 @@ def add_guard_parser(sub) -> None:
     p.add_argument("--provenance", nargs="*", metavar="KEY=CHECKSUM",
                    help="record what made the outputs: commsweep's version, the run's config digest and these "
                         "external inputs' checksums (the pipeline passes them)")
-    p.add_argument("--job", metavar="DIGEST", help="record the task's digest (commsweep.batch: what a batch checks "
+    p.add_argument("--job", metavar="DIGEST", help="record the task's digest (commsweep.orchestration.batch: what a batch checks "
                                                    "before it skips the task)")
     p.add_argument("argv", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...: the commsweep command to run")
     p.set_defaults(func=cmd_guard)
@@ -632,8 +438,8 @@ def add_compare_parser(sub) -> None:
 
 
 def add_timeline_parser(sub) -> None:
-    from .arguments import add_aiob_arguments, add_stage_argument, add_training_arguments
-    from .simulate.run import add_gpus_argument, add_network_arguments
+    from ..setup.arguments import add_aiob_arguments, add_stage_argument, add_training_arguments
+    from ..simulate.run import add_gpus_argument, add_network_arguments
 
     p = sub.add_parser(
         "timeline", allow_abbrev=False,
@@ -678,9 +484,9 @@ def add_validate_parser(sub) -> None:
 
 
 def cmd_packet_compare(ns: argparse.Namespace) -> None:
-    from .simulate.ns3 import compare
+    from ..simulate.ns3 import compare
 
-    _emit(compare.table(compare.read_summary(ns.summary), compare.read_records(ns.records)), ns.output)
+    emit(compare.table(compare.read_summary(ns.summary), compare.read_records(ns.records)), ns.output)
 
 
 def add_packet_compare_parser(sub) -> None:
@@ -702,11 +508,7 @@ def add_trace_check_parser(sub) -> None:
 
 
 COMMANDS = {
-    "generate": add_generate_parser,
-    "profile": add_profile_parser,
-    "volumes": add_volumes_parser,
-    "simulate": add_simulate_parser,
-    "audit": add_audit_parser,
+    **STAGE_COMMANDS,
     "sweep": add_sweep_parser,
     "summarize": add_summarize_parser,
     "compare": add_compare_parser,
@@ -734,7 +536,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         prog="commsweep",
         description="Sweep LLM-training communication through AICB-style workloads and SimAI's model.",
     )
-    from . import __version__
+    from .. import __version__
 
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -742,20 +544,6 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         if only is None or only == name:
             add(sub)
     return parser
-
-
-def exit_interrupted(said: str) -> None:
-    """End as a program ends on Ctrl-C: ``said`` on one line, no traceback, and killed by
-    SIGINT, the status a shell, make or Snakemake reads as an interruption (not a failure)."""
-    import os
-    import signal
-
-    with contextlib.suppress(OSError, ValueError):
-        sys.stdout.flush()
-    print(said, file=sys.stderr, flush=True)
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGINT)
-    raise SystemExit(128 + signal.SIGINT)  # only if the signal could not end the process
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -768,7 +556,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
-    # A job without a shared filesystem: run from its root, paths relative to it (commsweep.storage).
+    # A job without a shared filesystem: run from its root, paths relative to it (commsweep.orchestration.storage).
     argv = storage.enter(argv)
     parser = build_parser(only=argv[0] if argv[:1] and argv[0] in COMMANDS else None)
     ns = parser.parse_args(argv)

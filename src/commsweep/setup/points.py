@@ -1,0 +1,145 @@
+"""What a sweep point is: its axes, its keys and its row in the points table (``sweep.csv``).
+
+A ``Point`` is plain data: the sweep's expansion (``orchestration/sweep.py``) makes them from a
+config, and the stages and the sweep-wide tables read their axes and keys from here.
+Outputs are shared where the work is: points that differ only in the network share a
+workload (``workload_key``), and points with the same model shard and batch share an
+AIOB profile (``profile_key``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .training import TrainingSetup
+
+AXES = (
+    "model", "world_size", "tp", "pp", "ep", "sp", "aiob", "schedule",
+    "micro_batch", "global_batch", "seq_length", "recompute", "network",
+)
+# Axes that name points and fill table columns only where a sweep varies them, so a sweep
+# that leaves them out keeps its point keys and tables. ``tp_overlap``: SimAI's TP overlap
+# ratio (-tp_o); without the axis every point takes ``simulator.overlap.tp``. ``simulation``:
+# how a point is simulated, ``analytical`` (``simulator.backend``) or ``packet`` (SimAI's NS-3
+# simulator, ``simulator.ns3``); a packet-level point's key ends in ``_packet``, an analytical
+# point's key is that of a sweep without the axis.
+OPTIONAL_AXES = ("tp_overlap", "simulation")
+SIMULATIONS = ("analytical", "packet")
+NETWORK_FIELDS = ("gpus_per_server", "nics_per_server", "nvlink_gbps", "nic_gbps")
+TABLE_COLUMNS = (
+    "point", "workload", "profile", *AXES, "dp", "ga", *NETWORK_FIELDS,
+)
+# The point's peak memory per GPU and whether it fits the sweep's GPU (``memory.py``);
+# in sweep.csv and summary.csv after the point's columns.
+MEMORY_COLUMNS = ("memory_gib", "fits")
+
+
+@dataclass(frozen=True)
+class Network:
+    name: str
+    gpus_per_server: int
+    nics_per_server: int
+    nvlink_gbps: float
+    nic_gbps: float
+
+
+@dataclass(frozen=True)
+class Point:
+    """One sweep point: a training setup, how its workload is made, and a network."""
+
+    model: str
+    world_size: int
+    tp: int
+    pp: int
+    ep: int
+    sp: bool
+    aiob: bool
+    schedule: str
+    micro_batch: int
+    global_batch: int
+    seq_length: int
+    recompute: bool
+    network: str
+    setup: TrainingSetup = field(compare=False, repr=False)
+    net: Network = field(compare=False, repr=False)
+    gpu: str = field(default="H100-SXM", compare=False, repr=False)
+    # SimAI's TP overlap ratio when the sweep has a tp_overlap axis (None: no such axis).
+    tp_overlap: float | None = None
+    # analytical or packet when the sweep has a simulation axis (None: analytical, no axis).
+    simulation: str | None = None
+
+    @property
+    def packet(self) -> bool:
+        """Whether SimAI's packet-level simulator (NS-3) simulates this point."""
+        return self.simulation == "packet"
+
+    @property
+    def setup_key(self) -> str:
+        key = (
+            f"{self.model}_ws{self.world_size}_tp{self.tp}_pp{self.pp}_ep{self.ep}_sp{int(self.sp)}"
+            f"_mb{self.micro_batch}_gb{self.global_batch}_seq{self.seq_length}"
+        )
+        return key + ("_rc" if self.recompute else "")
+
+    @property
+    def workload_key(self) -> str:
+        return f"{self.setup_key}_{self.schedule}" + ("_aiob" if self.aiob else "")
+
+    @property
+    def point_key(self) -> str:
+        key = f"{self.workload_key}__{self.network}"
+        key = key if self.tp_overlap is None else key + f"_tpo{self.tp_overlap:g}"
+        return key + "_packet" if self.packet else key
+
+    @property
+    def analytical_key(self) -> str:
+        """The key of the same point simulated analytically (its own key when it is)."""
+        return self.point_key.removesuffix("_packet") if self.packet else self.point_key
+
+    @property
+    def profile_key(self) -> str:
+        """The AIOB profile depends on the rank's model shard and batch, not on DP. PP enters
+        only through ``param_time`` (AICB sizes it by the stage's layers), so it is in the key
+        only when pp > 1."""
+        key = f"{self.model}_{self.gpu}_tp{self.tp}_ep{self.ep}_sp{int(self.sp)}_mb{self.micro_batch}_seq{self.seq_length}"
+        if self.pp > 1:
+            key += f"_pp{self.pp}"
+        return key + ("_rc" if self.recompute else "")
+
+    def describe(self) -> str:
+        return ", ".join(f"{axis}={getattr(self, axis)}" for axis in AXES)
+
+    def row(self) -> dict[str, Any]:
+        """The point as a flat record for tables (the columns of ``TABLE_COLUMNS``)."""
+        record: dict[str, Any] = {
+            "point": self.point_key, "workload": self.workload_key,
+            "profile": self.profile_key if self.aiob else "",
+        }
+        record.update({axis: getattr(self, axis) for axis in AXES})
+        record.update(dp=self.setup.dp, ga=self.setup.num_microbatches)
+        record.update({f: getattr(self.net, f) for f in NETWORK_FIELDS})
+        if self.tp_overlap is not None:
+            record["tp_overlap"] = self.tp_overlap
+        if self.simulation is not None:
+            record["simulation"] = self.simulation
+        return record
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """A combination of axis values that cannot run, and why."""
+
+    values: dict[str, Any]
+    reasons: tuple[str, ...]
+
+    def describe(self) -> str:
+        point = ", ".join(f"{k}={v}" for k, v in self.values.items())
+        return f"[{point}]: " + "; ".join(self.reasons)
+
+
+def table_columns(points: list[dict[str, Any]] | list[Point]) -> tuple[str, ...]:
+    """The points table's columns for these points: ``TABLE_COLUMNS``, then the optional
+    axes the sweep has (points as ``Point`` or as rows of the table)."""
+    rows = [p.row() if isinstance(p, Point) else p for p in points[:1]]
+    return (*TABLE_COLUMNS, *(a for a in OPTIONAL_AXES if rows and a in rows[0]))
