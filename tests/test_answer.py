@@ -104,10 +104,10 @@ def test_a_wrong_number_is_caught(results):
         check_numbers(page.replace("\u22122.03 GiB", "\u22122.04 GiB", 1), rows)
 
 
-def points(results: Path) -> dict[str, dict[str, str]]:
-    from commsweep.analysis.summary import read_points
+def points(results: Path) -> dict:
+    from commsweep.setup.points import read_points
 
-    return {p["point"]: p for p in read_points(results / "sweep.csv")}
+    return {p.point: p for p in read_points(results / "sweep.csv")}
 
 
 def test_the_rst_page_is_valid_and_embeds_its_figures(results, tmp_path):

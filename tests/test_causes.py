@@ -90,7 +90,7 @@ def default_config(**axes) -> dict:
 def by_cause(found: list[causes.PointCauses], point: str) -> dict[str, list[causes.CauseRow]]:
     out: dict[str, list[causes.CauseRow]] = {}
     for pc in found:
-        if pc.point["point"] == point:
+        if pc.point.point == point:
             for r in pc.rows:
                 out.setdefault(r.cause, []).append(r)
     return out
@@ -162,10 +162,10 @@ def check_sums(results: Path, opposite: tuple[str, ...] = ()) -> list[causes.Poi
     assert found
     for pc in found:
         partner = points[pc.partner]
-        want_bytes, want_ns = point_totals(results, pc.point, partner)
-        assert sum(r.bytes for r in pc.rows) == want_bytes, pc.point["point"]
-        assert sum(r.exposed_ns for r in pc.rows) == want_ns, pc.point["point"]
-        assert not [r for r in pc.rows if r.cause == "unattributed"], pc.point["point"]
+        want_bytes, want_ns = point_totals(results, pc.point.cells, partner)
+        assert sum(r.bytes for r in pc.rows) == want_bytes, pc.point.point
+        assert sum(r.exposed_ns for r in pc.rows) == want_ns, pc.point.point
+        assert not [r for r in pc.rows if r.cause == "unattributed"], pc.point.point
         # Never netted: a row is all in excess or all short.
         for r in pc.rows:
             if r.cause in opposite:
@@ -182,10 +182,10 @@ def run_points(results: Path) -> list[dict[str, str]]:
 
 def test_causes_add_up_on_every_point_of_the_default_settings(tp2):
     found = check_sums(tp2)
-    assert {pc.point["aiob"] for pc in found} == {"True", "False"}
+    assert {pc.point.aiob for pc in found} == {True, False}
     # Like with like: each path against the Megatron point with its own aiob.
     for pc in found:
-        assert pc.partner.replace("_megatron", "_aicb") == pc.point["point"]
+        assert pc.partner.replace("_megatron", "_aicb") == pc.point.point
 
 
 @pytest.mark.parametrize("name", ["causes-llama-pp2-recompute", "causes-tp8-last-stage", "causes-rope-recompute"])

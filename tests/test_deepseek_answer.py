@@ -28,7 +28,7 @@ def test_the_causes_add_up_and_every_finding_has_a_named_cause(results):
     # AICB's FP8 dispatch is under 1 MiB here: SimAI gives it its fixed 10 us, more than the
     # bf16 all-to-all's time (simulate/bandwidth.py): fewer bytes, more time.
     found = check_sums(results, opposite=("moe_dispatch_fp8_scaled",))
-    assert {pc.point["tp"] for pc in found} == {"1", "2"}
+    assert {pc.point.tp for pc in found} == {1, 2}
     slugs = {r.cause for pc in found for r in pc.rows}
     assert slugs <= set(causes.CAUSES) - {s for s in causes.CAUSES if s.startswith("other_")}
     assert {"mla_gathers_sized_on_hidden", "mla_latent_reducescatters", "mla_latent_wgrad_gathers_missing",

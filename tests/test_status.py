@@ -12,6 +12,7 @@ import sweeps
 from commsweep.analysis import summary
 from commsweep.base import paths, status
 from commsweep.base.errors import InputError
+from commsweep.setup.points import read_points
 from commsweep.workload import format as wf
 
 GENERATE = ["generate", "--schedule", "megatron", "--model", "gpt-7b", "--world_size=16",
@@ -133,10 +134,10 @@ def make_results(tmp_path):
     results = tmp_path / "results"
     table = tmp_path / "sweep.csv"
     commsweep("sweep", str(sweeps.path("two-points")), "--table", str(table))
-    points = summary.read_points(table)
+    points = read_points(table)
     for p, pp in zip(points, (1, 5)):  # tp*pp = 20 does not divide the world size
-        wdir = results / "workloads" / p["workload"]
-        argv = [*GENERATE[:5], f"--world_size={p['world_size']}", f"--tensor_model_parallel_size={p['tp']}",
+        wdir = results / "workloads" / p.workload
+        argv = [*GENERATE[:5], f"--world_size={p.world_size}", f"--tensor_model_parallel_size={p.tp}",
                 "--global_batch=16", f"--pipeline_model_parallel={pp}", "-o", str(wdir / "workload.txt")]
         cli.main(["guard", "--status", str(wdir / "workload.status"), "--outputs", str(wdir / "workload.txt"),
                   "--", *argv])
@@ -150,8 +151,8 @@ def test_summary_lists_the_failed_point_and_check_fails(tmp_path):
     table, results, points = make_results(tmp_path)
     text = summary.summarize(table, paths.PointFiles.under(results))
     rows = list(csv.DictReader(text.splitlines()))
-    good = [r for r in rows if r["point"] == points[0]["point"]]
-    bad = [r for r in rows if r["point"] == points[1]["point"]]
+    good = [r for r in rows if r["point"] == points[0].point]
+    bad = [r for r in rows if r["point"] == points[1].point]
     assert good and all(r["status"] == "ok" and r["payload_bytes"] for r in good)
     assert len(bad) == 1
     assert bad[0]["status"] == (
@@ -161,7 +162,7 @@ def test_summary_lists_the_failed_point_and_check_fails(tmp_path):
 
     ok, text = status.check(points, paths.PointFiles.under(results))
     assert not ok and text.startswith("failed: 1 of 2 point(s) failed")
-    assert f"{points[1]['point']}: generate: arguments: pp=5 does not divide num_layers=32; world_size=16 is not divisible" in text
+    assert f"{points[1].point}: generate: arguments: pp=5 does not divide num_layers=32; world_size=16 is not divisible" in text
     assert status.check(points[:1], paths.PointFiles.under(results)) == (True, "all 1 point(s) ok\n")
 
     # Through the CLI: a non-zero exit with the list, which -o records too (the verdict of this run).
@@ -177,7 +178,7 @@ def test_summary_lists_the_failed_point_and_check_fails(tmp_path):
 
 def test_check_counts_a_point_without_any_status_as_failed(tmp_path):
     table, results, points = make_results(tmp_path)
-    for f in (results / "workloads" / points[0]["workload"]).glob("*.status"):
+    for f in (results / "workloads" / points[0].workload).glob("*.status"):
         f.unlink()
     ok, text = status.check(points[:1], paths.PointFiles.under(results))
     assert not ok and "no status file: its jobs never ran" in text

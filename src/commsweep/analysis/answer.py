@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..setup.points import PointRow
 from . import causes as cz
 
 GiB = 2**30
@@ -133,16 +134,16 @@ def headline(panels: list[cz.Panel]) -> cz.Panel | None:
     return None
 
 
-def lacks(rows: list[cz.Row], points: dict[str, dict[str, str]], head: cz.Panel | None) -> list[str]:
+def lacks(rows: list[cz.Row], points: dict[str, PointRow], head: cz.Panel | None) -> list[str]:
     """What keeps this sweep from answering, each with the config key that adds it: no
     ``aicb`` point (nothing to hold against Megatron), no ``megatron`` point (bytes but no
     simulated time), or no setting the headline quotes (TP > 1, SP off, AIOB on)."""
-    aicb = [p for p in points.values() if p.get("schedule") == "aicb"]
+    aicb = [p for p in points.values() if p.schedule == "aicb"]
     if not aicb:
         return ["**This sweep cannot answer: it has no `aicb` point.** The answer holds the workloads of AICB's "
                 "two paths against Megatron's; add `aicb` to `sweep.schedule` (beside `megatron`)."]
     out = []
-    if not any(p.get("schedule") == "megatron" for p in points.values()):
+    if not any(p.schedule == "megatron" for p in points.values()):
         out.append("**This sweep has no `megatron` point,** so each AICB point's difference is in bytes only "
                    "(against Megatron's schedule) and has no simulated time; add `megatron` to `sweep.schedule` "
                    "for the exposed time.")
@@ -151,9 +152,9 @@ def lacks(rows: list[cz.Row], points: dict[str, dict[str, str]], head: cz.Panel 
                    "audit (a failed point: `results/status.txt` lists them).")
     elif head is None and not deepseek(rows):  # a DeepSeek sweep has its own headline (AICB refuses SP off)
         missing = [key for key, found in (
-            ("`sweep.tp` (a TP above 1)", any(int(p["tp"]) > 1 for p in aicb)),
-            ("`sweep.sp` (false)", any(p["sp"] == "False" for p in aicb)),
-            ("`sweep.aiob` (true)", any(p["aiob"] == "True" for p in aicb))) if not found]
+            ("`sweep.tp` (a TP above 1)", any(p.tp > 1 for p in aicb)),
+            ("`sweep.sp` (false)", any(not p.sp for p in aicb)),
+            ("`sweep.aiob` (true)", any(p.aiob for p in aicb))) if not found]
         what = f"; add to {', '.join(missing)}" if missing else ""
         out.append("**The headline, what the AIOB path drops, needs a setting with TP above 1, SP off and AIOB "
                    f"on, where the AIOB path writes `NONE`:** this sweep has none{what}.")
@@ -165,7 +166,7 @@ def deepseek(rows: list[cz.Row]) -> bool:
     return any(r.cause in cz.DEEPSEEK_CAUSES for r in rows)
 
 
-def deepseek_blocks(panels: list[cz.Panel], points: dict[str, dict[str, str]]) -> list[Block]:
+def deepseek_blocks(panels: list[cz.Panel], points: dict[str, PointRow]) -> list[Block]:
     """What AICB's DeepSeek frame gets wrong (docs/deepseek.md), quoted at the first setting
     whose AIOB path has MLA findings (TP above 1), else the first with a DeepSeek cause; and
     why the default path has no point."""
@@ -200,7 +201,7 @@ def deepseek_blocks(panels: list[cz.Panel], points: dict[str, dict[str, str]]) -
             "forward token dispatch as FP8 (33/64 of megatron's bf16 all-to-all), writes the shared experts "
             "without their backward TP collectives, and syncs their gradients again with the routed experts' on "
             f"DP_EP. For {where}: " + "; ".join(f"{cause(slug)}" for slug in moe) + ".")))
-    if not any(p.get("schedule") == "aicb" and p.get("aiob") == "False" for p in points.values()):
+    if not any(p.schedule == "aicb" and not p.aiob for p in points.values()):
         out.append(Block("p", (
             "**AICB's default path writes no DeepSeek MoE workload:** it crashes on the DeepSeek frame with SP "
             "(its MLA down projections look up AIOB compute times it does not have) and refuses MoE without SP, "
@@ -215,7 +216,7 @@ def _cause_total(rows: list[cz.Row], cause: str) -> tuple[int, int, float | None
     return sum(r.rows for r in mine), sum(r.bytes for r in mine), exposed
 
 
-def page(rows: list[cz.Row], points: dict[str, dict[str, str]], figures: dict[str, str]) -> list[Block]:
+def page(rows: list[cz.Row], points: dict[str, PointRow], figures: dict[str, str]) -> list[Block]:
     """The landing page's blocks (``figures``: caption -> path of a PNG, relative to the page)."""
     panels = cz.panels(rows, points)
     blocks = [Block("h1", "The answer: what each AICB path gets wrong, by cause")]
@@ -341,10 +342,10 @@ FIGURES = {
 def write(causes_csv: Path, sweep_csv: Path, markdown: Path, rst: Path | None = None) -> None:
     """Write answer.md (figures linked relative to it) and, if asked, answer.rst (embedded)."""
     from ..base.files import write_text
-    from .summary import read_points
+    from ..setup.points import read_points
 
     rows = cz.read_csv(causes_csv)
-    points = {p["point"]: p for p in read_points(sweep_csv)}
+    points = {p.point: p for p in read_points(sweep_csv)}
     base = Path(markdown).parent
     figures = {caption: path for caption, path in FIGURES.items() if (base / path).exists()}
     blocks = page(rows, points, figures)

@@ -55,7 +55,7 @@ import csv
 import io
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -573,6 +573,31 @@ def read_csv(text: str, *, source: str | Path = "<audit>") -> list[dict[str, str
     if tuple(reader.fieldnames or ()) != COLUMNS:
         raise InputError(f"expected the columns {','.join(COLUMNS)}", file=source, line=1)
     return list(reader)
+
+
+# The readers of a sweep's audits, which hold millions of rows, take them as text or lists.
+HEADER = ",".join(COLUMNS) + "\n"
+
+
+def read_body(path: str | Path) -> str:
+    """A point's audit.csv as ``to_csv`` wrote it: the text of its rows after the header
+    (an InputError naming the file for another header)."""
+    from ..base.files import read_text
+
+    text = read_text(path)
+    if not text.startswith(HEADER):
+        raise InputError(f"expected the columns {','.join(COLUMNS)}", file=path, line=1)
+    return text[len(HEADER):]
+
+
+def read_rows(path: str | Path) -> Iterator[tuple[int, list[str]]]:
+    """A point's audit.csv as (line number, cells) per row, each row of ``COLUMNS``' length
+    (an InputError naming the line of one that is not)."""
+    reader = csv.reader(io.StringIO(read_body(path)))
+    for n, cells in enumerate(reader, start=2):
+        if len(cells) != len(COLUMNS):
+            raise InputError(f"expected {len(COLUMNS)} fields, got {len(cells)}", file=path, line=n)
+        yield n, cells
 
 
 # -- delta_us: SimAI's time of one collective ----------------------------------------------

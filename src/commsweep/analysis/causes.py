@@ -43,6 +43,7 @@ from pathlib import Path
 from ..base import paths
 from ..base.errors import InputError
 from ..base.files import read_text
+from ..setup.points import PointRow, read_points
 from ..simulate import engine
 from ..simulate import times as sim_times
 from ..workload import format as wf
@@ -52,7 +53,6 @@ COLUMNS = (
     "point", "model", "tp", "sp", "aiob", "path", "cause", "phase", "collective", "group",
     "rows", "bytes", "exposed_us", "explanation",
 )
-PATHS = {False: "aicb_default", True: "aicb_aiob"}
 
 
 @dataclass(frozen=True)
@@ -495,14 +495,10 @@ def item(r: dict[str, str]) -> Item:
 def read_items(path: Path) -> list[Item]:
     """A point's audit.csv (``audit.COLUMNS``) as Items, naming the line of a bad field.
 
-    (Rows read as lists, not as ``audit.read_csv``'s dicts: a sweep's audits hold millions.)"""
-    reader = csv.reader(io.StringIO(read_text(path)))
-    if tuple(next(reader, ())) != audit.COLUMNS:
-        raise InputError(f"expected the columns {','.join(audit.COLUMNS)}", file=path, line=1)
+    (Rows read as lists, ``audit.read_rows``, not as ``audit.read_csv``'s dicts: a sweep's
+    audits hold millions.)"""
     out = []
-    for n, r in enumerate(reader, start=2):
-        if len(r) != len(audit.COLUMNS):
-            raise InputError(f"expected {len(audit.COLUMNS)} fields, got {len(r)}", file=path, line=n)
+    for n, r in audit.read_rows(path):
         row, layer, phase, kind, e_coll, e_group, e_bytes, f_coll, f_group, f_bytes, _, _, f_name, e_name = r
         try:
             out.append(Item(_int_or_none(row), layer, phase, kind, e_coll, e_group, _int_or_none(e_bytes),
@@ -531,7 +527,7 @@ class Simulated:
 def read_simulated(files: paths.PointFiles, point: str) -> Simulated | None:
     """A point's collectives.csv and times.csv, or None when it has no (complete) simulation."""
     from ..base.status import is_marker
-    from ..simulate.collectives import COLUMNS as TIDY
+    from ..simulate.collectives import read_exposed
 
     coll_path, times_path = files.collectives(point), files.times(point)
     if coll_path is None or times_path is None:
@@ -544,20 +540,12 @@ def read_simulated(files: paths.PointFiles, point: str) -> Simulated | None:
     sim = Simulated()
     sim.pipeline = sim_times.ns(times.iteration[("exposed_us", "PP")])
     sim.exposed = sum(sim_times.ns(exposed) for _, exposed in times.collective.values()) + sim.pipeline
-    header, _, body = read_text(coll_path).partition("\n")
-    if header != ",".join(TIDY):
-        raise InputError(f"expected the header {','.join(TIDY)}", file=coll_path, line=1)
     # Thousands of rows repeat a few dozen collectives: parse each distinct one once.
-    if '"' in body:  # a row name that needed quoting: the csv module's way
-        tails = {tuple(cells[2:]) for cells in csv.reader(io.StringIO(body)) if cells}
-    else:
-        tails = {tuple(line.split(",", 2)[2].split(",")) for line in body.split("\n") if line}
-    for cells in tails:
+    for key, exposed in read_exposed(coll_path).items():
         try:
-            phase, collective, group, _, size, _, exposed = cells
-            sim.by_collective[(phase, collective, group, int(size))] = sim_times.ns(exposed)
+            sim.by_collective[key] = sim_times.ns(exposed)
         except ValueError:
-            raise InputError(f"expected a row of {','.join(TIDY)}, got {','.join(cells)!r}", file=coll_path) from None
+            raise InputError(f"expected a time in us, got {exposed!r}", file=coll_path) from None
     return sim
 
 
@@ -723,28 +711,19 @@ def cause_families(findings: Iterable[audit.Finding]) -> dict[str, dict]:
 # -- the sweep -----------------------------------------------------------------------------
 
 
-def setting_key(point: dict[str, str]) -> tuple:
-    """What an AICB point shares with its Megatron point: every axis but the schedule and
-    ``aiob`` (``compare.setting_of``)."""
-    from .compare import setting_of
-
-    return setting_of(point)
-
-
-def megatron_partners(points: list[dict[str, str]]) -> dict[str, str]:
+def megatron_partners(points: list[PointRow]) -> dict[str, str]:
     """AICB point -> its Megatron point (same setting; same aiob, else the other one)."""
-    megatron: dict[tuple, dict[str, str]] = {}
+    megatron: dict[tuple, str] = {}
     for p in points:
-        if p["schedule"] == "megatron":
-            megatron[(setting_key(p), p["aiob"])] = p["point"]
+        if p.schedule == "megatron":
+            megatron[(p.setting, p.aiob)] = p.point
     out = {}
     for p in points:
-        if p["schedule"] != "aicb":
+        if p.schedule != "aicb":
             continue
-        other = "False" if p["aiob"] == "True" else "True"
-        partner = megatron.get((setting_key(p), p["aiob"])) or megatron.get((setting_key(p), other))
+        partner = megatron.get((p.setting, p.aiob)) or megatron.get((p.setting, not p.aiob))
         if partner is not None:
-            out[p["point"]] = partner
+            out[p.point] = partner
     return out
 
 
@@ -760,43 +739,40 @@ def _us(ns: int | None) -> str:
 class PointCauses:
     """One AICB point's causes and the totals they add up to (None: unknown)."""
 
-    point: dict[str, str]
+    point: PointRow
     partner: str | None
     rows: list[CauseRow]
     total_bytes: int | None
     total_exposed_ns: int | None
 
 
-def point_causes(files: paths.PointFiles, point: dict[str, str], partner: dict[str, str] | None
-                 ) -> PointCauses | None:
+def point_causes(files: paths.PointFiles, point: PointRow, partner: PointRow | None) -> PointCauses | None:
     """An AICB point's causes against its Megatron point (None: the point has no audit)."""
     from ..base.status import is_marker
 
-    audit_path = files.audit(point["point"])
+    audit_path = files.audit(point.point)
     if audit_path is None or not audit_path.exists() or is_marker(audit_path):
         return None
     items = read_items(audit_path)
     # Times need both simulations; without a Megatron point only bytes are known.
-    found_sim = read_simulated(files, point["point"]) if partner else None
-    expected_sim = read_simulated(files, partner["point"]) if partner else None
+    found_sim = read_simulated(files, point.point) if partner else None
+    expected_sim = read_simulated(files, partner.point) if partner else None
     total_bytes = total_ns = None
     if partner is not None:
-        total_bytes = payload_bytes(files, point["workload"]) - payload_bytes(files, partner["workload"])
+        total_bytes = payload_bytes(files, point.workload) - payload_bytes(files, partner.workload)
         if found_sim is not None and expected_sim is not None:
             total_ns = found_sim.exposed - expected_sim.exposed
-    rows = aggregate(parts(items, found_sim, expected_sim, int(point.get("pp") or 1)), total_bytes, total_ns)
-    return PointCauses(point, partner["point"] if partner else None, rows, total_bytes, total_ns)
+    rows = aggregate(parts(items, found_sim, expected_sim, point.pp), total_bytes, total_ns)
+    return PointCauses(point, partner.point if partner else None, rows, total_bytes, total_ns)
 
 
 def sweep_causes(sweep_csv: Path, files: paths.PointFiles) -> list[PointCauses]:
     """Every audited AICB point of a finished sweep whose stages succeeded, in table order.
     ``files``: each point's files (``paths.PointFiles``)."""
-    from .summary import read_points
-
     return points_causes(read_points(sweep_csv), files)
 
 
-def points_causes(points: list[dict[str, str]], files: paths.PointFiles) -> list[PointCauses]:
+def points_causes(points: list[PointRow], files: paths.PointFiles) -> list[PointCauses]:
     """``sweep_causes`` of some points (rows of the points table, as strings), in their order.
 
     A point's Megatron partner is one of the same setting (``megatron_partners``), so any set
@@ -805,13 +781,13 @@ def points_causes(points: list[dict[str, str]], files: paths.PointFiles) -> list
     """
     from ..base.status import failures
 
-    ok = {p["point"]: p for p in points if not failures(files, p["workload"], p["point"])}
+    ok = {p.point: p for p in points if not failures(files, p.workload, p.point)}
     partners = megatron_partners(list(ok.values()))
     out = []
     for p in points:
-        if p["schedule"] != "aicb" or p["point"] not in ok:
+        if p.schedule != "aicb" or p.point not in ok:
             continue
-        partner = ok.get(partners.get(p["point"], ""))
+        partner = ok.get(partners.get(p.point, ""))
         found = point_causes(files, p, partner)
         if found is not None:
             out.append(found)
@@ -824,7 +800,7 @@ def to_csv(found: Iterable[PointCauses]) -> str:
     writer.writerow(COLUMNS)
     for pc in found:
         p = pc.point
-        base = [p["point"], p["model"], p["tp"], p["sp"], p["aiob"], PATHS[p["aiob"] == "True"]]
+        base = [p.point, p.model, p.cells["tp"], p.cells["sp"], p.cells["aiob"], p.variant]
         for r in pc.rows:
             writer.writerow(base + [r.cause, r.phase, r.collective, r.group, r.rows, r.bytes, _us(r.exposed_ns),
                                     CAUSES[r.cause].explanation])
@@ -841,7 +817,6 @@ def assemble(sweep_csv: Path, parts: Iterable[str | Path]) -> str:
     ``points_causes``, one per batch of points): their rows, point by point in the sweep's
     order. A part that is a failed job's marker (``status.MARKER``) is an error naming it."""
     from ..base.status import MARKER
-    from .summary import read_points
 
     rows_of: dict[str, list[list[str]]] = {}
     for part in parts:
@@ -857,7 +832,7 @@ def assemble(sweep_csv: Path, parts: Iterable[str | Path]) -> str:
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(COLUMNS)
     for point in read_points(sweep_csv):
-        writer.writerows(rows_of.get(point["point"], ()))
+        writer.writerows(rows_of.get(point.point, ()))
     return buf.getvalue()
 
 
@@ -929,39 +904,38 @@ class Panel:
         return sum((r.bytes if what == "bytes" else (r.exposed_us or 0.0)) for r in self.rows.get(path, []))
 
 
-def setting_label(point: dict[str, str], varying: Iterable[str] = ()) -> str:
+def setting_label(point: PointRow, varying: Iterable[str] = ()) -> str:
     """'gpt-7b, TP 2, SP off', plus the other axes that vary across the sweep."""
-    parts = [point["model"], f"TP {point['tp']}", "SP on" if point["sp"] == "True" else "SP off"]
+    parts = [point.model, f"TP {point.tp}", "SP on" if point.sp else "SP off"]
     for axis in varying:
         if axis in _AXIS_LABELS:
-            parts.append(_AXIS_LABELS[axis].format(point[axis]))
+            parts.append(_AXIS_LABELS[axis].format(point.cells[axis]))
         elif axis == "recompute":
-            parts.append("recompute" if point[axis] == "True" else "no recompute")
+            parts.append("recompute" if point.recompute else "no recompute")
     return ", ".join(parts)
 
 
-def panels(rows: list[Row], points: dict[str, dict[str, str]]) -> list[Panel]:
+def panels(rows: list[Row], points: dict[str, PointRow]) -> list[Panel]:
     """The settings of the AICB points in ``rows`` (``points``: the points table by key),
     ordered by model, SP and TP, each with its paths' rows on the first network."""
     aicb = [points[p] for p in dict.fromkeys(r.point for r in rows) if p in points]
     if not aicb:
         return []
     table = list(points.values())
-    network = table[0]["network"]
-    overlap = table[0].get("tp_overlap")
-    varying = [a for a in PANEL_AXES if a not in ("model", "tp", "sp") and len({p[a] for p in aicb}) > 1]
+    network = table[0].network
+    overlap = table[0].tp_overlap
+    varying = [a for a in PANEL_AXES if a not in ("model", "tp", "sp") and len({p.cells[a] for p in aicb}) > 1]
     by_point: dict[str, list[Row]] = {}
     for r in rows:
         by_point.setdefault(r.point, []).append(r)
     out: dict[tuple, Panel] = {}
     for p in aicb:
-        if p["network"] != network or p.get("tp_overlap") != overlap:
+        if p.network != network or p.tp_overlap != overlap:
             continue
-        setting = tuple(p[a] for a in PANEL_AXES)
+        setting = tuple(p.cells[a] for a in PANEL_AXES)
         panel = out.setdefault(setting, Panel(setting, setting_label(p, varying), network))
-        path = PATHS[p["aiob"] == "True"]
-        panel.points[path] = p["point"]
-        panel.rows[path] = by_point.get(p["point"], [])
+        panel.points[p.variant] = p.point
+        panel.rows[p.variant] = by_point.get(p.point, [])
 
     def order(panel: Panel) -> tuple:
         values = dict(zip(PANEL_AXES, panel.setting))

@@ -41,11 +41,10 @@ from typing import IO
 
 from ..base import paths
 from ..base.errors import InputError
-from ..setup.points import AXES, OPTIONAL_AXES, TABLE_COLUMNS, table_columns
+from ..setup.points import SETTING_AXES, TABLE_COLUMNS, VARIANTS, PointRow, read_points, table_columns
 from ..simulate.collectives import csv_field
 from . import audit
 
-VARIANTS = ("aicb_default", "aicb_aiob", "megatron", "megatron_aiob")
 VARIANT_LABELS = {
     "aicb_default": "the AICB default path",
     "aicb_aiob": "the AICB AIOB path",
@@ -60,7 +59,6 @@ DIFFERENCES = (
     ("aiob_minus_megatron", "aicb_aiob", "megatron_aiob"),
     ("megatron_aiob_minus_megatron", "megatron_aiob", "megatron"),
 )
-SETTING_AXES = tuple(a for a in AXES if a not in ("schedule", "aiob"))
 KEY_COLUMNS = ("quantity", "phase", "collective", "group")
 COMPARISON_COLUMNS = (*SETTING_AXES, *KEY_COLUMNS, *VARIANTS, *(d[0] for d in DIFFERENCES))
 VOLUME_QUANTITIES = ("payload_bytes", "count", "wire_bytes_per_rank")
@@ -101,18 +99,6 @@ VERDICT_COLUMNS = (
     "delta_us", "matches_megatron", "verdict",
 )
 BY_KIND_COLUMNS = (*TABLE_COLUMNS, "variant", "kind", "findings", "missing_bytes", "extra_bytes", "delta_us")
-
-
-def variant_of(schedule: str, aiob: str | bool) -> str:
-    on = str(aiob) == "True"
-    if schedule == "megatron":
-        return "megatron_aiob" if on else "megatron"
-    return "aicb_aiob" if on else "aicb_default"
-
-
-def setting_of(point: dict[str, str]) -> tuple[str, ...]:
-    """The point's setting: its axes but schedule and aiob (and the optional axes it has)."""
-    return tuple(str(point[a]) for a in SETTING_AXES) + tuple(str(point[a]) for a in OPTIONAL_AXES if a in point)
 
 
 # -- reading the sweep's outputs ---------------------------------------------------------
@@ -173,7 +159,6 @@ class Totals(KindTotals):
             k.delta_us = (k.delta_us or 0.0) + delta_us
 
 
-_HEADER = ",".join(audit.COLUMNS) + "\n"
 _KIND, _DELTA_BYTES, _DELTA_US = (audit.COLUMNS.index(c) for c in ("kind", "delta_bytes", "delta_us"))
 
 
@@ -184,14 +169,9 @@ def stream_audit(path: Path | None, point: str, out: IO[str] | None) -> Totals |
     point's text at most. A file not written by ``audit.to_csv`` is an InputError naming
     its line and field.
     """
-    from ..base.files import read_text
-
     if path is None or not path.exists():
         return None
-    text = read_text(path)
-    if not text.startswith(_HEADER):
-        raise InputError(f"expected the columns {','.join(audit.COLUMNS)}", file=path, line=1)
-    body = text[len(_HEADER):]
+    body = audit.read_body(path)
     t = Totals()
     if not body:
         return t
@@ -255,9 +235,9 @@ def _fmt(value) -> str:
     return str(value)
 
 
-def comparison_csv(points: list[dict[str, str]], summary: list[dict[str, str]]) -> str:
+def comparison_csv(points: list[PointRow], summary: list[dict[str, str]]) -> str:
     """Each setting's quantities per variant, with the differences between variants."""
-    point_of = {p["point"]: p for p in points}
+    point_of = {p.point: p for p in points}
     # setting -> variant -> key -> value; and which variants each setting has.
     values: dict[tuple, dict[str, dict[tuple, float]]] = {}
     columns = time_columns(summary[0] if summary else ())
@@ -266,7 +246,7 @@ def comparison_csv(points: list[dict[str, str]], summary: list[dict[str, str]]) 
         p = point_of.get(r["point"])
         if p is None:
             continue
-        setting, var = setting_of(p), variant_of(p["schedule"], p["aiob"])
+        setting, var = p.setting, p.variant
         table = values.setdefault(setting, {}).setdefault(var, {})
         for q in VOLUME_QUANTITIES:
             key = (q, r["phase"], r["collective"], r["group"])
@@ -284,7 +264,7 @@ def comparison_csv(points: list[dict[str, str]], summary: list[dict[str, str]]) 
                     table[(quantity, "", "", group)] = value
     # Points without any volume row (nothing communicated) still exist as a variant.
     for p in points:
-        values.setdefault(setting_of(p), {}).setdefault(variant_of(p["schedule"], p["aiob"]), {})
+        values.setdefault(p.setting, {}).setdefault(p.variant, {})
 
     rows = []
     for setting in sorted(values):
@@ -307,7 +287,7 @@ def comparison_csv(points: list[dict[str, str]], summary: list[dict[str, str]]) 
                 left, right = _value(row, a, use), _value(row, b, use)
                 diffs.append(None if left is None or right is None else left - right)
             rows.append([*setting, *key, *(_fmt(row[v]) for v in VARIANTS), *(_fmt(d) for d in diffs)])
-    optional = tuple(a for a in OPTIONAL_AXES if points and a in points[0])
+    optional = table_columns(points)[len(TABLE_COLUMNS):]
     columns = (*SETTING_AXES, *optional, *COMPARISON_COLUMNS[len(SETTING_AXES):])
     return _write(columns, rows)
 
@@ -375,16 +355,16 @@ def setting_verdict(variants: dict[str, Totals | None]) -> str:
     return "; ".join(parts)
 
 
-def verdicts_csv(points: list[dict[str, str]], point_totals: dict[str, Totals | None]) -> str:
+def verdicts_csv(points: list[PointRow], point_totals: dict[str, Totals | None]) -> str:
     """Per point, its audit totals and its setting's verdict (``point_totals``: None = no audit)."""
     by_setting: dict[tuple, dict[str, Totals | None]] = {}
     for p in points:
-        by_setting.setdefault(setting_of(p), {})[variant_of(p["schedule"], p["aiob"])] = point_totals.get(p["point"])
+        by_setting.setdefault(p.setting, {})[p.variant] = point_totals.get(p.point)
     rows = []
     for p in points:
-        t = point_totals.get(p["point"])
-        verdict = setting_verdict(by_setting[setting_of(p)])
-        base = [p[c] for c in table_columns(points)] + [variant_of(p["schedule"], p["aiob"])]
+        t = point_totals.get(p.point)
+        verdict = setting_verdict(by_setting[p.setting])
+        base = [p.cells[c] for c in table_columns(points)] + [p.variant]
         if t is None:
             rows.append(base + ["no", "", "", "", "", "", "", verdict])
         else:
@@ -395,14 +375,14 @@ def verdicts_csv(points: list[dict[str, str]], point_totals: dict[str, Totals | 
     return _write((*table_columns(points), *VERDICT_COLUMNS[len(TABLE_COLUMNS):]), rows)
 
 
-def by_kind_csv(points: list[dict[str, str]], point_totals: dict[str, Totals | None]) -> str:
+def by_kind_csv(points: list[PointRow], point_totals: dict[str, Totals | None]) -> str:
     """Per audited point and kind of finding (in order of first occurrence), the kind's totals."""
     rows = []
     for p in points:
-        t = point_totals.get(p["point"])
+        t = point_totals.get(p.point)
         if t is None:
             continue
-        base = [p[c] for c in table_columns(points)] + [variant_of(p["schedule"], p["aiob"])]
+        base = [p.cells[c] for c in table_columns(points)] + [p.variant]
         for kind, k in t.kinds.items():
             rows.append(base + [kind, k.findings, k.missing_bytes, k.extra_bytes, _fmt(k.delta_us)])
     return _write((*table_columns(points), *BY_KIND_COLUMNS[len(TABLE_COLUMNS):]), rows)
@@ -421,17 +401,15 @@ def compare(sweep_csv: Path, summary_csv: Path, files: paths.PointFiles, finding
     """The comparison of a finished sweep; every point's findings are written to ``findings``
     (findings.csv: header and rows) as its audit is read, one point at a time. ``files``
     gives each point's audit (``paths.PointFiles``); a point without one is not audited."""
-    from .summary import read_points
-
     points = read_points(sweep_csv)
     summary = read_csv_rows(summary_csv, ("point", "phase", "collective", "group", *VOLUME_QUANTITIES))
     # A point whose stage failed has no numbers (its summary row says why): leave it out.
     failed = {r["point"] for r in summary if r.get("status", "ok") != "ok"}
-    points = [p for p in points if p["point"] not in failed]
+    points = [p for p in points if p.point not in failed]
     summary = [r for r in summary if r["point"] not in failed]
     if findings is not None:
         findings.write(",".join(FINDINGS_COLUMNS) + "\n")
-    point_totals = {p["point"]: stream_audit(files.audit(p["point"]), p["point"], findings) for p in points}
+    point_totals = {p.point: stream_audit(files.audit(p.point), p.point, findings) for p in points}
     return Tables(comparison_csv(points, summary), verdicts_csv(points, point_totals),
                   by_kind_csv(points, point_totals))
 

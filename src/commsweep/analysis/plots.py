@@ -87,15 +87,28 @@ def layout_problems(fig) -> list[str]:
     return found
 
 
-def variant(schedule: str, aiob: str) -> str:
+def variant(schedule: str, aiob: bool) -> str:
     """How a workload was made, as a legend label."""
     if schedule == "megatron":
         return "Megatron"
-    return "AICB AIOB path" if aiob == "True" else "AICB default path"
+    return "AICB AIOB path" if aiob else "AICB default path"
 
 
-def sp_label(sp: str) -> str:
-    return "SP on" if sp == "True" else "SP off"
+def sp_label(sp: bool) -> str:
+    return "SP on" if sp else "SP off"
+
+
+def read_table(path: Path):
+    """A table that repeats the points' columns (summary.csv, findings_by_kind.csv) as a
+    DataFrame, ``sp`` and ``aiob`` as booleans (the text the points table writes, read
+    back as ``points.PointRow`` reads it)."""
+    import pandas as pd
+
+    df = pd.read_csv(path, dtype={"aiob": str, "sp": str, "status": str})
+    for column in ("aiob", "sp"):
+        if column in df.columns:
+            df[column] = df[column].map({"True": True, "False": False})
+    return df
 
 
 def bar_positions(count: int, k: int, n_variants: int, width: float) -> list[float]:
@@ -129,12 +142,10 @@ def read_summary(summary_csv: Path):
     """The summary table's complete points as a DataFrame (a failed point has no numbers:
     its one row would count as zero bytes; see commsweep.base.status). A copy of the table read
     before, if the file has not changed since."""
-    import pandas as pd
-
     stat = Path(summary_csv).stat()
     key = (str(Path(summary_csv).resolve()), stat.st_size, stat.st_mtime_ns)
     if key not in _READ:
-        df = pd.read_csv(summary_csv, dtype={"aiob": str, "sp": str, "status": str})
+        df = read_table(summary_csv)
         if "status" in df.columns:
             df = df[df["status"] == "ok"]
         _READ.clear()
@@ -287,7 +298,8 @@ def exposed_by_group(summary_csv: Path, output: Path) -> None:
     Needs the simulate stage's time columns in the summary table
     (``compare.TIME_QUANTITIES``); without them the figure says so instead of guessing.
     """
-    from .compare import time_columns, variant_of
+    from ..setup.points import VARIANTS, variant_of
+    from .compare import time_columns
 
     plt = _pyplot()
     df = read_summary(summary_csv)
@@ -301,7 +313,7 @@ def exposed_by_group(summary_csv: Path, output: Path) -> None:
     points = df.drop_duplicates("point")
     panel_rows = sorted({(m, n, a) for m, n, a in zip(points["model"], points["network"], points["aiob"])})
     sps, tps = sorted(points["sp"].unique()), sorted(points["tp"].unique())
-    pairs = {"False": ("aicb_default", "megatron"), "True": ("aicb_aiob", "megatron_aiob")}
+    pairs = {aiob: (variant_of("aicb", aiob), variant_of("megatron", aiob)) for aiob in (False, True)}
     hatches = {"aicb_default": "", "aicb_aiob": "//", "megatron": "..", "megatron_aiob": ".."}
     valid = points[(points[list(group_columns.values())] <= OVERFLOW_US).all(axis=1)]
     groups = [g for g in GROUP_COLOURS if g in group_columns and (valid[group_columns[g]] > 0).any()]
@@ -337,13 +349,13 @@ def exposed_by_group(summary_csv: Path, output: Path) -> None:
             ax.set_xticks(range(len(tps)), [str(t) for t in tps])
             ax.set_xlabel("tensor parallel size (TP)")
             ax.set_ylabel("exposed communication (ms per iteration)", fontsize=8)
-            ax.set_title(f"{model}, {net}, AIOB {'on' if aiob == 'True' else 'off'}, {sp_label(sp)}", fontsize=9)
+            ax.set_title(f"{model}, {net}, AIOB {'on' if aiob else 'off'}, {sp_label(sp)}", fontsize=9)
             ax.grid(axis="y", alpha=0.3)
             ax.margins(y=0.08)
     from matplotlib.patches import Patch
 
     handles = [Patch(facecolor=GROUP_COLOURS[g], edgecolor="black", label=f"{g} group") for g in groups]
-    shown = [v for v in ("aicb_default", "aicb_aiob", "megatron", "megatron_aiob") if v in set(points["variant"])]
+    shown = [v for v in VARIANTS if v in set(points["variant"])]
     labels = {**PATH_LABELS, "megatron": "Megatron", "megatron_aiob": "Megatron (AIOB times)"}
     handles += [Patch(facecolor="white", edgecolor="black", hatch=hatches[v], label=labels[v]) for v in shown]
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4), frameon=False, fontsize=8)
@@ -467,7 +479,7 @@ def audit_by_kind(by_kind_csv: Path, output: Path) -> None:
     import pandas as pd
 
     plt = _pyplot()
-    df = pd.read_csv(by_kind_csv, dtype={"aiob": str, "sp": str})
+    df = read_table(by_kind_csv)
     fig_rows = sorted(df["model"].unique()) if len(df) else []
     if not fig_rows:
         message_figure(output, "No findings: every audited workload issues what Megatron issues.")
@@ -640,12 +652,12 @@ def difference_by_cause(causes_csv: Path, output: Path, *, sweep_csv: Path | Non
     are grey. At most ``MAX_SETTINGS`` settings are drawn (the first of the points table);
     the CSV has them all. ``sweep_csv``: the points table (default: ``sweep.csv`` beside the CSV).
     """
+    from ..setup.points import read_points
     from . import causes as cz
-    from .summary import read_points
 
     plt = _pyplot()
     rows = cz.read_csv(causes_csv)
-    points = {p["point"]: p for p in read_points(sweep_csv or Path(causes_csv).with_name("sweep.csv"))}
+    points = {p.point: p for p in read_points(sweep_csv or Path(causes_csv).with_name("sweep.csv"))}
     if not rows:
         message_figure(output, "No AICB point with an audit in this sweep:\nnothing to compare with Megatron.")
         return
@@ -768,7 +780,7 @@ def exposed_tp_by_overlap(summary_csv: Path, output: Path, *, default_tp_overlap
     One panel per model, TP > 1 and SP setting on the first network; the Megatron line is
     the same for both ``aiob`` settings (exposure does not depend on compute).
     """
-    from .compare import variant_of
+    from ..setup.points import VARIANTS, variant_of
 
     plt = _pyplot()
     df = read_summary(summary_csv)

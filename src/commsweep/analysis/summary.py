@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ..base import paths, status
 from ..base.errors import InputError
-from ..setup.points import MEMORY_COLUMNS, TABLE_COLUMNS, table_columns
+from ..setup.points import MEMORY_COLUMNS, TABLE_COLUMNS, read_points, table_columns
 from ..simulate import times as sim_times
 from . import volumes
 
@@ -39,15 +39,6 @@ SIM_KEYS = {"sim_total_us": sim_times.ITERATION["total"],
 COLUMNS = (*TABLE_COLUMNS, *MEMORY_COLUMNS, "status", *volumes.COLUMNS, *SIM_COLUMNS, "run")
 
 
-def read_points(sweep_csv: Path) -> list[dict[str, str]]:
-    """The valid points of a points table written by ``sweep.table_csv``."""
-    with open(sweep_csv, newline="", encoding="utf-8") as fh:
-        rows = list(csv.DictReader(fh))
-    if rows and "point" not in rows[0]:
-        raise InputError("not a points table (no 'point' column)", file=sweep_csv, line=1)
-    return [r for r in rows if r.get("status", "ok") == "ok"]
-
-
 def summarize(sweep_csv: Path, files: paths.PointFiles, run: str = "") -> str:
     """The summary table of the sweep's points, read from their ``files`` (see ``paths.PointFiles``),
     every row naming the ``run``."""
@@ -59,17 +50,17 @@ def summarize(sweep_csv: Path, files: paths.PointFiles, run: str = "") -> str:
     columns = (*point_columns, *COLUMNS[len(TABLE_COLUMNS):])
     writer.writerow(columns)
     for point in points:
-        base = [point[c] for c in point_columns] + [point.get(c, "") for c in MEMORY_COLUMNS]
-        failed = status.failures(files, point["workload"], point["point"])
+        base = [point.cells[c] for c in point_columns] + [point.cells.get(c, "") for c in MEMORY_COLUMNS]
+        failed = status.failures(files, point.workload, point.point)
         if failed:
             writer.writerow(base + [f"failed: {status.reasons(failed)}"] + [""] * (len(columns) - len(base) - 2)
                             + [run])
             continue
-        path = files.volumes(point["workload"])
+        path = files.volumes(point.workload)
         if path is None:
-            raise InputError(f"no volumes file given for workload {point['workload']}", file=sweep_csv)
+            raise InputError(f"no volumes file given for workload {point.workload}", file=sweep_csv)
         table = volumes.read_csv(path.read_text(encoding="utf-8"))
-        times, totals = simulated(files.times(point["point"]))
+        times, totals = simulated(files.times(point.point))
         for v in table:
             if v.phase == "pp":
                 time, exposed = "", totals.get("sim_pp_us", "")

@@ -324,7 +324,7 @@ FAILED = "failed:"
 
 
 def check(
-    points: Iterable[dict[str, str]],
+    points: Iterable,
     files: paths.PointFiles,
     steps: Iterable[str | Path] = (),
     *,
@@ -333,7 +333,7 @@ def check(
 ) -> tuple[bool, str]:
     """The verdict of a run: whether every point and sweep-wide step succeeded, and its text.
 
-    ``points`` are the valid rows of the points table, ``files`` their status files,
+    ``points`` are the valid rows of the points table (``points.PointRow``), ``files`` their status files,
     ``steps`` the status files of the sweep-wide steps (summary, comparison, figures).
     The text is ``all N point(s) ok`` on success; otherwise its first line starts with
     ``failed:`` and one line per failed point or step follows, with the error. A point with
@@ -345,13 +345,13 @@ def check(
     named = f" (run {run})" if run else ""
     failed: list[str] = []
     for point in points:
-        statuses = files.statuses(point["workload"], point["point"])
+        statuses = files.statuses(point.workload, point.point)
         if not statuses:
-            failed.append(f"  {point['point']}: no status file: its jobs never ran")
+            failed.append(f"  {point.point}: no status file: its jobs never ran")
             continue
         found = [(path, st) for path, st in ((p, read(p)) for p in statuses) if not st.ok]
         if found:
-            failed.append(f"  {point['point']}: {reasons(found)}")
+            failed.append(f"  {point.point}: {reasons(found)}")
     broken = []
     for path in map(Path, steps):
         st = read(path)

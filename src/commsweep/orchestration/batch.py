@@ -711,11 +711,12 @@ def causes_table(batch: Batch) -> str:
     from ..analysis import causes
     from ..base.paths import PointFiles
     from ..base.status import MARKER, describe_exception
+    from ..setup.points import PointRow
 
     files = PointFiles.given(**{kind: batch.files.get(kind, ()) for kind in
                                 ("status", "volumes", "times", "collectives", "audits")})
     try:
-        return causes.to_csv(causes.points_causes([dict(r) for r in batch.rows], files))
+        return causes.to_csv(causes.points_causes([PointRow.from_cells(r) for r in batch.rows], files))
     except Exception as err:  # noqa: BLE001 - recorded for the sweep-wide step, which fails on it
         print(f"commsweep batch {batch.name}: difference by cause: error: {describe_exception(err)}", file=sys.stderr)
         return f"{MARKER} difference_by_cause: {describe_exception(err)}\n"

@@ -248,10 +248,10 @@ def cmd_validate(ns: argparse.Namespace) -> None:
 
 
 def cmd_check(ns: argparse.Namespace) -> None:
-    from ..analysis import summary
     from ..base import status
+    from ..setup.points import read_points
 
-    ok, text = status.check(summary.read_points(Path(ns.sweep)), _point_files(ns, ("status",)), ns.steps or (),
+    ok, text = status.check(read_points(Path(ns.sweep)), _point_files(ns, ("status",)), ns.steps or (),
                             run=ns.run, ignored=ns.ignored or ())
     emit(text, ns.output)
     if not ok and not ns.exit_zero:

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..base.errors import ConfigError
 from ..setup.models import ModelSpec, model_from_dict, resolve_model
-from ..setup.points import AXES, MEMORY_COLUMNS, NETWORK_FIELDS, SIMULATIONS, Invalid, Network, Point, table_columns
+from ..setup.points import AXES, NETWORK_FIELDS, SIMULATIONS, Invalid, Network, Point, to_csv
 from ..setup.training import TrainingSetup
 from ..workload.generate import schedule_problems
 
@@ -237,15 +237,9 @@ def points_from_config(config: dict) -> tuple[list[Point], list[Invalid]]:
 
 
 def table_csv(points: list[Point], invalid: list[Invalid] = ()) -> str:
-    """The sweep as CSV: one row per point, plus skipped combinations with ``status``."""
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=[*table_columns(points), *MEMORY_COLUMNS, "status"], lineterminator="\n")
-    writer.writeheader()
-    for p in points:
-        writer.writerow({**p.row(), **memory_columns(p), "status": "ok"})
-    for bad in invalid:
-        writer.writerow({**bad.values, "status": "skipped: " + "; ".join(bad.reasons)})
-    return buf.getvalue()
+    """The sweep as CSV (``points.to_csv``): one row per point with its memory columns, plus
+    skipped combinations with ``status``."""
+    return to_csv(points, invalid, memory_columns)
 
 
 def load_config(path: str | Path) -> dict:

@@ -9,7 +9,11 @@ AIOB profile (``profile_key``).
 
 from __future__ import annotations
 
+import csv
+import io
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .training import TrainingSetup
@@ -138,8 +142,139 @@ class Invalid:
         return f"[{point}]: " + "; ".join(self.reasons)
 
 
-def table_columns(points: list[dict[str, Any]] | list[Point]) -> tuple[str, ...]:
+def table_columns(points: Sequence[Point] | Sequence[PointRow]) -> tuple[str, ...]:
     """The points table's columns for these points: ``TABLE_COLUMNS``, then the optional
-    axes the sweep has (points as ``Point`` or as rows of the table)."""
-    rows = [p.row() if isinstance(p, Point) else p for p in points[:1]]
+    axes the sweep has (points as ``Point`` or as rows of the table, ``PointRow``)."""
+    rows = [p.row() if isinstance(p, Point) else p.cells for p in points[:1]]
     return (*TABLE_COLUMNS, *(a for a in OPTIONAL_AXES if rows and a in rows[0]))
+
+
+# -- the points table, sweep.csv: its writer and its reader --------------------------------
+
+# How a point's workload was made: one name per schedule and AIOB setting (the "variants"
+# of a setting that the comparison and the figures set side by side).
+VARIANTS = ("aicb_default", "aicb_aiob", "megatron", "megatron_aiob")
+# The axes a point shares with its other variants: all but the schedule and aiob.
+SETTING_AXES = tuple(a for a in AXES if a not in ("schedule", "aiob"))
+
+
+def variant_of(schedule: str, aiob: bool) -> str:
+    """The variant (``VARIANTS``) of a point made by ``schedule`` with AIOB on or off."""
+    if schedule == "megatron":
+        return "megatron_aiob" if aiob else "megatron"
+    return "aicb_aiob" if aiob else "aicb_default"
+
+
+def to_csv(points: Sequence[Point], invalid: Sequence[Invalid] = (),
+           memory: Callable[[Point], Mapping[str, Any]] | None = None) -> str:
+    """The points table: one row per point (with its ``memory`` columns, when given), then
+    the skipped combinations with their reasons in ``status``."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=[*table_columns(points), *MEMORY_COLUMNS, "status"], lineterminator="\n")
+    writer.writeheader()
+    for p in points:
+        writer.writerow({**p.row(), **(memory(p) if memory else {}), "status": "ok"})
+    for bad in invalid:
+        writer.writerow({**bad.values, "status": "skipped: " + "; ".join(bad.reasons)})
+    return buf.getvalue()
+
+
+_INTS = ("world_size", "tp", "pp", "ep", "micro_batch", "global_batch", "seq_length", "dp", "ga",
+         "gpus_per_server", "nics_per_server")
+_BOOLS = ("sp", "aiob", "recompute")
+_TEXTS = ("point", "workload", "profile", "model", "schedule", "network", "simulation")
+
+
+@dataclass(frozen=True)
+class PointRow:
+    """A point as the points table gives it back, with real types.
+
+    ``cells`` is the row as written: the tables that repeat a point's columns (summary,
+    verdicts, difference by cause) copy those cells, so their text stays the table's."""
+
+    cells: Mapping[str, str] = field(repr=False)
+    point: str
+    workload: str
+    profile: str
+    model: str
+    world_size: int
+    tp: int
+    pp: int
+    ep: int
+    sp: bool
+    aiob: bool
+    schedule: str
+    micro_batch: int
+    global_batch: int
+    seq_length: int
+    recompute: bool
+    network: str
+    dp: int
+    ga: int
+    gpus_per_server: int
+    nics_per_server: int
+    nvlink_gbps: float
+    nic_gbps: float
+    tp_overlap: float | None = None
+    simulation: str | None = None
+    memory_gib: float | None = None
+    fits: bool | None = None
+
+    @property
+    def variant(self) -> str:
+        return variant_of(self.schedule, self.aiob)
+
+    @property
+    def setting(self) -> tuple[str, ...]:
+        """What the point shares with its other variants: its ``SETTING_AXES`` (and the
+        optional axes the sweep has), as the table writes them."""
+        return (tuple(self.cells[a] for a in SETTING_AXES)
+                + tuple(self.cells[a] for a in OPTIONAL_AXES if a in self.cells))
+
+    @classmethod
+    def from_cells(cls, cells: Mapping[str, str], *, file: str | Path | None = None, line: int | None = None) -> PointRow:
+        """A row of the points table (``cells``: column -> text); an ``InputError`` naming
+        the file, line and field of a value that is not what the writer writes."""
+        from ..base.errors import InputError
+
+        values: dict[str, Any] = {}
+        for name in (*_TEXTS, *_INTS, *_BOOLS, "nvlink_gbps", "nic_gbps", "tp_overlap", *MEMORY_COLUMNS):
+            text = cells.get(name)
+            if text is None:
+                if name in OPTIONAL_AXES or name in MEMORY_COLUMNS:
+                    continue  # a sweep without the axis; a batch's rows, without memory
+                raise InputError(f"missing column {name!r}", file=file, line=line)
+            try:
+                if name in _TEXTS:
+                    values[name] = text
+                elif name in _INTS:
+                    values[name] = int(text)
+                elif name in _BOOLS or name == "fits":
+                    if name == "fits" and text == "":
+                        values[name] = None
+                    elif text in ("True", "False"):
+                        values[name] = text == "True"
+                    else:
+                        raise ValueError(f"expected True or False, got {text!r}")
+                else:
+                    values[name] = None if text == "" and name in (*OPTIONAL_AXES, *MEMORY_COLUMNS) else float(text)
+            except ValueError as err:
+                raise InputError(f"field {name}: {err}", file=file, line=line) from None
+        return cls(cells=dict(cells), **values)
+
+    @classmethod
+    def of(cls, point: Point) -> PointRow:
+        """A point as its row of the table reads back (without the memory columns)."""
+        return cls.from_cells({k: str(v) for k, v in point.row().items()})
+
+
+def read_points(path: str | Path) -> list[PointRow]:
+    """The valid points (``status`` ok) of a points table written by ``to_csv``."""
+    from ..base.errors import InputError
+    from ..base.files import read_text
+
+    reader = csv.DictReader(io.StringIO(read_text(path)))
+    if "point" not in (reader.fieldnames or ()):
+        raise InputError("not a points table (no 'point' column)", file=path, line=1)
+    return [PointRow.from_cells(r, file=path, line=n) for n, r in enumerate(reader, start=2)
+            if r.get("status", "ok") == "ok"]

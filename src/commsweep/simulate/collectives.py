@@ -29,6 +29,34 @@ def ns_text(ns: int) -> str:
     return f"{ns // 1000}.{ns % 1000:03d}"
 
 
+def read_exposed(path) -> dict[tuple[str, str, str, int], str]:
+    """A point's collectives.csv as ``to_csv`` wrote it, reduced to what each distinct
+    collective costs: (phase, collective, group, bytes) -> ``exposed_us`` (exact text).
+    Within one point a collective's time depends on only those, so thousands of rows come
+    down to a few dozen, each parsed once. An InputError names the file of another header
+    or a bad row."""
+    from ..base.errors import InputError
+    from ..base.files import read_text
+
+    header, _, body = read_text(path).partition("\n")
+    if header != ",".join(COLUMNS):
+        raise InputError(f"expected the header {','.join(COLUMNS)}", file=path, line=1)
+    if '"' in body:  # a row name that needed quoting: the csv module's way
+        import csv
+
+        tails = {tuple(cells[2:]) for cells in csv.reader(io.StringIO(body)) if cells}
+    else:
+        tails = {tuple(line.split(",", 2)[2].split(",")) for line in body.split("\n") if line}
+    out: dict[tuple[str, str, str, int], str] = {}
+    for cells in tails:
+        try:
+            phase, collective, group, _, size, _, exposed = cells
+            out[(phase, collective, group, int(size))] = exposed
+        except ValueError:
+            raise InputError(f"expected a row of {','.join(COLUMNS)}, got {','.join(cells)!r}", file=path) from None
+    return out
+
+
 def to_csv(table: list[CollectiveTime]) -> str:
     import csv
 
