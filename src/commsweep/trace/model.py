@@ -75,7 +75,10 @@ with compat.megatron_imports() as IMPORT_WORKAROUNDS:
     from megatron.core.pipeline_parallel import get_forward_backward_func
     from megatron.core.transformer.moe.router import TopKRouter
     from megatron.core.transformer.transformer_block import TransformerBlockSubmodules
-    from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
+    from megatron.core.transformer import transformer_config as _transformer_config
+TransformerConfig = _transformer_config.TransformerConfig
+# Multi-latent attention's config, from megatron-core 0.10 (older releases refuse MLA traces).
+MLATransformerConfig = getattr(_transformer_config, "MLATransformerConfig", None)
 
 compat.cuda_stream_on_cpu()  # the MoE dispatcher's side stream; 0.19's DDP waits on the current one
 compat.moe_split_sizes_on_host()

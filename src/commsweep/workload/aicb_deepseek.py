@@ -36,8 +36,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..aiob.profile_file import AiobProfile
-from ..setup.arguments import deepseek_flags
 from ..base.errors import ConfigError
+from ..setup.arguments import deepseek_flags
 from ..setup.training import TrainingSetup
 from . import aicb
 from . import format as wformat
