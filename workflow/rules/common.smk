@@ -7,6 +7,7 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
+from commsweep.analysis import timeline
 from commsweep.base import paths, status
 from commsweep.base.errors import CommsweepError
 from commsweep.orchestration import batch, pipeline, steps, storage, sweep
@@ -207,7 +208,7 @@ def timeline_command():
     """The timeline's command and the statuses it comes after."""
     point = timeline_point()
     (workload, simulation, audit), after = timeline_files()
-    command = ["timeline", workload, simulation, *batch.point_argv(point, config), "--title", point.point_key,
+    command = ["timeline", workload, simulation, *batch.point_argv(point, config), "--title", timeline.title(point),
                "--audit", audit]
     return command, after
 
