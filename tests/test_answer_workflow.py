@@ -94,9 +94,14 @@ window.addEventListener("load", () => setTimeout(async () => {
   })));
   const heading = [...document.querySelectorAll("h1")].find(h => h.textContent.startsWith("The answer"));
   const top = heading ? heading.getBoundingClientRect().top : null;
+  // The front page's figures where the browser draws them: top, width, and their own width.
+  const front = [...document.querySelectorAll("img")].map(i => {
+    const box = i.getBoundingClientRect();
+    return [box.top, box.width, i.naturalWidth];
+  });
   const out = document.createElement("pre");
   out.id = "commsweep-probe";
-  out.textContent = JSON.stringify({text: document.body.innerText, images: images, top: top,
+  out.textContent = JSON.stringify({text: document.body.innerText, images: images, top: top, front: front,
                                     height: window.innerHeight});
   document.body.appendChild(out);
 }, 1000));
@@ -145,6 +150,11 @@ def test_the_report_opens_on_the_answer_in_a_browser(run, tmp_path, record_prope
     assert {"results/plots/difference_by_cause.png", "results/plots/exposed_tp_by_overlap.png",
             "results/plots/exposed_by_group.png"} <= results
     assert sum(name == "page" and width > 600 for name, width, _ in found["images"]) == 2
+    # The answer's figure on the first screen, right under the answer, drawn at (nearly) its own
+    # width, so its letters are as large as drawn (tests/test_figures.py checks those).
+    top, shown, natural = [f for f in found["front"] if f[2] > 600][0]  # not the menu's logo
+    assert 0 < top < found["height"] * 0.5, (top, found["height"])
+    assert shown >= 0.9 * natural, (shown, natural)
     # The screenshot, kept for a person to look at.
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shot = ARTIFACTS / "report.png"

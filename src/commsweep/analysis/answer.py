@@ -11,7 +11,7 @@ which ``workflow/report/workflow.rst`` includes as the front page of ``report.ht
    all-reduce of 2P bytes), so that neither error hides the other;
 3. what SimAI does with NONE;
 4. per setting, a verdict per path: its net difference and its largest causes;
-5. the figures.
+5. the figures (the difference by cause right after the one-line answer).
 
 Every number on the page is a sum of rows of ``difference_by_cause.csv`` (bytes, rows,
 exposed time); ``tests/test_answer.py`` checks each one against the table. The page is
@@ -237,6 +237,8 @@ def page(rows: list[cz.Row], points: dict[str, PointRow], figures: dict[str, str
             f"{exact_bytes(missing)} ({gib(missing)})"
             + (f" and {ms(missing_us)} of exposed TP time" if missing_us is not None else "")
             + " (`missing_bwd_tp_allreduce`).")))
+        # The answer's figure right under it, on the report's first screen.
+        blocks += [Block("img", caption, path=path) for caption, path in list(figures.items())[:1]]
         extra = (f" With its `embedding_grads` all-reduce ({exact_bytes(embedding)}), the AIOB path's extra "
                  f"backward all-reduces come to {exact_bytes(layernorm + embedding)}." if embedding else "")
         blocks.append(Block("p", (
@@ -273,9 +275,10 @@ def page(rows: list[cz.Row], points: dict[str, PointRow], figures: dict[str, str
             "Every row, with its explanation, is in `difference_by_cause.csv`: one row per point, cause, phase, "
             "collective, group and sign; per point the rows add up exactly to its difference from Megatron in "
             f"bytes{' and in exposed time' if timed else ''}.")))
-    if figures:
+    rest = list(figures.items())[1:] if head is not None else list(figures.items())
+    if rest:
         blocks.append(Block("h2", "Figures"))
-        blocks += [Block("img", caption, path=path) for caption, path in figures.items()]
+        blocks += [Block("img", caption, path=path) for caption, path in rest]
     return blocks
 
 

@@ -33,6 +33,60 @@ def save(fig, path: Path) -> None:
         fig.savefig(fh, format="png", dpi=110, metadata={"Software": "commsweep"})
 
 
+def layout_problems(fig) -> list[str]:
+    """What makes a drawn figure hard to read, found from matplotlib's extents (pixels): a
+    legend over data (a bar, a line or a marker of an axes), tick labels of one axis over
+    each other, text outside the figure. Empty for a figure without such problems; the
+    tests draw every figure of a sweep and ask (tests/test_figures.py)."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Rectangle
+
+    if not hasattr(fig.canvas, "get_renderer"):  # a closed figure: draw it again off screen
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        FigureCanvasAgg(fig)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    found = []
+    legends = [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend() is not None)]
+    for legend in legends:
+        box = legend.get_window_extent(renderer)
+        for ax in fig.axes:
+            for artist in [*ax.patches, *ax.lines]:
+                if isinstance(artist, Rectangle) and (artist.get_width() == 0 or artist.get_height() == 0):
+                    continue
+                if isinstance(artist, Line2D) and not len(artist.get_xdata()):
+                    continue
+                extent = artist.get_window_extent(renderer)
+                if extent.width > 0.5 and extent.height > 0.5 and box.overlaps(extent):
+                    found.append(f"the legend covers data of the axes titled {ax.get_title()!r}")
+                    break
+    # Tick labels outside the axis' view are kept but not drawn.
+    undrawn = set()
+    every_axes = [a for ax in fig.axes for a in (ax, *ax.child_axes)]  # secondary axes are children
+    for ax in every_axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            low, high = sorted(axis.get_view_interval())
+            for tick in axis.get_major_ticks():
+                if not low - 1e-9 <= tick.get_loc() <= high + 1e-9:
+                    undrawn.update({id(tick.label1), id(tick.label2)})
+    for ax in every_axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            labels = [t for t in axis.get_ticklabels() if t.get_visible() and t.get_text() and id(t) not in undrawn]
+            extents = [t.get_window_extent(renderer) for t in labels]
+            for (a, ea), (b, eb) in zip(zip(labels, extents), zip(labels[1:], extents[1:])):
+                if ea.overlaps(eb):
+                    found.append(f"tick labels {a.get_text()!r} and {b.get_text()!r} overlap in {ax.get_title()!r}")
+    width, height = fig.canvas.get_width_height()
+    for text in fig.findobj(lambda a: hasattr(a, "get_text") and hasattr(a, "get_window_extent")):
+        if not text.get_visible() or not text.get_text().strip() or id(text) in undrawn:
+            continue
+        e = text.get_window_extent(renderer)
+        if e.x0 < -1 or e.y0 < -1 or e.x1 > width + 1 or e.y1 > height + 1:
+            found.append(f"text {text.get_text()!r} runs off the figure")
+    return found
+
+
 def variant(schedule: str, aiob: bool) -> str:
     """How a workload was made, as a legend label."""
     if schedule == "megatron":
@@ -202,7 +256,7 @@ def tp_bytes_by_phase(summary_csv: Path, output: Path) -> None:
                 xs = bar_positions(len(phases), k, len(variants), width)
                 bars = ax.bar(xs, heights, width * 0.92, color=VARIANT_COLOURS[var], edgecolor="black",
                               linewidth=0.4, label=var)
-                ax.bar_label(bars, fmt="%.2f", fontsize=6, padding=1)
+                ax.bar_label(bars, fmt="%.2f", fontsize=7, padding=1)
             ax.set_xticks(range(len(phases)), [PHASE_LABELS[p] for p in phases], fontsize=8)
             ax.set_title(f"{model}, TP {tp}, {sp_label(sp)}", fontsize=9)
             ax.grid(axis="y", alpha=0.3)
@@ -366,10 +420,12 @@ def timeline(
     total = max((e.start_us + e.duration_us for e in events), default=0) / 1000
     exposed = sum(e.duration_us for e in events if e.what != "compute") / 1000
     ax.axvline(forward_end, color="black", linestyle="--", linewidth=0.8)
-    ax.text(forward_end, -0.9, " backward \u2192", fontsize=8, va="bottom")
-    ax.text(forward_end, -0.9, "\u2190 forward ", fontsize=8, va="bottom", ha="right")
+    # Above the frame, at the dashed line (in the lanes it would sit on the bars or the frame).
+    above = ax.get_xaxis_transform()
+    ax.text(forward_end, 1.01, " backward \u2192", fontsize=8, va="bottom", transform=above)
+    ax.text(forward_end, 1.01, "\u2190 forward ", fontsize=8, va="bottom", ha="right", transform=above)
     ax.set_yticks(range(len(lanes)), lanes, fontsize=7)
-    ax.set_ylim(len(lanes) - 0.5, -1.2)
+    ax.set_ylim(len(lanes) - 0.5, -0.7)
     ax.set_xlim(0, max(total, 1e-3) * 1.01)
     ax.set_xlabel("time since the start of the iteration (ms)")
     ax.set_ylabel("layer (workload rows grouped by Megatron module)")
@@ -398,7 +454,7 @@ def timeline(
     fig.legend(handles=handles, loc="lower center", ncol=3, frameon=False, fontsize=8)
     heading = title or Path(workload_path).parent.name
     fig.suptitle(f"{heading}\niteration {total:,.1f} ms, exposed communication {exposed:,.1f} ms", fontsize=10)
-    fig.tight_layout(rect=(0, 0.8 / height, 1, 1))
+    fig.tight_layout(rect=(0, 0.8 / height, 1, 0.99))
     save(fig, output)
     plt.close(fig)
 
@@ -465,7 +521,9 @@ def audit_by_kind(by_kind_csv: Path, output: Path) -> None:
             ax.set_ylabel("bytes off from Megatron (GiB per iteration)\n\u2193 short    \u2191 in excess", fontsize=8)
             ax.set_title(f"{model}, {sp_label(sp)}")
             ax.grid(axis="y", alpha=0.3)
-            ax.margins(y=0.06)
+            # A stacked bar's ends are sticky edges, which margins leave at the frame.
+            ax.use_sticky_edges = False
+            ax.margins(y=0.08)
     from matplotlib.patches import Patch
 
     handles = [Patch(facecolor=KIND_COLOURS[k], edgecolor="black", label=k) for k in kinds]
@@ -533,32 +591,67 @@ def volume_by_group(summary_csv: Path, output: Path) -> None:
 # -- the difference from Megatron by cause ------------------------------------------------
 
 MAX_SETTINGS = 24
+# The cause the question is about (AICB's AIOB path writes NONE for Megatron's backward TP
+# all-reduces): its own panels, drawn nearest the zero line, in its own colour.
+QUESTION = "missing_bwd_tp_allreduce"
+QUESTION_COLOUR = "#d62728"
+# The largest other causes get a colour and a legend entry each; the rest are one grey "other".
+NAMED_CAUSES = 7
+# Distinct at a glance and for colour-blind readers (Okabe and Ito's palette), no red among them.
+CAUSE_PALETTE = ("#0072b2", "#e69f00", "#009e73", "#56b4e9", "#cc79a7", "#f0e442", "#8c564b")
+OTHER_COLOUR = "#bdbdbd"
 
 
-def cause_colours() -> dict[str, str]:
-    """One fixed colour per cause (``causes.CAUSES`` order), the same in every figure."""
-    import matplotlib
+def cause_colours(rows, shown) -> dict[str, str]:
+    """The colour of each cause drawn: the question's red, the ``NAMED_CAUSES`` largest others
+    (bytes, then exposed time, over the ``shown`` settings) a colour each, the rest grey."""
+    size: dict[str, list[float]] = {}
+    points = {p for panel in shown for p in panel.points.values()}
+    for r in rows:
+        if r.point in points and r.cause != QUESTION:
+            entry = size.setdefault(r.cause, [0.0, 0.0])
+            entry[0] += abs(r.bytes)
+            entry[1] += abs(r.exposed_us or 0.0)
+    ranked = sorted((c for c, (b, t) in size.items() if b or t), key=lambda c: (-size[c][0], -size[c][1], c))
+    colours = {QUESTION: QUESTION_COLOUR}
+    colours.update({c: CAUSE_PALETTE[i] for i, c in enumerate(ranked[:NAMED_CAUSES])})
+    colours.update({c: OTHER_COLOUR for c in ranked[NAMED_CAUSES:]})
+    return colours
 
-    from .causes import CAUSES
 
-    palette = [matplotlib.colors.to_hex(c) for name in ("tab20", "tab20b")
-               for c in matplotlib.colormaps[name].colors]
-    return {slug: palette[i % len(palette)] for i, slug in enumerate(CAUSES)}
+def _wrap(word: str, width: int) -> str:
+    """A word longer than ``width`` characters on several lines, broken after its dashes."""
+    lines = [""]
+    for piece in word.replace("-", "-\0").split("\0"):
+        if lines[-1] and len(lines[-1]) + len(piece) > width:
+            lines.append("")
+        lines[-1] += piece
+    return "\n".join(lines)
+
+
+def _tick_labels(shown, width: int = 99) -> tuple[list[str], str]:
+    """Each setting's label without the words every setting shares (a word a line, none longer
+    than ``width`` characters), and those words."""
+    parts = [panel.label.split(", ") for panel in shown]
+    common = [w for w in parts[0] if all(w in p for p in parts)]
+    return (["\n".join(_wrap(w, width) for w in p if w not in common) or "all" for p in parts],
+            ", ".join(common))
 
 
 def difference_by_cause(causes_csv: Path, output: Path, *, sweep_csv: Path | None = None) -> None:
-    """Per setting, each AICB path's difference from Megatron as signed bars by cause.
+    """Per setting, each AICB path's difference from Megatron by cause, the question's cause first.
 
-    Top rows of panels: bytes per iteration (GiB); bottom rows: exposed communication
-    (ms) on the sweep's first network (and first TP overlap ratio). In each panel one bar
-    per path: causes in excess of Megatron stack upwards, causes short of it downwards,
-    never netted, so a dropped all-reduce shows below zero even where an extra one
-    outweighs it; a black diamond marks the net difference. At most ``MAX_SETTINGS``
-    settings are drawn (the first of the points table); the CSV has them all.
-    ``sweep_csv``: the points table (default: ``sweep.csv`` beside the CSV).
+    Top: the question's cause alone (``missing_bwd_tp_allreduce``, the backward TP
+    all-reduces the AIOB path writes as NONE) on its own scale, bytes and exposed time per
+    setting without SP, each bar labelled. Below, every cause, bytes per iteration (GiB)
+    and exposed communication (ms) on the sweep's first network (and first TP overlap
+    ratio): per setting one bar per path, causes in excess of Megatron stacked upwards,
+    causes short of it downwards, never netted (a dropped all-reduce shows below zero even
+    where an extra one outweighs it), the question's cause nearest the zero line; a black
+    diamond marks the net difference. The largest causes have a colour each, the others
+    are grey. At most ``MAX_SETTINGS`` settings are drawn (the first of the points table);
+    the CSV has them all. ``sweep_csv``: the points table (default: ``sweep.csv`` beside the CSV).
     """
-    import matplotlib.colors  # noqa: F401  (cause_colours)
-
     from ..setup.points import read_points
     from . import causes as cz
 
@@ -570,54 +663,108 @@ def difference_by_cause(causes_csv: Path, output: Path, *, sweep_csv: Path | Non
         return
     panels = cz.panels(rows, points)
     shown = panels[:MAX_SETTINGS]
-    colours = cause_colours()
-    used = [c for c in cz.CAUSES if any(r.cause == c and (r.bytes or r.exposed_us) for r in rows)]
-    ncols = min(4, len(shown))
-    nrows = -(-len(shown) // ncols)
-    fig, axes = plt.subplots(2 * nrows, ncols, figsize=(3.3 * ncols + 0.6, 2.9 * 2 * nrows + 1.6), squeeze=False)
+    colours = cause_colours(rows, shown)
+    order = [QUESTION] + [c for c in colours if c != QUESTION]
     paths = [p for p in PATH_LABELS if any(r.path == p for r in rows)]
-    for i, panel in enumerate(shown):
-        for half, (unit, scale, value) in enumerate((("GiB", GiB, lambda r: r.bytes),
-                                                     ("ms", 1000, lambda r: r.exposed_us or 0.0))):
-            ax = axes[2 * (i // ncols) + half][i % ncols]
-            for k, path in enumerate(paths):
+    # About as many characters as fit in a setting's slot of the figure's width at 8 points.
+    ticks, common = _tick_labels(shown, width=max(6, int(10 * 110 * 0.88 / len(shown) / 8)))
+    width = 0.8 / len(paths)
+    short_names = {"aicb_default": "default", "aicb_aiob": "AIOB"}
+    value_of = {"GiB": lambda r: r.bytes / GiB, "ms": lambda r: (r.exposed_us or 0.0) / 1000}
+    # The question's cause, on its own scale: the settings without SP (with SP there is no
+    # backward TP all-reduce to drop; a sweep without such settings has no such panels).
+    question = [(i, panel) for i, panel in enumerate(shown) if not any(r.sp for rs in panel.rows.values() for r in rs)]
+    top = 1 if question else 0
+    fig = plt.figure(figsize=(10, 10.4 if question else 8))
+    grid = fig.add_gridspec(2 + top, 2, height_ratios=(2.4, 3, 3)[1 - top:], hspace=0.62, wspace=0.25)
+    for col, unit in enumerate(("GiB", "ms") if question else ()):
+        ax = fig.add_subplot(grid[0, col])
+        low = 0.0
+        for k, path in enumerate(paths):
+            xs = [j + (k - (len(paths) - 1) / 2) * width for j in range(len(question))]
+            heights = [sum(value_of[unit](r) for r in panel.rows.get(path, []) if r.cause == QUESTION)
+                       for _, panel in question]
+            # The AIOB path solid, the default path hatched: the colour is the cause's, as below.
+            solid = path == "aicb_aiob"
+            bars = ax.bar(xs, heights, width * 0.9, color=QUESTION_COLOUR if solid else "white",
+                          hatch="" if solid else "////", edgecolor=QUESTION_COLOUR if not solid else "black",
+                          linewidth=0.6)
+            ax.bar_label(bars, labels=[f"{h:.2f}" if h else "0" for h in heights], fontsize=8, padding=2)
+            low = min([low, *heights])
+        ax.axhline(0, color="black", linewidth=0.8)
+        ax.set_xticks([j + (k - (len(paths) - 1) / 2) * width for j in range(len(question)) for k in range(len(paths))],
+                      [short_names[p] for _ in question for p in paths], fontsize=7)
+        settings = ax.secondary_xaxis(-0.16)
+        settings.set_xticks(range(len(question)), [ticks[i] for i, _ in question], fontsize=8)
+        settings.tick_params(length=0)
+        settings.spines["bottom"].set_visible(False)
+        ax.set_xlim(-0.6, max(len(question), 1) - 0.4)
+        # Room for the labels above zero and below the longest bar.
+        ax.set_ylim(low * 1.3 if low else -1, -0.22 * low if low else 1)
+        ax.tick_params(axis="y", labelsize=8)
+        ax.grid(axis="y", alpha=0.3)
+        what = "bytes" if unit == "GiB" else f"exposed TP time, {shown[0].network}"
+        ax.set_title(f"The question's cause alone: {what}", fontsize=9)
+        ax.set_ylabel(f"{QUESTION}\n({unit} per iteration)", fontsize=8, color=QUESTION_COLOUR)
+
+    # Every cause, per setting and path.
+    for row, unit in ((top, "GiB"), (top + 1, "ms")):
+        ax = fig.add_subplot(grid[row, :])
+        for k, path in enumerate(paths):
+            for j, panel in enumerate(shown):
+                x = j + (k - (len(paths) - 1) / 2) * width
                 mine = panel.rows.get(path, [])
                 up = down = 0.0
-                for cause in used:
-                    total = sum(value(r) for r in mine if r.cause == cause and value(r) > 0) / scale
-                    short = sum(value(r) for r in mine if r.cause == cause and value(r) < 0) / scale
-                    if total:
-                        ax.bar(k, total, 0.6, bottom=up, color=colours[cause], edgecolor="black", linewidth=0.3)
-                        up += total
+                for cause in order:
+                    extra = sum(value_of[unit](r) for r in mine if r.cause == cause and value_of[unit](r) > 0)
+                    short = sum(value_of[unit](r) for r in mine if r.cause == cause and value_of[unit](r) < 0)
+                    if extra:
+                        ax.bar(x, extra, width * 0.9, bottom=up, color=colours[cause], edgecolor="black", linewidth=0.3)
+                        up += extra
                     if short:
-                        ax.bar(k, short, 0.6, bottom=down, color=colours[cause], edgecolor="black", linewidth=0.3)
+                        ax.bar(x, short, width * 0.9, bottom=down, color=colours[cause], edgecolor="black",
+                               linewidth=0.3)
                         down += short
                 if mine:
-                    ax.plot([k], [up + down], marker="D", color="black", markersize=4)
-            ax.axhline(0, color="black", linewidth=0.8)
-            ax.set_xticks(range(len(paths)), [PATH_LABELS[p].replace("AICB ", "") for p in paths], fontsize=7)
-            ax.set_xlim(-0.6, len(paths) - 0.4)
-            ax.tick_params(axis="y", labelsize=7)
-            ax.grid(axis="y", alpha=0.3)
-            what = "bytes" if half == 0 else f"exposed comm, {panel.network}"
-            ax.set_title(f"{panel.label}\n{what}", fontsize=8)
-            if i % ncols == 0:
-                ax.set_ylabel(f"vs Megatron ({unit} per iteration)\n\u2193 short    \u2191 extra", fontsize=7)
-    for j in range(len(shown), nrows * ncols):
-        for half in range(2):
-            axes[2 * (j // ncols) + half][j % ncols].axis("off")
+                    ax.plot([x], [up + down], marker="D", color="black", markersize=4, linestyle="")
+        ax.axhline(0, color="black", linewidth=0.8)
+        bar_x = [j + (k - (len(paths) - 1) / 2) * width for j in range(len(shown)) for k in range(len(paths))]
+        many = len(shown) > 8
+        ax.set_xticks(bar_x, [(short_names[p][0] if many else short_names[p]) for _ in shown for p in paths],
+                      fontsize=7)
+        settings = ax.secondary_xaxis(-0.13)
+        settings.set_xticks(range(len(shown)), ticks, fontsize=8)
+        settings.tick_params(length=0)
+        settings.spines["bottom"].set_visible(False)
+        ax.set_xlim(-0.6, len(shown) - 0.4)
+        ax.use_sticky_edges = False  # the stacked bars' ends: margins leave them at the frame
+        ax.margins(y=0.08)
+        ax.tick_params(axis="y", labelsize=8)
+        ax.grid(axis="y", alpha=0.3)
+        what = "bytes" if unit == "GiB" else f"exposed communication, network {shown[0].network}"
+        ax.set_title(f"Every cause: {what}", fontsize=9)
+        ax.set_ylabel(f"vs Megatron ({unit} per iteration)\n\u2193 short    \u2191 extra", fontsize=8)
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    handles = [Patch(facecolor=colours[c], edgecolor="black", label=c) for c in used]
+    named = [c for c in order if colours.get(c) != OTHER_COLOUR and any(r.cause == c for r in rows)]
+    others = [c for c in order if colours.get(c) == OTHER_COLOUR]
+    handles = [Patch(facecolor=colours[c], edgecolor="black", label=c) for c in named]
+    if others:
+        handles.append(Patch(facecolor=OTHER_COLOUR, edgecolor="black",
+                             label=f"{len(others)} smaller causes (difference_by_cause.csv)"))
     handles.append(Line2D([], [], marker="D", color="black", linestyle="", label="net difference"))
-    fig.legend(handles=handles, loc="lower center", ncol=3, frameon=False, fontsize=7)
+    fig.legend(handles=handles, loc="lower center", ncol=3, frameon=False, fontsize=8.5)
     title = "What each AICB path gets wrong against Megatron, by cause"
+    if common:
+        title += f" ({common})"
     if len(panels) > len(shown):
-        title += f" (first {len(shown)} of {len(panels)} settings)"
+        title += f"\nfirst {len(shown)} of {len(panels)} settings"
     fig.suptitle(title, fontsize=11)
     legend_rows = -(-len(handles) // 3)
-    fig.tight_layout(rect=(0, (0.16 * legend_rows + 0.2) / fig.get_figheight(), 1, 0.97))
+    lines = max(t.count("\n") for t in ticks) + 1  # the settings' labels under the lowest panel
+    fig.subplots_adjust(left=0.09, right=0.98, top=1 - 0.75 / fig.get_figheight(),
+                        bottom=(0.25 * legend_rows + 0.5 + 0.16 * lines) / fig.get_figheight())
     save(fig, output)
     plt.close(fig)
 
@@ -652,16 +799,20 @@ def exposed_tp_by_overlap(summary_csv: Path, output: Path, *, default_tp_overlap
     points = df.drop_duplicates("point").set_index("point")
     points["tp_time_us"] = tp_time.reindex(points.index).fillna(0.0)
     points = points[points["sim_tp_us"] <= OVERFLOW_US]
-    panels = sorted({(m, t, s) for m, t, s in zip(points["model"], points["tp"], points["sp"])})
+    # One panel per model, EP, TP and SP: points of other EP sizes are other lines (MoE sweeps).
+    if "ep" not in points.columns:
+        points["ep"] = 1
+    panels = sorted({(m, e, t, s) for m, e, t, s in zip(points["model"], points["ep"], points["tp"], points["sp"])})
     ncols = min(4, len(panels))
     nrows = -(-len(panels) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(3.4 * ncols + 0.4, 2.9 * nrows + 1.0), squeeze=False)
     styles = {"aicb_default": ("#c44e52", "-"), "aicb_aiob": ("#dd8452", "-"), "megatron": ("#4c72b0", "--"),
               "megatron_aiob": ("#4c72b0", "--")}
     shown = []
-    for i, (model, tp, sp) in enumerate(panels):
+    several_ep = len({e for _, e, _, _ in panels}) > 1
+    for i, (model, ep, tp, sp) in enumerate(panels):
         ax = axes[i // ncols][i % ncols]
-        sub = points[(points["model"] == model) & (points["tp"] == tp) & (points["sp"] == sp)]
+        sub = points[(points["model"] == model) & (points["ep"] == ep) & (points["tp"] == tp) & (points["sp"] == sp)]
         drawn = set()
         for var in ("aicb_default", "aicb_aiob", "megatron_aiob", "megatron"):
             mine = sub[sub["variant"] == var]
@@ -678,7 +829,7 @@ def exposed_tp_by_overlap(summary_csv: Path, output: Path, *, default_tp_overlap
                 shown.append(label)
         ax.set_xlim(-0.03, 1.03)
         ax.set_ylim(bottom=0)
-        ax.set_title(f"{model}, TP {tp}, {sp_label(sp)}", fontsize=9)
+        ax.set_title(f"{model}, {f'EP {ep}, ' if several_ep or ep > 1 else ''}TP {tp}, {sp_label(sp)}", fontsize=9)
         ax.set_xlabel("TP overlap ratio (SimAI -tp_o)", fontsize=8)
         if i % ncols == 0:
             ax.set_ylabel("exposed TP comm (ms per iteration)", fontsize=8)

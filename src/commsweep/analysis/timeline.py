@@ -124,3 +124,14 @@ def audit_by_lane(findings: list[dict[str, str]]) -> dict[str, tuple[int, int]]:
         else:
             entry[1] += delta
     return {lane: (short, extra) for lane, (short, extra) in out.items()}
+
+
+def title(point) -> str:
+    """A sweep point (``sweep.Point``) as the timeline's title says it, in words."""
+    made = ("Megatron schedule" if point.schedule == "megatron" else "AICB") + (", AIOB times" if point.aiob else "")
+    words = [point.model, f"{point.world_size} GPUs", f"TP {point.tp}", f"PP {point.pp}"]
+    words += [f"EP {point.ep}"] if point.ep > 1 else []
+    words += ["SP on" if point.sp else "SP off", made, f"network {point.network}"]
+    if point.tp_overlap is not None:
+        words.append(f"TP overlap {point.tp_overlap:g}")
+    return ", ".join(words)
