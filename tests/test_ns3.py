@@ -475,3 +475,18 @@ def test_a_failed_packet_run_is_a_named_failed_point(stand_in, reference, monkey
     st = status.read(Layout().point_status("simulate", points[1].point_key))
     assert not st.ok and "EMPTY ncclFlowModel_EndToEnd.csv" in st.error
     assert status.read(Layout().point_status("simulate", points[0].point_key)).ok
+
+
+@needs_simai
+def test_real_simulator_runs_a_zero_byte_collective_as_none(tmp_path, reference):
+    """SimAI's 8-GPU example with its input-gradient phase made REDUCESCATTER 0: SimAI_simulator
+    alone exits 0 with an empty EndToEnd.csv; through the runner it runs as NONE, with a warning,
+    and gives the example's own time."""
+    text = reference(NS3, "inputs", "workloads", "microAllReduce.txt").read_text().split("\n")
+    text[3] = "embedding_layer -1 556000 ALLREDUCE 67108864 1 REDUCESCATTER 0 1 NONE 0 1"
+    (tmp_path / "zero.txt").write_text("\n".join(text))
+    topo = quickstart_topology(8)
+    result = runner.run(Path(SIMAI_ROOT), tmp_path / "zero.txt", topo.file_name, topo.text,
+                        conf.Settings(send_latency_us=6), parent=tmp_path, timeout=900)
+    assert result.endtoend.total_time == 1772.03
+    assert any("row 2 (embedding_layer ig REDUCESCATTER 0)" in w for w in result.warnings)

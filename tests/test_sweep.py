@@ -143,3 +143,18 @@ def test_load_config_reports_yaml_errors(tmp_path):
     path.write_text("- 1\n- 2\n")
     with pytest.raises(ConfigError, match="mapping at the top level"):
         sweep.load_config(path)
+
+
+def test_the_timeline_draws_an_audited_aicb_point_on_the_aiob_path_or_the_one_named():
+    cfg = config(schedule=["megatron", "aicb"], aiob=[False, True])
+    points, _ = sweep.expand(cfg)
+    audited = sweep.audited_points(points)
+    assert audited == points  # dense points: the Megatron schedule describes each
+    chosen = sweep.timeline_point(points, audited, cfg)
+    assert (chosen.schedule, chosen.aiob, chosen.tp) == ("aicb", True, 2)
+    named = points[0].point_key
+    assert sweep.timeline_point(points, audited, {**cfg, "analysis": {"timeline_point": named}}) is points[0]
+    with pytest.raises(ConfigError, match=r"^analysis\.timeline_point: 'nowhere' is not a point of this sweep"):
+        sweep.timeline_point(points, audited, {**cfg, "analysis": {"timeline_point": "nowhere"}})
+    with pytest.raises(ConfigError, match="has no audit"):
+        sweep.timeline_point(points, audited[1:], {**cfg, "analysis": {"timeline_point": named}})

@@ -26,8 +26,7 @@ rule difference_by_cause:
     benchmark:
         L.benchmark("difference_by_cause")
     resources:
-        mem_mb=2048,
-        runtime=10,
+        **steps.resources("difference_by_cause"),
     threads: 1
     script:
         "../scripts/commsweep.py"
@@ -54,8 +53,7 @@ rule answer:
     benchmark:
         L.benchmark("answer")
     resources:
-        mem_mb=1024,
-        runtime=5,
+        **steps.resources("answer"),
     threads: 1
     shell:
         guarded("answer {input.causes} --sweep {input.sweep} -o {output.markdown} --rst {output.rst}")

@@ -30,8 +30,7 @@ rule compare:
     benchmark:
         L.benchmark("compare")
     resources:
-        mem_mb=2048,
-        runtime=10,
+        **steps.resources("compare"),
     threads: 1
     script:
         "../scripts/commsweep.py"

@@ -4,17 +4,15 @@
 import os
 import shlex
 from pathlib import Path
-from typing import NamedTuple
 
 from snakemake.exceptions import WorkflowError
 
 from commsweep.analysis import timeline
 from commsweep.base import paths, status
 from commsweep.base.errors import CommsweepError
-from commsweep.orchestration import batch, pipeline, storage, sweep
+from commsweep.orchestration import batch, pipeline, steps, storage, sweep
 from commsweep.setup.arguments import to_commsweep_argv
 from commsweep.trace.scale import pipeline_dp, trace_setups
-from commsweep.workload import megatron
 
 L = paths.Layout(paths.RESULTS)
 # The conda environment of every rule, for --software-deployment-method conda (the container
@@ -44,9 +42,8 @@ except CommsweepError as err:
 POINT_BY_KEY = {p.point_key: p for p in POINTS}
 # The megatron-core release the megatron schedule and the audit follow.
 MEGATRON_VERSION = sweep.megatron_version(config)
-# Points the Megatron schedule can describe: they get an audit.
-# (A packet-level point's workload is audited with its analytical twin, when the sweep has one.)
-AUDITED = [p for p in POINTS if not p.packet and not megatron.unsupported(p.setup, MEGATRON_VERSION)]
+# Points the Megatron schedule can describe: they get an audit (sweep.audited_points).
+AUDITED = sweep.audited_points(POINTS, MEGATRON_VERSION)
 HAS_MOE = any(p.setup.model.is_moe for p in POINTS)
 # Points simulated by SimAI's packet-level simulator (the sweep's simulation axis).
 PACKET_POINTS = [p for p in POINTS if p.packet]
@@ -87,16 +84,15 @@ def final_outputs():
             *([L.packet_comparison()] if PACKET_POINTS else [])]
 
 
+# The sweep-wide steps of this sweep (commsweep.orchestration.steps: the one table of them).
+STEPS = steps.of_sweep({"audited": bool(AUDITED), "moe": HAS_MOE, "packet": bool(PACKET_POINTS),
+                        "traces": bool(TRACES), "releases": bool(RELEASES)},
+                       tp_overlap=config["simulator"]["overlap"]["tp"])
+
+
 def step_statuses():
     """The status files of the sweep-wide steps (their outcome, read by the check)."""
-    steps = ["summarize", "compare", "difference_by_cause", *(f"plot_{name}" for name in FIGURES), "answer"]
-    if PACKET_POINTS:
-        steps.append("packet_vs_analytical")
-    if TRACES:
-        steps.append("trace_check")
-    if RELEASES:
-        steps.append("trace_versions")
-    return [L.step_status(step) for step in steps]
+    return [L.step_status(step) for step in STEPS]
 
 
 # -- the batches' input functions ---------------------------------------------------------
@@ -121,20 +117,12 @@ def batch_rule_name(name):
 
 
 def batch_resources(name, batch_name=None):
-    """A batch's resources: the most any of its tasks needs (memory, a GPU for a torch
-    profile on CUDA), the sum of their run times. ``batch_name``: of that batch (its own
-    rule), else of the job's ``{batch}``."""
+    """A batch's resource `name` (Batch.resources: memory, run time, a GPU or threads for a torch
+    profile). ``batch_name``: of that batch (its own rule), else of the job's ``{batch}``."""
 
     def resource(wildcards):
         b = BATCHES[batch_name] if batch_name is not None else batch_of(wildcards)
-        torch = config["aiob"]["backend"] == "torch" and any(t.rule == "profile_torch" for t in b.tasks)
-        if name == "mem_mb":
-            return b.memory_mb()
-        if name == "runtime":
-            return b.runtime()
-        if name == "gpu":
-            return 1 if torch and batch.torch_on_gpu() else 0
-        return max(b.threads(), 2 if torch and not batch.torch_on_gpu() else 1)  # threads
+        return b.resources(config)[name]
 
     return resource
 
@@ -167,23 +155,11 @@ def audit_outputs():
 
 
 def timeline_point():
-    """The point the timeline draws: analysis.timeline_point, else an AICB point (AIOB path first) with TP > 1."""
-    key = (config.get("analysis") or {}).get("timeline_point")
-    if key is not None:
-        if key not in POINT_BY_KEY:
-            raise WorkflowError(f"analysis.timeline_point: {key!r} is not a point of this sweep "
-                                f"(see the point column of {L.sweep_table()})")
-        point = POINT_BY_KEY[key]
-        if point not in AUDITED:
-            raise WorkflowError(f"analysis.timeline_point: {key!r} has no audit (the Megatron schedule "
-                                "covers dense models only)")
-        return point
-    # An AICB point with compute times shows the audit beside a realistic iteration.
-    for wanted in (lambda p: p.schedule == "aicb" and p.aiob and p.tp > 1, lambda p: p.schedule == "aicb" and p.tp > 1,
-                   lambda p: p.tp > 1, lambda p: True):
-        chosen = [p for p in AUDITED if wanted(p)]
-        if chosen:
-            return chosen[0]
+    """The point the timeline draws (sweep.timeline_point: analysis.timeline_point, else an AICB point with TP > 1)."""
+    try:
+        return sweep.timeline_point(POINTS, AUDITED, config, table=L.sweep_table())
+    except CommsweepError as err:
+        raise WorkflowError(str(err)) from None
 
 
 def timeline_batch(wildcards):
@@ -220,46 +196,8 @@ def answer_outputs():
 # -- the figures (workflow/rules/figures.smk) ----------------------------------------------
 
 
-class Figure(NamedTuple):
-    """A figure of the sweep: the `commsweep` command that draws it (<input.NAME> and
-    <output.NAME> for the figure job's files), the steps it reads, its report caption
-    (workflow/report/CAPTION.rst) and category."""
-
-    command: tuple
-    after: tuple
-    caption: str
-    category: str
-
-
-def figure_table():
-    """This sweep's figures by name (results/plots/NAME.png; step plot_NAME)."""
-    table = {
-        "volume_by_tp": Figure(("plot", "volume-by-tp", "<input.summary>"), ("summarize",), "volume_by_tp",
-                               "Communication volumes"),
-        "tp_bytes_by_phase": Figure(("plot", "tp-bytes-by-phase", "<input.summary>"), ("summarize",),
-                                    "tp_bytes_by_phase", "Communication volumes"),
-        "exposed_by_group": Figure(("plot", "exposed-by-group", "<input.summary>"), ("summarize",),
-                                   "exposed_by_group", "Simulated times"),
-        "audit_by_kind": Figure(("plot", "audit-by-kind", "<input.by_kind>"), ("compare",), "audit_by_kind",
-                                "Audit against Megatron"),
-    }
-    if AUDITED:
-        table["timeline"] = Figure(("timeline",), (), "timeline", "Simulated times")
-    table["difference_by_cause"] = Figure(
-        ("plot", "difference-by-cause", "<input.causes>", "--sweep", "<input.sweep>"), ("difference_by_cause",),
-        "difference_by_cause_plot", "1. The answer")
-    # The ratio of the points of a sweep without a tp_overlap axis.
-    table["exposed_tp_by_overlap"] = Figure(
-        ("plot", "exposed-tp-by-overlap", "<input.summary>", "--tp-overlap", str(config["simulator"]["overlap"]["tp"])),
-        ("summarize",), "exposed_tp_by_overlap", "1. The answer")
-    if HAS_MOE:
-        # The MoE view (docs/moe.md): bytes per group, EP and DP_EP beside TP and DP.
-        table["volume_by_group"] = Figure(("plot", "volume-by-group", "<input.summary>"), ("summarize",),
-                                          "volume_by_group", "Communication volumes")
-    return table
-
-
-FIGURES = figure_table()
+# The figures of this sweep by name (results/plots/NAME.png; step plot_NAME), from the table of steps.
+FIGURES = {s.figure: s for s in STEPS.values() if s.figure}
 
 
 def figure_outputs():
@@ -350,13 +288,15 @@ def trace_processes(wildcards):
 #
 # * `input.after` lists the status files of the guarded jobs this one reads (a list,
 #   possibly empty: `after=[]`);
-# * `output.status` is the path of commsweep.base.paths for the step; add it to step_statuses();
+# * `output.status` is the path of commsweep.base.paths for the step, a row of the table of
+#   steps (commsweep.orchestration.steps), which step_statuses() and the cluster groups read;
 # * the command is a `commsweep` subcommand (guard runs it in-process); it must raise
 #   (CommsweepError for bad input) rather than write partial outputs.
 #
-# Resources: every rule declares mem_mb, runtime (minutes) and threads; the cluster
-# profiles turn them into the job's request (profiles/slurm). A batch asks for a GPU only
-# when it will use one (a torch AIOB profile on CUDA, see batch_resources).
+# Resources: every rule declares mem_mb, runtime (minutes) and threads, a sweep-wide step's
+# from the table of steps (steps.resources); the cluster profiles turn them into the job's
+# request (profiles/slurm). A batch asks for a GPU only when it will use one (a torch AIOB
+# profile on CUDA, Batch.resources).
 
 
 def guarded(command, after="{input.after}"):

@@ -32,8 +32,7 @@ rule figures:
     benchmark:
         L.benchmark("figures")
     resources:
-        mem_mb=2048,
-        runtime=10,
+        **steps.resources("figures"),
     threads: 1
     script:
         "../scripts/commsweep.py"

@@ -26,8 +26,7 @@ rule packet_vs_analytical:
     benchmark:
         L.benchmark("packet_vs_analytical")
     resources:
-        mem_mb=512,
-        runtime=5,
+        **steps.resources("packet_vs_analytical"),
     threads: 1
     script:
         "../scripts/commsweep.py"

@@ -70,8 +70,7 @@ rule summarize:
     benchmark:
         L.benchmark("summarize")
     resources:
-        mem_mb=2048,
-        runtime=10,
+        **steps.resources("summarize"),
     threads: 1
     script:
         "../scripts/commsweep.py"

@@ -50,8 +50,7 @@ rule trace_versions:
     benchmark:
         L.benchmark("trace_versions")
     resources:
-        mem_mb=512,
-        runtime=5,
+        **steps.resources("trace_versions"),
     threads: 1
     shell:
         guarded("trace-versions {input.traces} -o {output.table} --differences {output.differences}")
@@ -75,8 +74,7 @@ rule trace_check:
     benchmark:
         L.benchmark("trace_check")
     resources:
-        mem_mb=512,
-        runtime=5,
+        **steps.resources("trace_check"),
     threads: 1
     shell:
         guarded("trace-check {input.compare} -o {output.table}")

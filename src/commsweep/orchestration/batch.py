@@ -272,6 +272,15 @@ class Batch:
     def threads(self) -> int:
         return max([1, *(t.threads for t in self.tasks)])
 
+    def resources(self, config: Mapping) -> dict[str, int]:
+        """What its job asks for: the most memory any task needs, the sum of their run times,
+        and, for a torch AIOB profile, a GPU where the torch backend runs on CUDA
+        (``torch_on_gpu``) or else two threads (what its ``--threads`` gives torch)."""
+        torch = config["aiob"]["backend"] == "torch" and any(t.rule == "profile_torch" for t in self.tasks)
+        return {"mem_mb": self.memory_mb(), "runtime": self.runtime(),
+                "gpu": 1 if torch and torch_on_gpu() else 0,
+                "threads": max(self.threads(), 2 if torch and not torch_on_gpu() else 1)}
+
 
 def unit_of(point) -> str:
     """What a point shares its work with, which keeps it in one batch: its model shard (the
@@ -318,13 +327,13 @@ def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | 
     """
     from ..aiob.backends import user_file
     from ..simulate.ratio import table_files
-    from ..workload import megatron
     from . import limits
 
     points = list(points)
     if audited is None:
-        version = megatron_version(config)
-        audited = [p for p in points if not megatron.unsupported(p.setup, version)]
+        from .sweep import audited_points
+
+        audited = audited_points(points, megatron_version(config))
     audited_keys = {p.point_key for p in audited}
     per_batch = int((config.get("batch") or {}).get("points") or DEFAULT_POINTS)
     count = batch_count(len(points), per_batch)

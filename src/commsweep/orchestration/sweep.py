@@ -247,3 +247,35 @@ def load_config(path: str | Path) -> dict:
     from ..setup.configfile import load
 
     return load([path])
+
+
+def audited_points(points: list[Point], megatron_version: str | None = None) -> list[Point]:
+    """The points that get an audit: those the Megatron schedule (of megatron-core
+    ``megatron_version``) can describe. A packet-level point's workload is audited with its
+    analytical twin, when the sweep has one."""
+    from ..workload import megatron
+
+    return [p for p in points if not p.packet and not megatron.unsupported(p.setup, megatron_version)]
+
+
+def timeline_point(points: list[Point], audited: list[Point], config: dict, table: str = "results/sweep.csv") -> Point:
+    """The point the timeline draws: ``analysis.timeline_point``, else an AICB point (AIOB
+    path first) with TP > 1, which shows the audit beside a realistic iteration; a
+    ``ConfigError`` for a key that is no point of the sweep (``table``: where its keys are)
+    or one without an audit."""
+    key = (config.get("analysis") or {}).get("timeline_point")
+    if key is not None:
+        by_key = {p.point_key: p for p in points}
+        if key not in by_key:
+            raise ConfigError(f"{key!r} is not a point of this sweep (see the point column of {table})",
+                              key="analysis.timeline_point")
+        if by_key[key] not in audited:
+            raise ConfigError(f"{key!r} has no audit (the Megatron schedule covers dense models only)",
+                              key="analysis.timeline_point")
+        return by_key[key]
+    for wanted in (lambda p: p.schedule == "aicb" and p.aiob and p.tp > 1, lambda p: p.schedule == "aicb" and p.tp > 1,
+                   lambda p: p.tp > 1, lambda p: True):
+        chosen = [p for p in audited if wanted(p)]
+        if chosen:
+            return chosen[0]
+    raise ConfigError("no point of this sweep has an audit", key="analysis.timeline_point")

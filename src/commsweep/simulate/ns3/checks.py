@@ -102,6 +102,6 @@ def prepare(workload: wformat.Workload, topo: TopologyFile, settings: Settings, 
     if zero:
         out.workload = wformat.with_rows(workload, rows)
         out.changed = True
-        out.warnings.append(f"{len(zero)} collective(s) of 0 bytes run as NONE (SimAI 1.7's NS-3 path hangs on them, "
-                            f"SimAI #225 #264): {_rows(zero)}")
+        out.warnings.append(f"{len(zero)} collective(s) of 0 bytes run as NONE (SimAI 1.7's NS-3 path stops at them: it "
+                            f"exits 0 with an empty EndToEnd.csv, or hangs; SimAI #225 #264): {_rows(zero)}")
     return out
