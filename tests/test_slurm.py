@@ -77,11 +77,11 @@ def test_sweep_on_slurm_equals_local_run(tmp_path, slurm):
     print(f"\nSlurm run: {wall:.1f} s wall")
 
     output = result.stdout + result.stderr
-    # Each batch of points went through sbatch, and so did the sweep-wide tables and figures
-    # (one group job) and the timeline; only sweep_table, run_record and check ran locally.
+    # Each batch of points went through sbatch, and so did the sweep-wide tables and figures,
+    # the timeline among them (one group job); only sweep_table, run_record and check ran locally.
     batches = sweeps.planned(result)["batches"]
     assert batches > 1 and "Group job tables" in output
-    assert output.count("has been submitted with SLURM jobid") == batches + 2
+    assert output.count("has been submitted with SLURM jobid") == batches + 1
     # The verdict names this run (its id in run.json), so it cannot be an earlier run's.
     run_id = json.loads((remote / "results" / "run.json").read_text())["run"]
     assert (remote / "results" / "status.txt").read_text() == f"all 4 point(s) ok (run {run_id})\n"
