@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -59,10 +60,24 @@ def dry_run(config_text: str, name: str, must_fail: bool, prepare: bool) -> str 
     return None
 
 
+def needs_simai_simulator(config_text: str) -> bool:
+    """A sweep with packet-level points (sweep.simulation: packet) cannot be planned without a
+    SimAI_simulator (simulator.ns3.root or $SIMAI_ROOT): the config check refuses it by design."""
+    import yaml
+
+    config = yaml.safe_load(config_text) or {}
+    wanted = (config.get("sweep") or {}).get("simulation") or []
+    root = ((config.get("simulator") or {}).get("ns3") or {}).get("root")
+    return "packet" in wanted and not root and not os.environ.get("SIMAI_ROOT")
+
+
 def main() -> int:
     problems = lint()
     print(f"snakemake --lint: {'ok' if not problems else 'FAILED'}", flush=True)
     for path in sorted((REPO / "config").glob("*.yaml")):
+        if needs_simai_simulator(path.read_text()):
+            print(f"dry run config/{path.name}: skipped (packet-level points need SimAI_simulator: set SIMAI_ROOT)")
+            continue
         problem = dry_run(path.read_text(), f"config/{path.name}", must_fail=False, prepare=False)
         print(f"dry run config/{path.name}: {'ok' if not problem else 'FAILED'}", flush=True)
         problems += [problem] if problem else []

@@ -493,7 +493,7 @@ def audit_by_kind(by_kind_csv: Path, output: Path) -> None:
     kinds = [k for k in KIND_COLOURS if k in set(moved["kind"])]
     grouped = df.groupby(["model", "sp", "tp", "variant", "kind"])
     sums = pd.DataFrame({"up": grouped["extra_bytes"].sum(), "down": -grouped["missing_bytes"].sum()})
-    fig, axes = plt.subplots(len(fig_rows), len(sps), figsize=(5.4 * len(sps), 3.8 * len(fig_rows) + 0.7),
+    fig, axes = plt.subplots(len(fig_rows), len(sps), figsize=(max(5.4 * len(sps), 9.5), 3.8 * len(fig_rows) + 0.7),
                              squeeze=False, sharey="row")
     width = 0.8 / max(len(variants), 1)
     for r, model in enumerate(fig_rows):

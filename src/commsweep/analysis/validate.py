@@ -331,9 +331,12 @@ def plot(groups: dict[str, list[Result]], output: str | Path, *, title: str | No
         ax.scatter(xs, [r.predicted_s for r in rs], marker=marker, zorder=3,
                    label=f"{label}: mean |error| {s['mean_abs_error_pct']:.1f}%, max {s['max_abs_error_pct']:.1f}%")
         res.scatter(xs, [r.error_pct for r in rs], marker=marker, zorder=3)
+        # Names for the runs outside the 5% band only: inside it they would sit on each other
+        # (every run, with its name, is in the validate command's table).
         for r in rs:
-            res.annotate(r.run.name, (r.run.measured_s, r.error_pct), fontsize=7, xytext=(4, 3),
-                         textcoords="offset points")
+            if abs(r.error_pct) > 5:
+                res.annotate(r.run.name, (r.run.measured_s, r.error_pct), fontsize=7, xytext=(4, 3),
+                             textcoords="offset points")
     for axis in (ax, res):
         axis.set_xscale("log")
         axis.set_xlim(lo, hi)
@@ -344,11 +347,13 @@ def plot(groups: dict[str, list[Result]], output: str | Path, *, title: str | No
     worst = max(abs(r.error_pct) for r in every)
     res.set_ylim(-max(12, worst + 3), max(12, worst + 3))
     res.set_ylabel("error: predicted / measured - 1 (%)")
-    res.set_title("each run's error (bands: 5% and 10%)", fontsize=10)
+    res.set_title("each run's error (bands: 5% and 10%; runs outside 5% named)", fontsize=10)
     if title:
         ax.set_title(title, fontsize=10)
-    ax.legend(loc="upper left", fontsize=7.5)
-    fig.tight_layout()
+    # Under both panels: inside the left one it covered the largest runs.
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, (0.22 * -(-len(labels) // 2) + 0.15) / fig.get_figheight(), 1, 1))
     with atomic_open(output, "wb") as fh:
         fig.savefig(fh, format="png", dpi=110, metadata={"Software": None})
     plt.close(fig)
