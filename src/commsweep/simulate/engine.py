@@ -263,6 +263,31 @@ def _nranks(phase: str, group: str, sizes: dict[str, int]) -> int:
     return sizes["EP" if group == "EP" else "TP"]
 
 
+def collective_rows(workload: Workload, sizes: dict[str, int], rows, text_of, bytes_of=effective_size) -> list:
+    """The per-collective table of a SimAI run's EndToEnd.csv rows (``collectives.CollectiveTime``):
+    each workload collective with the row's times, one row per phase that communicates.
+
+    Both SimAI backends (SimAI_analytical and SimAI_simulator) build it so; only how a time
+    is read from a parsed row, ``text_of(row, field)`` (the time text of a field such as
+    ``fwd_comm``), and the bytes a row's size stands for, ``bytes_of(phase, size)``: the
+    analytical model's ``effective_size`` by default. ``sizes`` from ``format.group_sizes``."""
+    from .collectives import CollectiveTime
+
+    out = []
+    for index, (row, times) in enumerate(zip(workload.rows, rows)):
+        for phase in ("fwd", "ig", "wg"):
+            comm_type, size = row.comm(phase)
+            coll, group = parse_comm_type(comm_type, phase)
+            if coll is None:
+                continue
+            out.append(CollectiveTime(
+                row=index, layer=row.name, phase=phase, collective=coll, group=group,
+                group_size=_nranks(phase, group, sizes), bytes=bytes_of(phase, size),
+                time_us=text_of(times, f"{phase}_comm"), exposed_us=text_of(times, f"{phase}_exposed"),
+            ))
+    return out
+
+
 def comm_time_ns(comm_type: str, phase: str, size: int, header: Header, network: Network,
                  ratios: Ratios | None = None, *, simai_bugs: str = "fix") -> int:
     """The time (ns, before overlap) SimAI gives one collective of a workload row.

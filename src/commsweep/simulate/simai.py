@@ -47,7 +47,7 @@ from ..base.errors import CommsweepError, ConfigError
 from ..workload import format as wformat
 from . import endtoend as e2e
 from .collectives import CollectiveTime
-from .engine import Network, effective_size, parse_comm_type, _nranks
+from .engine import Network, collective_rows, effective_size, parse_comm_type
 from .ratio import RATIO_SUBDIR, table_files
 
 BINARY = Path("bin") / "SimAI_analytical"
@@ -321,18 +321,5 @@ def bug_report(parsed: e2e.EndToEnd, log: Log, phases: dict[int, str]) -> list[s
 
 def tidy(workload: wformat.Workload, network: Network, parsed: e2e.EndToEnd, log: Log) -> list[CollectiveTime]:
     """The per-collective table of a SimAI run: workload collectives with SimAI's times (whole us)."""
-    sizes = wformat.group_sizes(workload.header, network.gpus)
-    out = []
-    for index, (row, times) in enumerate(zip(workload.rows, parsed.rows)):
-        for phase in ("fwd", "ig", "wg"):
-            comm_type, size = row.comm(phase)
-            coll, group = parse_comm_type(comm_type, phase)
-            if coll is None:
-                continue
-            out.append(CollectiveTime(
-                row=index, layer=row.name, phase=phase, collective=coll, group=group,
-                group_size=_nranks(phase, group, sizes), bytes=effective_size(phase, size),
-                time_us=times.text[e2e.ROW_FIELDS.index(f"{phase}_comm")],
-                exposed_us=times.text[e2e.ROW_FIELDS.index(f"{phase}_exposed")],
-            ))
-    return out
+    return collective_rows(workload, wformat.group_sizes(workload.header, network.gpus), parsed.rows,
+                           lambda times, name: times.text[e2e.ROW_FIELDS.index(name)])

@@ -39,7 +39,7 @@ from ...base.errors import CommsweepError, ConfigError
 from ...base.files import read_text, write_text
 from ...workload import format as wformat
 from ..collectives import CollectiveTime
-from ..engine import parse_comm_type, _nranks
+from ..engine import collective_rows
 from . import checks, conf, outputs, topology
 
 BINARY = Path("bin") / "SimAI_simulator"
@@ -298,17 +298,5 @@ def check(returncode: int, stdout: str, stderr: str, workdir: Path, workload: wf
 
 def tidy(workload: wformat.Workload, parsed: outputs.EndToEnd) -> list[CollectiveTime]:
     """The per-collective table (the analytical backend's columns), times in exact us (whole ns)."""
-    sizes = wformat.group_sizes(workload.header)
-    out = []
-    for index, (row, times) in enumerate(zip(workload.rows, parsed.rows)):
-        for phase in ("fwd", "ig", "wg"):
-            comm_type, size = row.comm(phase)
-            coll, group = parse_comm_type(comm_type, phase)
-            if coll is None:
-                continue
-            out.append(CollectiveTime(
-                row=index, layer=row.name, phase=phase, collective=coll, group=group,
-                group_size=_nranks(phase, group, sizes), bytes=wformat.effective_size(phase, size),
-                time_us=times.us_text(f"{phase}_comm"), exposed_us=times.us_text(f"{phase}_exposed"),
-            ))
-    return out
+    return collective_rows(workload, wformat.group_sizes(workload.header), parsed.rows,
+                           lambda times, name: times.us_text(name), wformat.effective_size)
