@@ -438,8 +438,7 @@ def add_compare_parser(sub) -> None:
 
 
 def add_timeline_parser(sub) -> None:
-    from ..setup.arguments import add_aiob_arguments, add_stage_argument, add_training_arguments
-    from ..simulate.run import add_gpus_argument, add_network_arguments
+    from ..simulate.stage import add_point_arguments
 
     p = sub.add_parser(
         "timeline", allow_abbrev=False,
@@ -448,12 +447,8 @@ def add_timeline_parser(sub) -> None:
     p.add_argument("workload", help="a SimAI workload file")
     p.add_argument("simulation", nargs="?",
                    help="its simulation, as SimAI's EndToEnd.csv (default: simulate it with the network flags)")
-    add_training_arguments(p)
-    add_aiob_arguments(p)
-    add_stage_argument(p)
-    add_gpus_argument(p, required=False)
-    add_network_arguments(p, required=False, title="network, to simulate the workload without a simulation "
-                                                   "(SimAI's flags, all four)")
+    add_point_arguments(p, schedule=False, network_title="network, to simulate the workload without a simulation "
+                                                         "(SimAI's flags, all four)")
     p.add_argument("--audit", help="the workload's audit CSV (commsweep audit --format csv)")
     p.add_argument("--title", help="the figure's title (default: the workload's folder name)")
     p.add_argument("-o", "--output", required=True, help="output PNG")
