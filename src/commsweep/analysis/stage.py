@@ -48,6 +48,10 @@ def run_volumes(job: VolumesJob) -> None:
     emit(render(table), job.output)
 
 
+def cmd_volumes(ns: argparse.Namespace) -> None:
+    run_volumes(volumes_from_args(ns))
+
+
 def add_volumes_parser(sub) -> None:
     from ..simulate.run import add_gpus_argument
 
@@ -56,7 +60,7 @@ def add_volumes_parser(sub) -> None:
     p.add_argument("--format", choices=("csv", "json", "table"), default="table")
     add_gpus_argument(p, required=False)
     p.add_argument("-o", "--output", help="output file (default: stdout)")
-    p.set_defaults(func=lambda ns: run_volumes(volumes_from_args(ns)))
+    p.set_defaults(func=cmd_volumes)
 
 
 VOLUMES = Stage(
@@ -140,6 +144,10 @@ def run_audit(job: AuditJob) -> None:
     emit(text, job.output)
 
 
+def cmd_audit(ns: argparse.Namespace) -> None:
+    run_audit(audit_from_args(ns))
+
+
 def add_audit_parser(sub) -> None:
     from ..simulate.stage import add_point_arguments
 
@@ -154,7 +162,7 @@ def add_audit_parser(sub) -> None:
                                                         "without them delta_us is empty)")
     p.add_argument("--format", choices=("csv", "table"), default="table")
     p.add_argument("-o", "--output", help="output file (default: stdout)")
-    p.set_defaults(func=lambda ns: run_audit(audit_from_args(ns)))
+    p.set_defaults(func=cmd_audit)
 
 
 AUDIT = Stage(

@@ -5,8 +5,9 @@ simulation, its audit), but a Snakemake job per stage and point costs a Python p
 (start-up and imports, about 60 ms) and Snakemake's bookkeeping per job and per declared
 file: a 1,024-point sweep spent nearly all of its five minutes on those. So the pipeline
 declares one job per *batch* of points (rule ``batch``), and that job runs each stage of
-each of its points in-process, through the same command line the per-stage commands take
-(``commsweep guard -- COMMAND ...``: the same parser, the same guard, the same bytes).
+each of its points in-process: each task is a stage's typed job (its contract in the stage
+table, ``stages.STAGES``), run as the stage's command would run it (``commsweep guard --
+COMMAND ...``, which parses back to the same job: the same guard, the same bytes).
 
 What the thin per-stage jobs gave is kept here, task by task (a task is one guarded
 command: a profile, a workload, its volumes, a point's simulation or audit):
