@@ -99,9 +99,9 @@ def sp_label(sp: bool) -> str:
 
 
 def read_table(path: Path):
-    """A table that repeats the points' columns (summary.csv, findings_by_kind.csv) as a
-    DataFrame, ``sp`` and ``aiob`` as booleans (the text the points table writes, read
-    back as ``points.PointRow`` reads it)."""
+    """A table that repeats the points' columns (findings_by_kind.csv) as a DataFrame,
+    ``sp`` and ``aiob`` as booleans (the text the points table writes, read back as
+    ``points.PointRow`` reads it)."""
     import pandas as pd
 
     df = pd.read_csv(path, dtype={"aiob": str, "sp": str, "status": str})
@@ -140,14 +140,20 @@ _READ: dict[tuple, object] = {}
 
 def read_summary(summary_csv: Path):
     """The summary table's complete points as a DataFrame (a failed point has no numbers:
-    its one row would count as zero bytes; see commsweep.base.status). A copy of the table read
-    before, if the file has not changed since."""
+    its one row would count as zero bytes; see commsweep.base.status), read by the table's
+    reader (``summary.read``): a column per column of the table, an empty cell NaN. A copy
+    of the table read before, if the file has not changed since."""
+    import pandas as pd
+
+    from . import summary
+
     stat = Path(summary_csv).stat()
     key = (str(Path(summary_csv).resolve()), stat.st_size, stat.st_mtime_ns)
     if key not in _READ:
-        df = read_table(summary_csv)
-        if "status" in df.columns:
-            df = df[df["status"] == "ok"]
+        table = summary.read(summary_csv)
+        rows = [r for r in table.rows if r.ok]
+        df = pd.DataFrame({column: pd.Series([r.value(column) for r in rows], dtype=None if rows else object)
+                           for column in table.columns})
         _READ.clear()
         _READ[key] = df
     return _READ[key].copy()
@@ -295,8 +301,8 @@ def exposed_by_group(summary_csv: Path, output: Path) -> None:
     times; the AIOB path beside the Megatron schedule with them), never an average of the
     two Megatron variants. Panels: one row per model, network and ``aiob`` setting, one
     column per SP setting; x: TP size. With a ``tp_overlap`` axis, its first ratio only.
-    Needs the simulate stage's time columns in the summary table
-    (``compare.TIME_QUANTITIES``); without them the figure says so instead of guessing.
+    Needs the simulate stage's times in the summary table (``compare.TIME_QUANTITIES``);
+    where no point has them the figure says so instead of guessing.
     """
     from ..setup.points import VARIANTS, variant_of
     from .compare import time_columns
@@ -305,7 +311,7 @@ def exposed_by_group(summary_csv: Path, output: Path) -> None:
     df = read_summary(summary_csv)
     group_columns = {group: column for column, (quantity, group) in time_columns(df.columns).items()
                      if quantity == "exposed_us" and group}
-    if not group_columns or df.empty:
+    if not group_columns or df.empty or df[list(group_columns.values())].isna().all(axis=None):
         message_figure(output, "No simulated times in the summary table:\nno point of this sweep was simulated.")
         return
     df = one_tp_overlap(df)
@@ -784,7 +790,7 @@ def exposed_tp_by_overlap(summary_csv: Path, output: Path, *, default_tp_overlap
 
     plt = _pyplot()
     df = read_summary(summary_csv)
-    if df.empty or "sim_tp_us" not in df.columns:
+    if df.empty or df["sim_tp_us"].isna().all():
         message_figure(output, "No simulated times in the summary table:\nno point of this sweep was simulated.")
         return
     df = df[df["network"] == df["network"].iloc[0]].copy()
