@@ -23,17 +23,36 @@ from commsweep.setup import models
 from commsweep.setup.arguments import as_commanded, setup_from_args, to_commsweep_argv
 
 ROOT = Path(__file__).resolve().parent.parent
-SWEEPS = [ROOT / "config" / "config.yaml", ROOT / "config" / "moe.yaml", ROOT / "config" / "deepseek.yaml",
-          ROOT / "config" / "megatron-versions.yaml", *sorted((ROOT / "tests" / "sweeps").glob("*.yaml"))]
+# Every sweep of the project but those meant to fail their check (tests/sweeps/bad-*.yaml).
+SWEEPS = [*sorted((ROOT / "config").glob("*.yaml")),
+          *sorted(p for p in (ROOT / "tests" / "sweeps").glob("*.yaml") if not p.name.startswith("bad-"))]
 
 
-def plannable(path: Path):
-    """A sweep's config and points, or None for the sweeps that are meant to fail their check."""
+def plannable(path: Path, folder: Path):
+    """A sweep's config, points and external inputs, planned from ``folder``, with stand-ins
+    there for the files of the user's it reads (AIOB files, SimAI_simulator: planning checksums
+    them, it does not run them); None for a sweep needing the reference's ratio tables."""
+    import os
+
+    from commsweep.aiob.backends import user_file
+    from commsweep.base.errors import ConfigError
+
+    simulator = folder / "simai" / "bin" / "SimAI_simulator"
+    simulator.parent.mkdir(parents=True, exist_ok=True)
+    simulator.write_text("#!/bin/sh\nexit 1  # a stand-in: planned, never run\n")
+    simulator.chmod(0o755)
+    os.environ["SIMAI_ROOT"] = str(simulator.parent.parent)  # the ns3 sweep's simulator.ns3.root
+    config = sweep.load_config(str(path))
+    points, _ = sweep.points_from_config(config)
+    if config["aiob"]["backend"] == "file":
+        for p in points:
+            stand_in = folder / user_file(config["aiob"]["file"], p.profile_key)
+            stand_in.parent.mkdir(parents=True, exist_ok=True)
+            stand_in.write_text(p.profile_key)
     try:
-        config = sweep.load_config(str(path))
-        points, _ = sweep.points_from_config(config)
         inputs = provenance.check_external(config, points)
-    except Exception:  # noqa: BLE001 - the bad-*.yaml sweeps, and those needing a SimAI here
+    except ConfigError as err:
+        assert "$REFERENCE" in str(err), err  # the reference's ratio tables (tests/sweeps/networks.yaml)
         return None
     return config, points, inputs
 
@@ -66,15 +85,18 @@ def test_every_stage_in_the_table_has_its_contract_filled_in():
 def test_every_planned_task_parses_back_to_its_job(path, tmp_path, monkeypatch):
     """The command a task's contract writes is the command of its job: parsing it gives the
     job back, so the task does the same work in-process and as a command."""
-    planned = plannable(path)
-    if planned is None:
-        pytest.skip(f"{path.name} does not plan here (a sweep meant to fail, or one needing SimAI)")
-    config, points, inputs = planned
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SIMAI_ROOT", "")
+    planned = plannable(path, tmp_path)
+    if planned is None:
+        pytest.skip(f"{path.name} needs the reference's ratio tables ($REFERENCE)")
+    config, points, inputs = planned
     run = provenance.Run(config=config, inputs=inputs)
     parsers = {}
     tasks = [t for b in batch.plan(points, config, Layout(), run).values() for t in b.tasks]
     assert tasks and all(t.job is not None for t in tasks)
+    if path.name == "ns3.yaml":
+        assert any(t.stage == "packet" for t in tasks)
     for task in tasks:
         contract = stages.STAGES[task.stage]
         assert tuple(contract.argv(task.job)) == task.command
@@ -84,15 +106,17 @@ def test_every_planned_task_parses_back_to_its_job(path, tmp_path, monkeypatch):
         assert normal(back) == normal(task.job), task.command
 
 
-def test_a_stage_runs_the_setup_its_command_line_gives_back():
+def test_a_stage_runs_the_setup_its_command_line_gives_back(tmp_path, monkeypatch):
     """``as_commanded`` is what parsing ``to_commsweep_argv`` gives, for every preset (and its
     profile's setup) and every point of the sweeps."""
     from commsweep.aiob.backends import profile_setup
 
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SIMAI_ROOT", "")
     parser = stages.build_parser("generate")
     setups = []
     for path in SWEEPS:
-        planned = plannable(path)
+        planned = plannable(path, tmp_path)
         if planned is not None:
             setups += [s for p in planned[1] for s in (p.setup, profile_setup(p.setup))]
     from commsweep.setup.training import TrainingSetup
