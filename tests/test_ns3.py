@@ -395,7 +395,8 @@ def test_sweep_plans_each_packet_point_as_a_job_of_its_own(stand_in, reference, 
     from commsweep.orchestration import batch, provenance, sweep
     from commsweep.setup import configfile
     from commsweep.simulate import times
-    from commsweep.simulate.ns3 import compare
+    from commsweep.analysis import packet as packet_table, summary
+    from commsweep.setup.points import PointRow
 
     binary, _, tmp = stand_in
     run = reference(NS3, "runs", "gpt7b_L2_tp8_16g_sendlat6")
@@ -423,9 +424,8 @@ def test_sweep_plans_each_packet_point_as_a_job_of_its_own(stand_in, reference, 
     assert Path(layout.endtoend(packet)).read_text() == (run / outputs.ENDTOEND).read_text()
     both = {key: times.read(layout.times(key)).iteration[("total_us", "")] for key in (analytical, packet)}
     assert both[packet] == "21150" and int(both[analytical]) < 21150
-    rows = [{"point": key, "simulation": sim, "sim_total_us": both[key], "status": "ok"}
-            for key, sim in ((analytical, "analytical"), (packet, "packet"))]
-    table = list(csv.DictReader(io.StringIO(compare.table(rows, compare.read_records([layout.packet_record(packet)])))))
+    rows = [summary.Row(PointRow.of(p), iteration={"sim_total_us": int(both[p.point_key])}) for p in points]
+    table = list(csv.DictReader(io.StringIO(packet_table.table(rows, packet_table.read_records([layout.packet_record(packet)])))))
     assert [(r["analytical_point"], r["packet_total_us"], r["send_latency_us"]) for r in table] == \
         [(analytical, "21150", "6")]
     assert float(table[0]["packet_over_analytical"]) > 1

@@ -29,11 +29,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..setup.points import PointRow
+from ..setup.points import AICB_AIOB, AICB_DEFAULT, PointRow
 from . import causes as cz
 
 GiB = 2**30
-PATH_NAMES = {"aicb_default": "AICB default path", "aicb_aiob": "AICB AIOB path"}
+PATH_NAMES = {AICB_DEFAULT: "AICB default path", AICB_AIOB: "AICB AIOB path"}
 TOP_CAUSES = 3
 
 
@@ -131,7 +131,7 @@ def headline(panels: list[cz.Panel]) -> cz.Panel | None:
     """The setting the answer quotes: SP off, TP > 1, where the AIOB path drops backward
     all-reduces (the first such in model, SP, TP order)."""
     for panel in panels:
-        rows = panel.rows.get("aicb_aiob", [])
+        rows = panel.rows.get(AICB_AIOB, [])
         if any(r.cause == "missing_bwd_tp_allreduce" for r in rows) and not any(r.sp for r in rows):
             return panel
     return None
@@ -173,12 +173,12 @@ def deepseek_blocks(panels: list[cz.Panel], points: dict[str, PointRow]) -> list
     """What AICB's DeepSeek frame gets wrong (docs/deepseek.md), quoted at the first setting
     whose AIOB path has MLA findings (TP above 1), else the first with a DeepSeek cause; and
     why the default path has no point."""
-    with_mla = [p for p in panels if any(r.cause.startswith("mla_") for r in p.rows.get("aicb_aiob", []))]
-    with_any = [p for p in panels if deepseek(p.rows.get("aicb_aiob", []))]
+    with_mla = [p for p in panels if any(r.cause.startswith("mla_") for r in p.rows.get(AICB_AIOB, []))]
+    with_any = [p for p in panels if deepseek(p.rows.get(AICB_AIOB, []))]
     if not with_any:
         return []
     head = (with_mla or with_any)[0]
-    rows = head.rows["aicb_aiob"]
+    rows = head.rows[AICB_AIOB]
     where = f"{head.label} (network {head.network})"
 
     def cause(slug: str) -> str:
@@ -284,7 +284,7 @@ def page(rows: list[cz.Row], points: dict[str, PointRow], figures: dict[str, str
     head = headline(panels)
     blocks += [Block("p", text) for text in lacks(rows, points, head)]
     if head is not None:
-        aiob = head.rows["aicb_aiob"]
+        aiob = head.rows[AICB_AIOB]
         n, missing, missing_us = _cause_total(aiob, "missing_bwd_tp_allreduce")
         _, layernorm, layernorm_us = _cause_total(aiob, "extra_layernorm_grad_allreduce")
         _, embedding, _ = _cause_total(aiob, "extra_embedding_grad_allreduce")

@@ -43,7 +43,7 @@ from pathlib import Path
 from ..base import paths
 from ..base.errors import InputError
 from ..base.files import read_text
-from ..setup.points import PointRow, read_points
+from ..setup.points import PointRow, boolean, read_points
 from ..simulate import engine
 from ..simulate import times as sim_times
 from ..workload import format as wf
@@ -896,13 +896,13 @@ def read_csv(path: Path) -> list[Row]:
     for n, r in enumerate(reader, start=2):
         try:
             out.append(Row(
-                point=r["point"], model=r["model"], tp=int(r["tp"]), sp=r["sp"] == "True", aiob=r["aiob"] == "True",
+                point=r["point"], model=r["model"], tp=int(r["tp"]), sp=boolean(r["sp"]), aiob=boolean(r["aiob"]),
                 path=r["path"], cause=r["cause"], phase=r["phase"], collective=r["collective"], group=r["group"],
                 rows=int(r["rows"]), bytes=int(r["bytes"]),
                 exposed_us=float(r["exposed_us"]) if r["exposed_us"] else None, explanation=r["explanation"],
             ))
         except ValueError as err:
-            raise InputError(f"bad number ({err})", file=path, line=n) from None
+            raise InputError(f"bad value ({err})", file=path, line=n) from None
     return out
 
 

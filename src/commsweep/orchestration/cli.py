@@ -492,9 +492,9 @@ def add_validate_parser(sub) -> None:
 
 
 def cmd_packet_compare(ns: argparse.Namespace) -> None:
-    from ..simulate.ns3 import compare
+    from ..analysis import packet, summary
 
-    emit(compare.table(compare.read_summary(ns.summary), compare.read_records(ns.records)), ns.output)
+    emit(packet.table(summary.read(ns.summary).rows, packet.read_records(ns.records)), ns.output)
 
 
 def add_packet_compare_parser(sub) -> None:
