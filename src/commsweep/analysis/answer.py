@@ -127,6 +127,13 @@ def verdict(panel: cz.Panel, path: str) -> str:
     return f"{PATH_NAMES[path]}: net {net}. Largest: {top}{more}."
 
 
+def verdicts(panels: list[cz.Panel]) -> Block:
+    """Per setting, each path's verdict (``verdict``)."""
+    return Block("ul", items=tuple(
+        (f"**{panel.label}**", tuple(verdict(panel, path) for path in PATH_NAMES if path in panel.points))
+        for panel in panels))
+
+
 def headline(panels: list[cz.Panel]) -> cz.Panel | None:
     """The setting the answer quotes: SP off, TP > 1, where the AIOB path drops backward
     all-reduces (the first such in model, SP, TP order)."""
@@ -244,15 +251,15 @@ def packet_blocks(packet_rows: list[cz.Row] | None, points: dict[str, PointRow],
         return blocks
     head = headline(panels)
     if head is not None:
-        aiob = head.rows["aicb_aiob"]
+        aiob = head.rows[AICB_AIOB]
         n, missing, missing_us = _cause_total(aiob, "missing_bwd_tp_allreduce")
-        twin = next((a for a in analytical if a.setting == head.setting and "aicb_aiob" in a.rows), None)
-        _, _, analytical_us = _cause_total(twin.rows["aicb_aiob"], "missing_bwd_tp_allreduce") if twin else (0, 0, None)
+        twin = next((a for a in analytical if a.setting == head.setting and AICB_AIOB in a.rows), None)
+        _, _, analytical_us = _cause_total(twin.rows[AICB_AIOB], "missing_bwd_tp_allreduce") if twin else (0, 0, None)
         beside = ""
         if analytical_us is not None and missing_us is not None:
             ratio = f", {missing_us / analytical_us:.2f}x" if analytical_us else ""
             beside = f" (the analytical model: {ms(analytical_us)}{ratio})"
-        net, net_analytical = head.total("aicb_aiob", "exposed"), twin.total("aicb_aiob", "exposed") if twin else None
+        net, net_analytical = head.total(AICB_AIOB, "exposed"), twin.total(AICB_AIOB, "exposed") if twin else None
         more = missing_us is not None and analytical_us is not None and abs(missing_us) > abs(analytical_us)
         blocks.append(Block("p", (
             f"**At packet level the dropped all-reduces cost {ms(missing_us)} of exposed time.** "
@@ -265,9 +272,7 @@ def packet_blocks(packet_rows: list[cz.Row] | None, points: dict[str, PointRow],
             + "."
             + (" Each ring step of a packet-level all-reduce waits for the send latency and shares the links "
                "with the other flows, which the analytical model's formula leaves out." if more else ""))))
-    blocks.append(Block("ul", items=tuple(
-        (f"**{panel.label}**", tuple(verdict(panel, path) for path in PATH_NAMES if path in panel.points))
-        for panel in panels)))
+    blocks.append(verdicts(panels))
     blocks.append(Block("p", (
         "Every row is in `packet_difference_by_cause.csv` (the columns of `difference_by_cause.csv`); per point "
         "the rows add up exactly to the difference of the two packet-level runs' exposed times. "
@@ -328,9 +333,7 @@ def page(rows: list[cz.Row], points: dict[str, PointRow], figures: dict[str, str
         on = f"; exposed time on {panels[0].network}" if timed else ""
         blocks.append(Block("h2", f"Per setting: net difference from Megatron and largest causes "
                                   f"(bytes per iteration{on})"))
-        blocks.append(Block("ul", items=tuple(
-            (f"**{panel.label}**", tuple(verdict(panel, path) for path in PATH_NAMES if path in panel.points))
-            for panel in panels)))
+        blocks.append(verdicts(panels))
     if rows:
         blocks.append(Block("p", (
             "Every row, with its explanation, is in `difference_by_cause.csv`: one row per point, cause, phase, "
