@@ -68,6 +68,11 @@ def gib(n: float) -> str:
     return signed(f"{abs(n):,} bytes", n)
 
 
+def size(text: str) -> str:
+    """A signed quantity as a size: '−7.33 ms' -> '7.33 ms'."""
+    return text.lstrip("+\u2212")
+
+
 def ms(us: float | None) -> str:
     if us is None:
         return "no simulated time"
@@ -257,16 +262,16 @@ def packet_blocks(packet_rows: list[cz.Row] | None, points: dict[str, PointRow],
         _, _, analytical_us = _cause_total(twin.rows[AICB_AIOB], "missing_bwd_tp_allreduce") if twin else (0, 0, None)
         beside = ""
         if analytical_us is not None and missing_us is not None:
-            ratio = f", {missing_us / analytical_us:.2f}x" if analytical_us else ""
-            beside = f" (the analytical model: {ms(analytical_us)}{ratio})"
+            ratio = f", {missing_us / analytical_us:.2f}x as much at packet level" if analytical_us else ""
+            beside = f" (the analytical model: {size(ms(analytical_us))}{ratio})"
         net, net_analytical = head.total(AICB_AIOB, "exposed"), twin.total(AICB_AIOB, "exposed") if twin else None
         more = missing_us is not None and analytical_us is not None and abs(missing_us) > abs(analytical_us)
         blocks.append(Block("p", (
-            f"**At packet level the dropped all-reduces cost {ms(missing_us)} of exposed time.** "
+            f"**At packet level the dropped all-reduces leave out {size(ms(missing_us))} of exposed time.** "
             f"For {head.label} (network {head.network}) SimAI's packet-level simulator ran the AIOB path's workload "
             "and Megatron's on the same topology and `SimAI.conf`: the "
-            f"{n} backward TP all-reduces the AIOB path drops (`missing_bwd_tp_allreduce`, {gib(missing)}) took "
-            f"{ms(missing_us)} of exposed time in Megatron's run{beside}. The AIOB path's net difference from "
+            f"{n} backward TP all-reduces the AIOB path drops (`missing_bwd_tp_allreduce`, {size(gib(missing))}) took "
+            f"{size(ms(missing_us))} of exposed time in Megatron's run{beside}. The AIOB path's net difference from "
             f"Megatron comes to {ms(net)} of exposed communication"
             + (f" ({ms(net_analytical)} analytically)" if net_analytical is not None else "")
             + "."
