@@ -41,23 +41,24 @@ from typing import IO
 
 from ..base import paths
 from ..base.errors import InputError
-from ..setup.points import SETTING_AXES, TABLE_COLUMNS, VARIANTS, PointRow, read_points, table_columns
+from ..setup.points import (AICB_AIOB, AICB_DEFAULT, AICB_PATHS, MEGATRON, MEGATRON_AIOB, SETTING_AXES, TABLE_COLUMNS,
+                            VARIANTS, PointRow, read_points, table_columns)
 from ..simulate.collectives import csv_field
 from . import audit, summary as summary_table
 
 VARIANT_LABELS = {
-    "aicb_default": "the AICB default path",
-    "aicb_aiob": "the AICB AIOB path",
-    "megatron": "the Megatron schedule",
-    "megatron_aiob": "the Megatron schedule (AIOB times)",
+    AICB_DEFAULT: "the AICB default path",
+    AICB_AIOB: "the AICB AIOB path",
+    MEGATRON: "the Megatron schedule",
+    MEGATRON_AIOB: "the Megatron schedule (AIOB times)",
 }
 # (name, minuend, subtrahend). Only COMPUTE_DEPENDENT quantities differ between the two
 # Megatron variants; for the others a missing Megatron variant is stood in for by the other.
 DIFFERENCES = (
-    ("aiob_minus_default", "aicb_aiob", "aicb_default"),
-    ("default_minus_megatron", "aicb_default", "megatron"),
-    ("aiob_minus_megatron", "aicb_aiob", "megatron_aiob"),
-    ("megatron_aiob_minus_megatron", "megatron_aiob", "megatron"),
+    ("aiob_minus_default", AICB_AIOB, AICB_DEFAULT),
+    ("default_minus_megatron", AICB_DEFAULT, MEGATRON),
+    ("aiob_minus_megatron", AICB_AIOB, MEGATRON_AIOB),
+    ("megatron_aiob_minus_megatron", MEGATRON_AIOB, MEGATRON),
 )
 KEY_COLUMNS = ("quantity", "phase", "collective", "group")
 COMPARISON_COLUMNS = (*SETTING_AXES, *KEY_COLUMNS, *VARIANTS, *(d[0] for d in DIFFERENCES))
@@ -278,7 +279,7 @@ def comparison_csv(points: list[PointRow], summary: list[summary_table.Row]) -> 
     return _write(columns, rows)
 
 
-_MEGATRON_PAIR = {"megatron": "megatron_aiob", "megatron_aiob": "megatron"}
+_MEGATRON_PAIR = {MEGATRON: MEGATRON_AIOB, MEGATRON_AIOB: MEGATRON}
 
 
 def _value(row: dict, variant: str, stand_in: bool):
@@ -317,7 +318,7 @@ def _misses(label: str, t: Totals) -> str:
 
 def setting_verdict(variants: dict[str, Totals | None]) -> str:
     """Which AICB path matches Megatron for one setting, and by how many bytes each misses."""
-    aicb = {v: t for v, t in variants.items() if v.startswith("aicb")}
+    aicb = {v: t for v, t in variants.items() if v in AICB_PATHS}
     parts = []
     audited = {v: t for v, t in aicb.items() if t is not None}
     if not aicb:
@@ -334,7 +335,7 @@ def setting_verdict(variants: dict[str, Totals | None]) -> str:
                     else f"no AICB path matches Megatron; closest: {VARIANT_LABELS[closest]}")
             others = "; ".join(_misses(VARIANT_LABELS[v], t) for v, t in audited.items() if not t.matches)
             parts.append(f"{head}; {others}")
-    for v in ("megatron", "megatron_aiob"):
+    for v in (MEGATRON, MEGATRON_AIOB):
         t = variants.get(v)
         if t is not None and not t.matches:
             parts.append(f"{VARIANT_LABELS[v]} has {t.findings} finding(s): a defect of the schedule or the audit")

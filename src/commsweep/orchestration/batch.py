@@ -264,6 +264,7 @@ def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | 
         profiles: dict[str, Task] = {}
         workloads: dict[str, Task] = {}
         point_files: dict[str, tuple[list[str], list[str], str | None]] = {}
+        packet_audits: list[Task] = []
         files: dict[str, list[str]] = {kind: [] for kind in FILE_KINDS}
         inputs: list[str] = []
         group = sorted(members[index], key=lambda p: p.point_key)
@@ -306,6 +307,12 @@ def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | 
             # Its points next, while the workload is fresh (format.reuse_parsed).
             for q in on_workload[key]:
                 if q.packet:
+                    # Simulated in a batch of its own; audited here, with its workload, where
+                    # the sweep has no analytical twin to audit it (sweep.audited_points).
+                    if q.point_key in audited_keys:
+                        audit = audit_task(q, config, layout, run, generate, memory)
+                        tasks.append(audit)
+                        packet_audits.append(audit)
                     continue
                 point = q.point_key
                 out = layout.endtoend(point), layout.collectives(point), layout.times(point)
@@ -315,10 +322,7 @@ def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | 
                 tasks.append(simulate)
                 point_files[point] = [simulate.status], list(out), None
                 if point in audited_keys:
-                    audit = stage_task(
-                        "audit", point, STAGES["audit"].job(q, config, workload, layout.audit(point)),
-                        layout.point_status("audit", point), [layout.audit(point)], upstream=[generate],
-                        config=config, point=q, run=run, workload_mb=memory)
+                    audit = audit_task(q, config, layout, run, generate, memory)
                     tasks.append(audit)
                     point_files[point] = [simulate.status, audit.status], list(out), layout.audit(point)
         for p in group:  # the points' files in point order, as the steps list them
@@ -329,6 +333,9 @@ def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | 
             files["times"].append(times)
             if audit_file:
                 files["audits"].append(audit_file)
+        for audit in packet_audits:
+            files["status"].append(audit.status)
+            files["audits"] += audit.outputs
         inputs += STAGES["simulate"].input_files(config, None)
         files["causes"] = [layout.batch_causes(name)]
         rows = tuple({k: str(v) for k, v in p.row().items()} for p in group)
@@ -338,6 +345,16 @@ def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | 
             own = packet_batch(p, config, layout, run, workloads[p.workload_key], after=name)
             batches[own.name] = own
     return batches
+
+
+def audit_task(point, config: Mapping, layout, run, generate: Task, memory_mb: int) -> Task:
+    """A point's audit: its workload (``generate``'s output) against Megatron's schedule."""
+    from .stages import STAGES
+
+    key = point.point_key
+    return stage_task("audit", key, STAGES["audit"].job(point, config, generate.outputs[0], layout.audit(key)),
+                      layout.point_status("audit", key), [layout.audit(key)], upstream=[generate], config=config,
+                      point=point, run=run, workload_mb=memory_mb)
 
 
 def packet_batch(point, config: Mapping, layout, run, generate: Task, *, after: str) -> Batch:
