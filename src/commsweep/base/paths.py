@@ -117,6 +117,10 @@ class Layout:
         """Each packet-level point beside its analytical twin (``analysis.packet``)."""
         return self._at("packet_vs_analytical.csv")
 
+    def packet_causes(self) -> str:
+        """The difference by cause under packet-level simulation (``analysis.causes``)."""
+        return self._at("packet_difference_by_cause.csv")
+
     def audit(self, point: str = "{point}") -> str:
         """The point's audit findings (``analysis.audit`` columns)."""
         return f"{self.point_dir(point)}/audit.csv"
