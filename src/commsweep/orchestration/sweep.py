@@ -251,11 +251,15 @@ def load_config(path: str | Path) -> dict:
 
 def audited_points(points: list[Point], megatron_version: str | None = None) -> list[Point]:
     """The points that get an audit: those the Megatron schedule (of megatron-core
-    ``megatron_version``) can describe. A packet-level point's workload is audited with its
-    analytical twin, when the sweep has one."""
+    ``megatron_version``) can describe. The audit is of the workload, not of its simulation:
+    a packet-level point's workload is audited with its analytical twin, and a packet-level
+    point gets an audit of its own only where the sweep has no such twin (``simulation:
+    [packet]``)."""
     from ..workload import megatron
 
-    return [p for p in points if not p.packet and not megatron.unsupported(p.setup, megatron_version)]
+    analytical = {p.point_key for p in points if not p.packet}
+    return [p for p in points if not (p.packet and p.analytical_key in analytical)
+            and not megatron.unsupported(p.setup, megatron_version)]
 
 
 def timeline_point(points: list[Point], audited: list[Point], config: dict, table: str = "results/sweep.csv") -> Point:
