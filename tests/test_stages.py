@@ -21,6 +21,7 @@ from commsweep.base.stage import Stage
 from commsweep.orchestration import batch, provenance, stages, sweep
 from commsweep.setup import models
 from commsweep.setup.arguments import as_commanded, setup_from_args, to_commsweep_argv
+from commsweep.simulate.stage import as_commanded as network_as_commanded
 
 ROOT = Path(__file__).resolve().parent.parent
 # Every sweep of the project but those meant to fail their check (tests/sweeps/bad-*.yaml).
@@ -58,13 +59,15 @@ def plannable(path: Path, folder: Path):
 
 
 def normal(job):
-    """A job as its stage runs it: the setup as its command line stands for it, the overlap
-    ratios as a mapping (the command line gives all four, in SimAI's order)."""
+    """A job as its stage runs it: the setup and the network as its command line stands for
+    them, the overlap ratios as a mapping (the command line gives all four, in SimAI's order)."""
     changes = {}
     if hasattr(job, "setup"):
         changes["setup"] = as_commanded(job.setup)
     if hasattr(job, "overlaps"):
         changes["overlap"] = tuple(sorted(job.overlaps().items()))
+    if getattr(job, "network", None) is not None:
+        changes["network"] = network_as_commanded(job.network)
     return dataclasses.replace(job, **changes)
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ..base.stage import Resources, Stage
 from ..setup.training import TrainingSetup
-from ..simulate.stage import NetworkFlags
+from ..setup.network import Network
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,8 @@ class AuditJob:
     output: str | None
     pp_stage: str | int = "first"
     megatron_version: str | None = None
-    network: NetworkFlags | None = None
+    network: Network | None = None
+    ratio_dir: str | None = None
     gpus: int | None = None
     format: str = "table"
 
@@ -92,7 +93,7 @@ def audit_job(point, config: Mapping, workload: str, output: str) -> AuditJob:
 
     return AuditJob(workload=workload, setup=point.setup, output=output,
                     pp_stage=config["generator"]["megatron_pp_stage"], megatron_version=megatron_version(config),
-                    network=NetworkFlags.of(point.net, ratio_dir(config)), format="csv")
+                    network=point.net, ratio_dir=ratio_dir(config), format="csv")
 
 
 def audit_argv(job: AuditJob) -> list[str]:
@@ -104,9 +105,9 @@ def audit_argv(job: AuditJob) -> list[str]:
     if job.gpus is not None:
         out += ["-g", str(job.gpus)]
     if job.network is not None:
-        out += job.network.argv()
-    if job.network is not None and job.network.ratio_dir is not None:
-        out += ["--ratio-dir", job.network.ratio_dir]
+        out += job.network.server_flags()
+    if job.ratio_dir is not None:
+        out += ["--ratio-dir", job.ratio_dir]
     out += ["--format", job.format]
     return out + (["-o", job.output] if job.output is not None else [])
 
@@ -116,7 +117,8 @@ def audit_from_args(ns: argparse.Namespace) -> AuditJob:
     from ..simulate.stage import network_from_args
 
     return AuditJob(workload=ns.workload, setup=setup_from_args(ns), output=ns.output, pp_stage=ns.pp_stage,
-                    megatron_version=ns.megatron_version, network=network_from_args(ns), gpus=ns.gpus,
+                    megatron_version=ns.megatron_version, network=network_from_args(ns), ratio_dir=ns.ratio_dir,
+                    gpus=ns.gpus,
                     format=ns.format)
 
 
@@ -131,11 +133,12 @@ def run_audit(job: AuditJob) -> None:
     time_us = None
     if job.network is not None:
         from ..simulate.engine import load_ratios
+        from ..simulate.stage import as_commanded as network_as_commanded
 
-        net = job.network
+        net = network_as_commanded(job.network)
         time_us = audit.collective_time(gpus_per_server=net.gpus_per_server, nics_per_server=net.nics_per_server,
-                                        nvlink_gbps=net.nvlink, nic_gbps=net.nic, gpus=job.gpus,
-                                        ratios=load_ratios(net.ratio_dir))
+                                        nvlink_gbps=net.nvlink_gbps, nic_gbps=net.nic_gbps, gpus=job.gpus,
+                                        ratios=load_ratios(job.ratio_dir))
     findings = audit.audit(
         wformat.read(job.workload), setup, stage=pipeline_stage(job.pp_stage, setup.pp), gpus=job.gpus,
         time_us=time_us, source=job.workload, megatron_version=job.megatron_version,

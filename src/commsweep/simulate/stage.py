@@ -10,34 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..base.stage import Resources, Stage
+from ..setup.network import Network
 
-# SimAI's overlap ratios and their defaults, in the order of SimAI's flags (-tp_o ...).
+# SimAI's overlap ratios and their defaults as its command line writes them, in its flags' order.
 OVERLAPS = (("tp", "0"), ("dp", "0"), ("ep", "0"), ("pp", "1"))
 
 
-@dataclass(frozen=True)
-class NetworkFlags:
-    """SimAI_analytical's four network flags, as its command line takes them (the bandwidths
-    as number text, read with std::stof), and the ratio tables (None: the engine's default)."""
-
-    gpus_per_server: int
-    nics_per_server: int
-    nvlink: str
-    nic: str
-    ratio_dir: str | None = None
-
-    @classmethod
-    def of(cls, net, ratio_dir: str | None = None) -> NetworkFlags:
-        """A sweep's network (``setup.points.Network``), its bandwidths as the config writes them."""
-        return cls(int(net.gpus_per_server), int(net.nics_per_server), str(net.nvlink_gbps), str(net.nic_gbps),
-                   ratio_dir)
-
-    def argv(self) -> list[str]:
-        return ["-g_p_s", str(self.gpus_per_server), "-n_p_s", str(self.nics_per_server),
-                "-nv", self.nvlink, "-nic", self.nic]
-
-
-def network_from_args(ns: argparse.Namespace) -> NetworkFlags | None:
+def network_from_args(ns: argparse.Namespace) -> Network | None:
     """The parsed network flags (None without them: ``audit`` and ``timeline`` take all four
     or none, a ConfigError for only some)."""
     values = [ns.gpus_per_server, ns.nics_per_server, ns.nvlink_gbps, ns.nic_gbps]
@@ -47,7 +26,16 @@ def network_from_args(ns: argparse.Namespace) -> NetworkFlags | None:
         from ..base.errors import ConfigError
 
         raise ConfigError("give all four of -g_p_s, -n_p_s, -nv and -nic, or none", key="network")
-    return NetworkFlags(ns.gpus_per_server, ns.nics_per_server, ns.nvlink_gbps, ns.nic_gbps, ns.ratio_dir)
+    return Network(gpus_per_server=ns.gpus_per_server, nics_per_server=ns.nics_per_server,
+                   nvlink_gbps=ns.nvlink_gbps, nic_gbps=ns.nic_gbps)
+
+
+def as_commanded(net: Network) -> Network:
+    """A network as its flags (``server_flags``) stand for it: unnamed, its bandwidths the
+    text they are written as (what the command's parser gives, and what a stage run in-process
+    hands on, so that it computes what its command computes)."""
+    return Network(gpus_per_server=net.gpus_per_server, nics_per_server=net.nics_per_server,
+                   nvlink_gbps=str(net.nvlink_gbps), nic_gbps=str(net.nic_gbps))
 
 
 def ratio_dir(config: Mapping) -> str | None:
@@ -66,7 +54,10 @@ class SimulateJob:
     workload: str
     gpus: int
     prefix: str
-    network: NetworkFlags
+    # The point's network (``setup.network.Network``: its servers, NVLink and NICs) and the
+    # ratio tables (None: the engine's default).
+    network: Network
+    ratio_dir: str | None = None
     overlap: tuple[tuple[str, str], ...] = ()
     simai_bugs: str = "fix"
     backend: str = "builtin"
@@ -84,28 +75,33 @@ class SimulateJob:
 
 
 def job(point, config: Mapping, workload: str, endtoend: str, collectives: str, times: str) -> SimulateJob:
-    """A point's simulation as ``simulator:`` in the config asks (its tp_overlap axis first)."""
+    """A point's simulation as ``simulator:`` in the config asks."""
+    from ..setup.network import overlap_flag
+
     sim = config["simulator"]
-    overlap = tuple((name, str(point.tp_overlap if name == "tp" and point.tp_overlap is not None else value))
-                    for name, value in sim["overlap"].items())
+    # The sweep's tp_overlap axis first, as its flag writes it (``overlap_flag``).
+    overlap = tuple((name, overlap_flag(name, point.tp_overlap if name == "tp" and point.tp_overlap is not None
+                                         else value)[1]) for name, value in sim["overlap"].items())
     return SimulateJob(
         workload=workload, gpus=point.world_size, prefix=f"{point.point_key}-",
-        network=NetworkFlags.of(point.net, ratio_dir(config)), overlap=overlap, simai_bugs=sim["simai_bugs"],
+        network=point.net, ratio_dir=ratio_dir(config), overlap=overlap, simai_bugs=sim["simai_bugs"],
         backend=sim["backend"], strict=True, simai_root=sim["root"] or None, endtoend=endtoend,
         collectives=collectives, times=times)
 
 
 def argv(job: SimulateJob) -> list[str]:
-    out = ["simulate", "-w", job.workload, "-g", str(job.gpus), *job.network.argv(), "-r", job.prefix]
+    from ..setup.network import GPUS_FLAG, overlap_flag
+
+    out = ["simulate", "-w", job.workload, GPUS_FLAG, str(job.gpus), *job.network.server_flags(), "-r", job.prefix]
     for name, value in job.overlap:
-        out += [f"-{name}_o", value]
+        out += overlap_flag(name, value)
     out += ["--simai-bugs", job.simai_bugs, "--backend", job.backend]
     if job.strict:
         out.append("--strict")
     if job.simai_root is not None:
         out += ["--simai-root", job.simai_root]
-    if job.network.ratio_dir is not None:
-        out += ["--ratio-dir", job.network.ratio_dir]
+    if job.ratio_dir is not None:
+        out += ["--ratio-dir", job.ratio_dir]
     if job.out_dir != "results":
         out += ["--out-dir", job.out_dir]
     if job.timeout is not None:
@@ -127,7 +123,7 @@ def from_args(ns: argparse.Namespace) -> SimulateJob:
               file=sys.stderr)
         raise SystemExit(2)
     return SimulateJob(
-        workload=ns.workload, gpus=ns.gpus, prefix=ns.prefix, network=network_from_args(ns),
+        workload=ns.workload, gpus=ns.gpus, prefix=ns.prefix, network=network_from_args(ns), ratio_dir=ns.ratio_dir,
         overlap=tuple((name, getattr(ns, f"{name}_overlap")) for name, _ in OVERLAPS), simai_bugs=ns.simai_bugs,
         backend=ns.backend, strict=ns.strict, simai_root=ns.simai_root, endtoend=ns.endtoend,
         collectives=ns.collectives, times=ns.times, out_dir=ns.out_dir, timeout=ns.timeout)
@@ -137,11 +133,11 @@ def options(job: SimulateJob, ns3=None):
     """The job as the simulation's ``run.Options`` (``ns3``: the packet-level backend's options)."""
     from .run import Options
 
-    net = job.network
+    net = as_commanded(job.network)
     return Options(
         workload=job.workload, gpus=job.gpus, gpus_per_server=net.gpus_per_server,
-        nics_per_server=net.nics_per_server, nvlink=net.nvlink, nic=net.nic, prefix=job.prefix,
-        **{f"{name}_overlap": value for name, value in job.overlaps().items()}, ratio_dir=net.ratio_dir,
+        nics_per_server=net.nics_per_server, nvlink=net.nvlink_gbps, nic=net.nic_gbps, prefix=job.prefix,
+        **{f"{name}_overlap": value for name, value in job.overlaps().items()}, ratio_dir=job.ratio_dir,
         out_dir=job.out_dir, endtoend=job.endtoend, collectives=job.collectives, times=job.times,
         simai_bugs=job.simai_bugs, backend=job.backend, simai_root=job.simai_root, timeout=job.timeout,
         strict=job.strict, ns3=ns3)
