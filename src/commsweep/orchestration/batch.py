@@ -92,15 +92,9 @@ def torch_on_gpu() -> bool:
     return shutil.which("nvidia-smi") is not None
 
 
-def network_flags(net) -> list[str]:
-    """SimAI's four network flags of a network."""
-    return ["-g_p_s", str(net.gpus_per_server), "-n_p_s", str(net.nics_per_server),
-            "-nv", str(net.nvlink_gbps), "-nic", str(net.nic_gbps)]
-
-
 def network_argv(point, config: Mapping) -> list[str]:
     """SimAI's network flags of a point, and the ratio tables the simulation uses."""
-    argv = network_flags(point.net)
+    argv = point.net.server_flags()
     ratios = ratio_dir(config)
     return argv + (["--ratio-dir", ratios] if ratios else [])
 
@@ -165,13 +159,15 @@ def packet_command(point, config: Mapping, workload: str, endtoend: str, collect
 
 def simulate_command(point, config: Mapping, workload: str, endtoend: str, collectives: str, times: str) -> list[str]:
     """``commsweep simulate`` of a point: SimAI's network flags and the simulator config."""
+    from ..setup.network import overlap_flag
+
     sim = config["simulator"]
-    argv = ["simulate", "-w", workload, "-g", str(point.world_size), *network_flags(point.net),
+    argv = ["simulate", "-w", workload, "-g", str(point.world_size), *point.net.server_flags(),
             "-r", f"{point.point_key}-"]
     for name, value in sim["overlap"].items():
         if name == "tp" and point.tp_overlap is not None:  # the sweep's tp_overlap axis
             value = point.tp_overlap
-        argv += [f"-{name}_o", str(value)]
+        argv += overlap_flag(name, value)
     argv += ["--simai-bugs", sim["simai_bugs"], "--backend", sim["backend"], "--strict"]
     if sim["root"]:
         argv += ["--simai-root", sim["root"]]
@@ -353,6 +349,7 @@ def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | 
         profiles: dict[str, Task] = {}
         workloads: dict[str, Task] = {}
         point_files: dict[str, tuple[list[str], list[str], str | None]] = {}
+        packet_audits: list[Task] = []
         files: dict[str, list[str]] = {kind: [] for kind in FILE_KINDS}
         group = sorted(members[index], key=lambda p: p.point_key)
         on_workload: dict[str, list] = {}
@@ -396,6 +393,12 @@ def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | 
             # Its points next, while the workload is fresh (format.reuse_parsed).
             for q in on_workload[key]:
                 if q.packet:
+                    # Simulated in a batch of its own; audited here, with its workload, where
+                    # the sweep has no analytical twin to audit it (sweep.audited_points).
+                    if q.point_key in audited_keys:
+                        audit = audit_task(q, config, layout, run, generate, memory)
+                        tasks.append(audit)
+                        packet_audits.append(audit)
                     continue
                 point = q.point_key
                 out = layout.endtoend(point), layout.collectives(point), layout.times(point)
@@ -407,10 +410,7 @@ def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | 
                 tasks.append(simulate)
                 point_files[point] = [simulate.status], list(out), None
                 if point in audited_keys:
-                    audit = make_task(
-                        "audit", point, audit_command(q, config, workload, layout.audit(point)),
-                        layout.point_status("audit", point), [layout.audit(point)], upstream=[generate],
-                        provenance=run.job_provenance("simulator.ratio_dir"), memory_mb=memory)
+                    audit = audit_task(q, config, layout, run, generate, memory)
                     tasks.append(audit)
                     point_files[point] = [simulate.status, audit.status], list(out), layout.audit(point)
         for p in group:  # the points' files in point order, as the steps list them
@@ -421,6 +421,9 @@ def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | 
             files["times"].append(times)
             if audit_file:
                 files["audits"].append(audit_file)
+        for audit in packet_audits:
+            files["status"].append(audit.status)
+            files["audits"] += audit.outputs
         inputs = [user_file(config["aiob"]["file"], key) for key in profiles] if backend == "file" else []
         files["causes"] = [layout.batch_causes(name)]
         rows = tuple({k: str(v) for k, v in p.row().items()} for p in group)
@@ -430,6 +433,14 @@ def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | 
             own = packet_batch(p, config, layout, run, workloads[p.workload_key], after=name)
             batches[own.name] = own
     return batches
+
+
+def audit_task(point, config: Mapping, layout, run, generate: Task, memory_mb: int) -> Task:
+    """A point's audit: its workload (``generate``'s output) against Megatron's schedule."""
+    key = point.point_key
+    return make_task("audit", key, audit_command(point, config, generate.outputs[0], layout.audit(key)),
+                     layout.point_status("audit", key), [layout.audit(key)], upstream=[generate],
+                     provenance=run.job_provenance("simulator.ratio_dir"), memory_mb=memory_mb)
 
 
 def packet_batch(point, config: Mapping, layout, run, generate: Task, *, after: str) -> Batch:

@@ -126,13 +126,15 @@ def cmd_causes(ns: argparse.Namespace) -> None:
         emit(causes.assemble(Path(ns.sweep), ns.parts), ns.output)
         return
     files = _point_files(ns, ("status", "volumes", "times", "collectives", "audits"))
-    emit(causes.difference_by_cause(Path(ns.sweep), files), ns.output)
+    table = causes.packet_difference_by_cause if ns.simulation == "packet" else causes.difference_by_cause
+    emit(table(Path(ns.sweep), files), ns.output)
 
 
 def cmd_answer(ns: argparse.Namespace) -> None:
     from ..analysis import answer
 
-    answer.write(Path(ns.causes), Path(ns.sweep), Path(ns.output), Path(ns.rst) if ns.rst else None)
+    answer.write(Path(ns.causes), Path(ns.sweep), Path(ns.output), Path(ns.rst) if ns.rst else None,
+                 Path(ns.packet) if ns.packet else None)
 
 
 def cmd_trace(ns: argparse.Namespace) -> None:
@@ -416,6 +418,10 @@ def add_causes_parser(sub) -> None:
     p.add_argument("--parts", nargs="*", metavar="FILE",
                    help="instead: the tables of parts of the sweep to put together in its order (what the "
                         "pipeline's batches write, results/batches/<batch>.causes.csv)")
+    p.add_argument("--simulation", choices=("analytical", "packet"), default="analytical",
+                   help="the points whose differences to work out: those simulated analytically (default), or "
+                        "by SimAI's packet-level simulator, each against its packet-level Megatron point "
+                        "(results/packet_difference_by_cause.csv)")
     p.add_argument("-o", "--output", help="output CSV (results/difference_by_cause.csv; default: stdout)")
     p.set_defaults(func=cmd_causes)
 
@@ -427,6 +433,8 @@ def add_answer_parser(sub) -> None:
     p.add_argument("-o", "--output", required=True,
                    help="the page in Markdown (results/answer.md; figures linked relative to it, from plots/)")
     p.add_argument("--rst", help="also the page in reStructuredText, figures embedded (the report's front page)")
+    p.add_argument("--packet", help="results/packet_difference_by_cause.csv: the answer under packet-level "
+                                    "simulation too (a sweep with packet-level points)")
     p.set_defaults(func=cmd_answer)
 
 
@@ -493,9 +501,9 @@ def add_validate_parser(sub) -> None:
 
 
 def cmd_packet_compare(ns: argparse.Namespace) -> None:
-    from ..simulate.ns3 import compare
+    from ..analysis import packet, summary
 
-    emit(compare.table(compare.read_summary(ns.summary), compare.read_records(ns.records)), ns.output)
+    emit(packet.table(summary.read(ns.summary).rows, packet.read_records(ns.records)), ns.output)
 
 
 def add_packet_compare_parser(sub) -> None:
