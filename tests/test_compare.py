@@ -424,7 +424,8 @@ def test_timeline_refuses_a_simulation_of_another_workload(sweep, tmp_path, caps
 def test_timeline_simulates_with_the_engine_as_simai_did(sweep, tmp_path):
     """Without an EndToEnd.csv the timeline simulates the workload itself: the row times
     equal those of SimAI's own run on the same workload and network."""
-    from commsweep.simulate.engine import Network, load_ratios
+    from commsweep.setup.network import Network
+    from commsweep.simulate.engine import load_ratios
 
     stem = "gpt7b_ws16_tp2_pp1_seq2048_mbs1_ga1_sp1_aiob"
     workload = wf.read(paths.workload_file(sweep, "gpt7b_ws16_tp2_sp1_aicb_aiob"))

@@ -17,7 +17,8 @@ from commsweep.base.errors import InputError
 from commsweep.orchestration.cli import main
 from commsweep.setup.training import TrainingSetup
 from commsweep.simulate import overlap
-from commsweep.simulate.engine import Network, simulate
+from commsweep.setup.network import Network
+from commsweep.simulate.engine import simulate
 from commsweep.workload import megatron
 
 KORTHIKANTI = validate.DATA / "korthikanti2022_table5.csv"

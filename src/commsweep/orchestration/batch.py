@@ -92,15 +92,9 @@ def torch_on_gpu() -> bool:
     return shutil.which("nvidia-smi") is not None
 
 
-def network_flags(net) -> list[str]:
-    """SimAI's four network flags of a network."""
-    return ["-g_p_s", str(net.gpus_per_server), "-n_p_s", str(net.nics_per_server),
-            "-nv", str(net.nvlink_gbps), "-nic", str(net.nic_gbps)]
-
-
 def network_argv(point, config: Mapping) -> list[str]:
     """SimAI's network flags of a point, and the ratio tables the simulation uses."""
-    argv = network_flags(point.net)
+    argv = point.net.server_flags()
     ratios = ratio_dir(config)
     return argv + (["--ratio-dir", ratios] if ratios else [])
 
@@ -165,13 +159,15 @@ def packet_command(point, config: Mapping, workload: str, endtoend: str, collect
 
 def simulate_command(point, config: Mapping, workload: str, endtoend: str, collectives: str, times: str) -> list[str]:
     """``commsweep simulate`` of a point: SimAI's network flags and the simulator config."""
+    from ..setup.network import overlap_flag
+
     sim = config["simulator"]
-    argv = ["simulate", "-w", workload, "-g", str(point.world_size), *network_flags(point.net),
+    argv = ["simulate", "-w", workload, "-g", str(point.world_size), *point.net.server_flags(),
             "-r", f"{point.point_key}-"]
     for name, value in sim["overlap"].items():
         if name == "tp" and point.tp_overlap is not None:  # the sweep's tp_overlap axis
             value = point.tp_overlap
-        argv += [f"-{name}_o", str(value)]
+        argv += overlap_flag(name, value)
     argv += ["--simai-bugs", sim["simai_bugs"], "--backend", sim["backend"], "--strict"]
     if sim["root"]:
         argv += ["--simai-root", sim["root"]]
