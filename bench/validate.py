@@ -51,6 +51,18 @@ def errors(runs: dict[str, list], versions: dict[str, str], gpu_changes: dict | 
     return out
 
 
+def fit_one(runs: dict[str, list], table: str, field: str, values: list[float]) -> None:
+    """Fit one GPU constant on one table: the value of ``values`` with the least mean
+    absolute error there, every other constant held."""
+    fits = []
+    for value in values:
+        e = errors({table: runs[table]}, validate.PUBLISHED, {field: value})[table]
+        fits.append((e["mean_abs_error_pct"], value, e))
+    score, best, e = min(fits)
+    print(f"\nfit on {table}: {field} {best}: mean |error| {score:.2f}% "
+          f"(max {e['max_abs_error_pct']:.2f}%, {e['worst']})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fit", action="store_true", help="grid-search the A100 GEMM and memory efficiencies")
@@ -76,21 +88,9 @@ def main() -> None:
         validate.plot(groups, args.plot, title="Iteration time on A100 (Selene) and H100 (DGX H100): predicted vs measured")
         print(f"wrote {args.plot}")
     if args.fit_fp8:
-        fits = []
-        for step in range(35, 81):
-            e = errors({FP8_FIT: runs[FP8_FIT]}, validate.PUBLISHED, {"fp8_gemm_efficiency": step / 100})[FP8_FIT]
-            fits.append((e["mean_abs_error_pct"], step / 100, e))
-        score, eff, e = min(fits)
-        print(f"\nFP8 fit on {FP8_FIT}: fp8_gemm_efficiency {eff}: mean |error| {score:.2f}% "
-              f"(max {e['max_abs_error_pct']:.2f}%, {e['worst']})")
+        fit_one(runs, FP8_FIT, "fp8_gemm_efficiency", [step / 100 for step in range(35, 81)])
     if args.fit_vboost:
-        fits = []
-        for step in range(0, 21):
-            e = errors({VBOOST_FIT: runs[VBOOST_FIT]}, validate.PUBLISHED, {"vboost_gain": step / 200})[VBOOST_FIT]
-            fits.append((e["mean_abs_error_pct"], step / 200, e))
-        score, gain, e = min(fits)
-        print(f"\nvboost fit on {VBOOST_FIT}: vboost_gain {gain}: mean |error| {score:.2f}% "
-              f"(max {e['max_abs_error_pct']:.2f}%, {e['worst']})")
+        fit_one(runs, VBOOST_FIT, "vboost_gain", [step / 200 for step in range(0, 21)])
     if not args.fit:
         return
     start = time.perf_counter()
