@@ -25,7 +25,7 @@ def cmd_sweep(ns: argparse.Namespace) -> None:
     from . import sweep
 
     config = sweep.load_config(ns.config)
-    if ns.check or ns.todo:
+    if ns.check or ns.todo or ns.run_unless_current:
         _check_sweep(ns, config)
         return
     if ns.table:
@@ -64,7 +64,8 @@ def _check_sweep(ns: argparse.Namespace, config: dict) -> None:
     from . import provenance, sweep
 
     points, invalid = sweep.points_from_config(config)
-    run = provenance.Run(config=config, inputs=provenance.check_external(config, points))
+    run = provenance.Run(config=config, inputs=provenance.check_external(config, points),
+                         config_files=(provenance.relative_to_cwd(ns.config),))
     if ns.made is not None:
         try:
             record = provenance.read_record(ns.made)
@@ -95,6 +96,10 @@ def _check_sweep(ns: argparse.Namespace, config: dict) -> None:
         from . import batch
 
         print(batch.describe_pending(batch.plan(points, config, Layout(), run)))
+    if ns.run_unless_current:
+        from . import current
+
+        sys.exit(current.run(ns.run_unless_current, run, ns.config))
 
 
 def cmd_summarize(ns: argparse.Namespace) -> None:
@@ -316,6 +321,10 @@ def add_sweep_parser(sub) -> None:
     p.add_argument("--todo", action="store_true",
                    help="with --check: also say which per-point tasks a run in this folder would do now, per stage "
                         "(those whose outputs under results/ are not current)")
+    p.add_argument("--run-unless-current", nargs=argparse.REMAINDER, metavar="COMMAND",
+                   help="with --check, last: then run COMMAND (make run: Snakemake) unless nothing it reads or "
+                        "writes changed since it last exited 0 in this folder, which it would find has nothing "
+                        "to do (commsweep.orchestration.current)")
     p.set_defaults(func=cmd_sweep)
 
 

@@ -111,9 +111,7 @@ def gpu_mismatch(gpus: int, header) -> str | None:
 def _check_gpus(opts: Options) -> None:
     from ..workload import format as wformat
 
-    with open(opts.workload, encoding="utf-8", errors="replace") as fh:
-        first = fh.readline().rstrip("\n")
-    problem = gpu_mismatch(opts.gpus, wformat.parse_header(first, source=opts.workload))
+    problem = gpu_mismatch(opts.gpus, wformat.read_header(opts.workload))
     if problem is None:
         return
     if opts.strict:
