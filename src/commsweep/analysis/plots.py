@@ -106,8 +106,11 @@ def frame(columns, rows):
     one place the figures turn a table's reader's rows into pandas."""
     import pandas as pd
 
-    return pd.DataFrame({column: pd.Series([r.value(column) for r in rows], dtype=None if rows else object)
-                         for column in columns})
+    def cells(column: str) -> list:
+        values = [r.value(column) for r in rows]
+        return [None if v == "" else v for v in values] if values and isinstance(values[0], str) else values
+
+    return pd.DataFrame({column: pd.Series(cells(column), dtype=None if rows else object) for column in columns})
 
 
 def bar_positions(count: int, k: int, n_variants: int, width: float) -> list[float]:
