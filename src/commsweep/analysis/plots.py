@@ -389,6 +389,7 @@ def timeline(
     its right. Right (with an audit): per lane, the bytes the workload is short of
     Megatron (red) and in excess (orange), in MiB per iteration.
     """
+    from ..base.files import read_text
     from ..workload import format as wf
     from . import audit as audit_mod
     from . import timeline as tl
@@ -399,7 +400,7 @@ def timeline(
     events = tl.events(workload, times, units)
     by_lane = None
     if audit_csv is not None:
-        by_lane = tl.audit_by_lane(audit_mod.read_csv(Path(audit_csv).read_text(encoding="utf-8"), source=audit_csv))
+        by_lane = tl.audit_by_lane(audit_mod.read_csv(read_text(audit_csv), source=audit_csv))
     lanes = tl.lanes(units, by_lane or ())
     row_of = {lane: i for i, lane in enumerate(lanes)}
     height = 0.17 * len(lanes) + 1.9
