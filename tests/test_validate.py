@@ -29,10 +29,10 @@ A100_TABLES = ("korthikanti2022_table5.csv", "narayanan2021_table1.csv")
 GOAL = (5.0, 15.0)
 # The tables that miss it, with the bound they do keep (docs/validation.md says why): the
 # later NeMo releases run GPT-3 175B's 512-GPU layout 11% faster than 24.07, on which the FP8
-# GEMM efficiency is fitted; their recipes (recipes.csv) account for 4 points of it, and
-# vboost, which NeMo 25.02's script turns on, has no clock term in the model. Its mean is
-# 7.92%, its largest error 13.4% (within the goal's 15%).
-SHORT_OF_GOAL = {"nemo_later_h100.csv": (8.0, 15.0)}
+# GEMM efficiency is fitted; their recipes (recipes.csv: no dropout, deferred embedding
+# wgrads, vboost with its gain fitted on the 24.07 table's vboost edition) take its error
+# from 17.5% to 12.9%. Its mean is 8.90%, its largest error 12.9% (within the goal's 15%).
+SHORT_OF_GOAL = {"nemo_later_h100.csv": (9.0, 15.0)}
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
@@ -312,7 +312,7 @@ def test_nvidias_runs_name_their_release_recipe_and_each_recipe_its_source():
     """Every run of NVIDIA's tables names the recipe of its release, whose settings it takes;
     the recipes file cites, for each recipe, the repository and tag or commit it was read from."""
     known = validate.recipes()
-    for name in ("nemo2407_h100.csv", "nemo2409_h100.csv", "nemo_later_h100.csv"):
+    for name in ("nemo2407_h100.csv", "nemo2407_vboost_h100.csv", "nemo2409_h100.csv", "nemo_later_h100.csv"):
         for run in validate.read_runs(validate.DATA / name):
             assert run.recipe == known[run.values["recipe"]], (name, run.name)
     text = validate.RECIPES.read_text()
@@ -322,16 +322,17 @@ def test_nvidias_runs_name_their_release_recipe_and_each_recipe_its_source():
         source = next(b for b in blocks if recipe in b.split(":")[0].replace(",", " ").split())
         assert "tag" in source or "commit" in source, recipe
     assert known["megatron-bridge-llama3"] == {"dropout": False, "cross_entropy": "te", "defer_embedding_wgrad": None,
-                                               "grad_reduce_in_fp32": False}
+                                               "grad_reduce_in_fp32": False, "vboost": False}
+    assert known["nemo-25.02-gpt3"]["vboost"] and not known["nemo-24.07-gpt3"]["vboost"]
 
 
 def test_a_malformed_recipes_file_names_the_line_and_field(tmp_path):
     path = tmp_path / "recipes.csv"
-    path.write_text("# a comment\n" + ",".join(validate.RECIPE_COLUMNS) + "\nmine,maybe,te,,false\n")
+    path.write_text("# a comment\n" + ",".join(validate.RECIPE_COLUMNS) + "\nmine,maybe,te,,false,false\n")
     with pytest.raises(InputError) as info:
         validate.recipes(path)
     assert (info.value.file, info.value.line, info.value.field) == (str(path), 3, "dropout")
-    path.write_text(",".join(validate.RECIPE_COLUMNS) + "\nmine,true,te,soon,false\n")
+    path.write_text(",".join(validate.RECIPE_COLUMNS) + "\nmine,true,te,soon,false,false\n")
     with pytest.raises(InputError) as info:
         validate.recipes(path)
     assert (info.value.line, info.value.field) == (2, "defer_embedding_wgrad")
@@ -387,3 +388,22 @@ def test_a_recipe_with_bf16_gradients_reduces_half_the_bytes():
                                     mk.software("nemo"))[0] for f in (True, False))
     assert bf16.prediction.overlap.dp_total_ns == pytest.approx(fp32.prediction.overlap.dp_total_ns * 4 / 6, rel=0.01)
     assert bf16.memory.total_gib < fp32.memory.total_gib
+
+
+def test_vboost_raises_the_tensor_cores_rate_only():
+    """vboost (a recipe's setting): the bf16 and FP8 peaks times 1 + the GPU's vboost gain
+    (fitted on the 24.07 table's vboost edition); streaming kernels keep their rate."""
+    run = next(r for r in validate.read_runs(NEMO) if r.name == "GPT3-175B-128")
+    h100 = run.gpu
+    boosted = h100.vboosted()
+    assert 0 < h100.vboost_gain < 0.1
+    assert boosted.fp8_tflops == pytest.approx(h100.fp8_tflops * (1 + h100.vboost_gain))
+    assert boosted.bf16_tflops == pytest.approx(h100.bf16_tflops * (1 + h100.vboost_gain))
+    part = mk.kernels(run.setup, dataclasses.replace(mk.software("nemo"), fp8=True)).parts["mlp_fc1"]
+    fc1 = next(k for k in part.fwd if k.kind == "gemm")
+    norm = next(k for k in part.fwd if k.kind == "memory")
+    assert mk.kernel_us(fc1, boosted) == pytest.approx(mk.kernel_us(fc1, h100) / (1 + h100.vboost_gain))
+    assert mk.kernel_us(norm, boosted) == mk.kernel_us(norm, h100)
+    plain, on = (validate.validate([dataclasses.replace(run, recipe={**run.recipe, "vboost": v})], mk.software("nemo"))[0]
+                 for v in (False, True))
+    assert on.predicted_s < plain.predicted_s

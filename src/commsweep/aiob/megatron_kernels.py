@@ -92,6 +92,9 @@ class Software:
     # grad_reduce_in_fp32: gradients kept and reduced in fp32 (None: unless fp16, as
     # Megatron-LM's --accumulate-allreduce-grads-in-fp32 of the bf16 runs).
     grad_reduce_in_fp32: bool | None = None
+    # vboost: the run's GPUs give more of their power budget to the cores
+    # (``GpuSpec.vboosted``).
+    vboost: bool = False
 
     def configure(self, setup: TrainingSetup) -> TrainingSetup:
         """``setup`` as this Megatron-LM trains it: its optimizer and gradient precision."""

@@ -16,7 +16,7 @@ Llama-style (``architecture`` llama). The four network columns are the datasheet
 run is predicted by ``analysis.predict`` under one Megatron-LM version
 (``aiob.megatron_kernels.SOFTWARE``) and, where its ``recipe`` column names one, the
 settings of that training recipe (``recipes.csv`` beside the tables: dropout, the cross
-entropy's kernels, deferred embedding weight gradients, the gradients' precision, each
+entropy's kernels, deferred embedding weight gradients, the gradients' precision, vboost, each
 recipe with the repository and tag it was read from). The output is the runs with ``predicted_s``,
 ``error_pct`` (predicted over measured, minus 1, in percent), the breakdown
 (``predict.BREAKDOWN``: they sum to ``predicted_s``) and the memory per GPU with its
@@ -68,7 +68,8 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "validation"
 # (the file's comment header): ``recipes()``.
 RECIPES = DATA / "recipes.csv"
 PUBLISHED = {"korthikanti2022_table5.csv": "2022", "narayanan2021_table1.csv": "2021",
-             "nemo2407_h100.csv": "nemo", "nemo2409_h100.csv": "nemo", "nemo_later_h100.csv": "nemo"}
+             "nemo2407_h100.csv": "nemo", "nemo2407_vboost_h100.csv": "nemo", "nemo2409_h100.csv": "nemo",
+             "nemo_later_h100.csv": "nemo"}
 
 
 @dataclass(frozen=True)
@@ -199,13 +200,13 @@ def _run(values: dict[str, str], path: str | Path, line: int) -> Run:
                fp8=values["precision"] == "fp8", recipe=known.get(values["recipe"]))
 
 
-RECIPE_COLUMNS = ("recipe", "dropout", "cross_entropy", "defer_embedding_wgrad", "grad_reduce_in_fp32")
+RECIPE_COLUMNS = ("recipe", "dropout", "cross_entropy", "defer_embedding_wgrad", "grad_reduce_in_fp32", "vboost")
 
 
 @functools.lru_cache(maxsize=None)
 def recipes(path: str | Path = RECIPES) -> dict[str, dict[str, object]]:
     """The recipes file: per recipe name, the ``Software`` fields it sets (``dropout``,
-    ``cross_entropy``, ``defer_embedding_wgrad``, ``grad_reduce_in_fp32``)."""
+    ``cross_entropy``, ``defer_embedding_wgrad``, ``grad_reduce_in_fp32``, ``vboost``)."""
     lines = [line for line in read_text(path).splitlines() if line.strip()]
     skip = next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))
     reader = csv.DictReader(io.StringIO("\n".join(lines[skip:])))
@@ -227,7 +228,7 @@ def recipes(path: str | Path = RECIPES) -> dict[str, dict[str, object]]:
                              field="defer_embedding_wgrad")
         out[row["recipe"]] = {"dropout": flag("dropout"), "cross_entropy": row["cross_entropy"],
                               "defer_embedding_wgrad": int(limit) if limit else None,
-                              "grad_reduce_in_fp32": flag("grad_reduce_in_fp32")}
+                              "grad_reduce_in_fp32": flag("grad_reduce_in_fp32"), "vboost": flag("vboost")}
     return out
 
 
@@ -259,8 +260,9 @@ def validate(runs: list[Run], sw: mk.Software, *, ratios=None, source: str | Pat
     for run in runs:
         run_sw = replace(sw, fp8=run.fp8, **(run.recipe or {}))
         setup = run_sw.configure(run.setup)
+        gpu = run.gpu.vboosted() if run_sw.vboost else run.gpu
         try:
-            p = predict(setup, run.gpu, run_sw, run.cluster, ratios)
+            p = predict(setup, gpu, run_sw, run.cluster, ratios)
         except CommsweepError as err:
             raise InputError(f"cannot predict this run: {err}", file=source, line=run.line) from None
         params = {stage: local_parameters(setup, stage) for stage in {0, setup.pp - 1}}
@@ -368,7 +370,7 @@ def plot(groups: dict[str, list[Result]], output: str | Path, *, title: str | No
     res.axhspan(-10, 10, color="0.88")
     res.axhspan(-5, 5, color="0.78")
     res.axhline(0, color="black", linewidth=1)
-    for (label, rs), marker in zip(measured.items(), "os^vD"):
+    for (label, rs), marker in zip(measured.items(), "os^vDP"):
         if not rs:
             continue
         s = summary(rs)

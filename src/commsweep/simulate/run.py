@@ -77,15 +77,6 @@ def add_network_arguments(parser, *, required: bool, title: str = "network (SimA
                   "--simai-root), else the engine's default (efficiency 1.0)")
 
 
-def options_from_args(ns) -> "Options":
-    """The parsed ``commsweep simulate`` arguments as Options."""
-    return Options(
-        workload=ns.workload, gpus=ns.gpus, gpus_per_server=ns.gpus_per_server, nics_per_server=ns.nics_per_server,
-        nvlink=ns.nvlink_gbps, nic=ns.nic_gbps, prefix=ns.prefix,
-        **{name: getattr(ns, name) for name in Options.DEFAULTS if name != "ns3"}, ns3=ns,
-    )
-
-
 def ratio_dir_for(ratio_dir: str | None, simai_root: str | None) -> str | None:
     """The ratio tables to use: the configured directory, else a SimAI checkout's own."""
     if ratio_dir:
@@ -120,9 +111,7 @@ def gpu_mismatch(gpus: int, header) -> str | None:
 def _check_gpus(opts: Options) -> None:
     from ..workload import format as wformat
 
-    with open(opts.workload, encoding="utf-8", errors="replace") as fh:
-        first = fh.readline().rstrip("\n")
-    problem = gpu_mismatch(opts.gpus, wformat.parse_header(first, source=opts.workload))
+    problem = gpu_mismatch(opts.gpus, wformat.read_header(opts.workload))
     if problem is None:
         return
     if opts.strict:
