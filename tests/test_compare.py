@@ -205,6 +205,25 @@ def test_findings_by_kind_sum_every_finding_of_a_point(sweep):
         assert sum(int(r["extra_bytes"]) for r in rows) == int(v["extra_bytes"] or 0)
 
 
+def test_findings_by_kind_reads_back_typed(sweep, tmp_path):
+    """read_by_kind, the figure's reader, gives back what by_kind_csv wrote; a cell it would not
+    write names its line and column."""
+    text = _tables_text(sweep)[3]
+    path = tmp_path / "findings_by_kind.csv"
+    path.write_text(text)
+    columns, rows = compare.read_by_kind(path)
+    assert columns == compare.BY_KIND_COLUMNS
+    written = list(csv.DictReader(io.StringIO(text)))
+    assert [(r.point.point, r.variant, r.kind, str(r.findings), str(r.missing_bytes), str(r.extra_bytes))
+            for r in rows] == [(w["point"], w["variant"], w["kind"], w["findings"], w["missing_bytes"],
+                                w["extra_bytes"]) for w in written]
+    assert all(r.variant == r.point.variant and isinstance(r.point.tp, int) for r in rows)
+    header, first, *rest = text.splitlines(keepends=True)
+    path.write_text(header + first.replace(f",{rows[0].kind},{rows[0].findings},", f",{rows[0].kind},many,") + "".join(rest))
+    with pytest.raises(compare.InputError, match=rf"{re.escape(str(path))}:2: field 'findings': expected a number"):
+        compare.read_by_kind(path)
+
+
 def test_a_damaged_audit_is_an_error_naming_its_line(sweep, tmp_path):
     import shutil
 
@@ -424,7 +443,8 @@ def test_timeline_refuses_a_simulation_of_another_workload(sweep, tmp_path, caps
 def test_timeline_simulates_with_the_engine_as_simai_did(sweep, tmp_path):
     """Without an EndToEnd.csv the timeline simulates the workload itself: the row times
     equal those of SimAI's own run on the same workload and network."""
-    from commsweep.simulate.engine import Network, load_ratios
+    from commsweep.setup.network import Network
+    from commsweep.simulate.engine import load_ratios
 
     stem = "gpt7b_ws16_tp2_pp1_seq2048_mbs1_ga1_sp1_aiob"
     workload = wf.read(paths.workload_file(sweep, "gpt7b_ws16_tp2_sp1_aicb_aiob"))

@@ -375,6 +375,63 @@ def by_kind_csv(points: list[PointRow], point_totals: dict[str, Totals | None]) 
     return _write((*table_columns(points), *BY_KIND_COLUMNS[len(TABLE_COLUMNS):]), rows)
 
 
+@dataclass(frozen=True)
+class KindRow:
+    """A row of findings_by_kind.csv (``by_kind_csv``), typed: the point as the points table
+    gives it back, its variant, and one kind's totals (``delta_us`` None where no finding of
+    the kind has a time)."""
+
+    point: PointRow
+    variant: str
+    kind: str
+    findings: int
+    missing_bytes: int
+    extra_bytes: int
+    delta_us: float | None
+
+    def value(self, column: str):
+        """The row's value in ``column`` of the table."""
+        if column in _KIND_FIELDS:
+            return getattr(self, column)
+        return getattr(self.point, column)
+
+
+_KIND_FIELDS = BY_KIND_COLUMNS[len(TABLE_COLUMNS):]
+
+
+def read_by_kind(path: str | Path) -> tuple[tuple[str, ...], list[KindRow]]:
+    """findings_by_kind.csv as ``by_kind_csv`` wrote it: its columns and its rows; an
+    ``InputError`` naming the file, line and field of anything else."""
+    from ..base.files import read_text
+    from ..setup.points import OPTIONAL_AXES
+
+    reader = csv.reader(io.StringIO(read_text(path)))
+    header = tuple(next(reader, ()))
+    point_columns = header[:len(header) - len(_KIND_FIELDS)]
+    optional = point_columns[len(TABLE_COLUMNS):]
+    if (point_columns[:len(TABLE_COLUMNS)] != TABLE_COLUMNS or header[len(point_columns):] != _KIND_FIELDS
+            or tuple(a for a in OPTIONAL_AXES if a in optional) != optional):
+        raise InputError(f"expected the columns {','.join(BY_KIND_COLUMNS)} (with the sweep's optional axes "
+                         f"after {TABLE_COLUMNS[-1]})", file=path, line=1)
+    rows = []
+    for line, cells in enumerate(reader, start=2):
+        if len(cells) != len(header):
+            raise InputError(f"expected {len(header)} fields, got {len(cells)}", file=path, line=line)
+        point = PointRow.from_cells(dict(zip(point_columns, cells)), file=path, line=line)
+        variant, kind, *numbers = cells[len(point_columns):]
+        column = ""
+        try:
+            counts = []
+            for column, text in zip(("findings", "missing_bytes", "extra_bytes"), numbers):
+                counts.append(int(text))
+            column = "delta_us"
+            delta_us = float(numbers[3]) if numbers[3] else None
+        except ValueError as err:
+            raise InputError(f"expected a number ({err})", file=path, line=line, field=column) from None
+        rows.append(KindRow(point, variant, kind, *counts, delta_us))
+    return header, rows
+
+
 @dataclass
 class Tables:
     """The comparison's small tables (findings.csv is streamed, see ``compare``)."""

@@ -100,17 +100,14 @@ def sp_label(sp: bool) -> str:
     return "SP on" if sp else "SP off"
 
 
-def read_table(path: Path):
-    """A table that repeats the points' columns (findings_by_kind.csv) as a DataFrame,
-    ``sp`` and ``aiob`` as booleans (the text the points table writes, read back as
-    ``points.PointRow`` reads it)."""
+def frame(columns, rows):
+    """Typed rows of a table (each with ``value(column)``: ``summary.Row``,
+    ``compare.KindRow``) as a DataFrame with the table's ``columns``, an empty cell NaN: the
+    one place the figures turn a table's reader's rows into pandas."""
     import pandas as pd
 
-    df = pd.read_csv(path, dtype={"aiob": str, "sp": str, "status": str})
-    for column in ("aiob", "sp"):
-        if column in df.columns:
-            df[column] = df[column].map({"True": True, "False": False})
-    return df
+    return pd.DataFrame({column: pd.Series([r.value(column) for r in rows], dtype=None if rows else object)
+                         for column in columns})
 
 
 def bar_positions(count: int, k: int, n_variants: int, width: float) -> list[float]:
@@ -145,17 +142,13 @@ def read_summary(summary_csv: Path):
     its one row would count as zero bytes; see commsweep.base.status), read by the table's
     reader (``summary.read``): a column per column of the table, an empty cell NaN. A copy
     of the table read before, if the file has not changed since."""
-    import pandas as pd
-
     from . import summary
 
     stat = Path(summary_csv).stat()
     key = (str(Path(summary_csv).resolve()), stat.st_size, stat.st_mtime_ns)
     if key not in _READ:
         table = summary.read(summary_csv)
-        rows = [r for r in table.rows if r.ok]
-        df = pd.DataFrame({column: pd.Series([r.value(column) for r in rows], dtype=None if rows else object)
-                           for column in table.columns})
+        df = frame(table.columns, [r for r in table.rows if r.ok])
         _READ.clear()
         _READ[key] = df
     return _READ[key].copy()
@@ -485,8 +478,10 @@ def audit_by_kind(by_kind_csv: Path, output: Path) -> None:
     """
     import pandas as pd
 
+    from .compare import read_by_kind
+
     plt = _pyplot()
-    df = read_table(by_kind_csv)
+    df = frame(*read_by_kind(by_kind_csv))
     fig_rows = sorted(df["model"].unique()) if len(df) else []
     if not fig_rows:
         message_figure(output, "No findings: every audited workload issues what Megatron issues.")

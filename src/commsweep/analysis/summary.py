@@ -159,7 +159,8 @@ def read(path: str | Path) -> Summary:
     reader = csv.reader(io.StringIO(read_text(path)))
     header = tuple(next(reader, ()))
     optional = header[len(TABLE_COLUMNS):len(header) - len(COLUMNS) + len(TABLE_COLUMNS)]
-    if (header[:len(TABLE_COLUMNS)] != TABLE_COLUMNS or header[len(TABLE_COLUMNS) + len(optional):] != COLUMNS[len(TABLE_COLUMNS):]
+    after = header[len(TABLE_COLUMNS) + len(optional):]
+    if (header[:len(TABLE_COLUMNS)] != TABLE_COLUMNS or after != COLUMNS[len(TABLE_COLUMNS):]
             or tuple(a for a in OPTIONAL_AXES if a in optional) != optional):
         raise InputError(f"not a summary table: expected the columns {','.join(COLUMNS)} "
                          f"(with the sweep's optional axes {', '.join(OPTIONAL_AXES)} after {TABLE_COLUMNS[-1]})",

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .network import NETWORK_FIELDS, Network
 from .training import TrainingSetup
 
 AXES = (
@@ -30,22 +31,12 @@ AXES = (
 # point's key is that of a sweep without the axis.
 OPTIONAL_AXES = ("tp_overlap", "simulation")
 SIMULATIONS = ("analytical", "packet")
-NETWORK_FIELDS = ("gpus_per_server", "nics_per_server", "nvlink_gbps", "nic_gbps")
 TABLE_COLUMNS = (
     "point", "workload", "profile", *AXES, "dp", "ga", *NETWORK_FIELDS,
 )
 # The point's peak memory per GPU and whether it fits the sweep's GPU (``memory.py``);
 # in sweep.csv and summary.csv after the point's columns.
 MEMORY_COLUMNS = ("memory_gib", "fits")
-
-
-@dataclass(frozen=True)
-class Network:
-    name: str
-    gpus_per_server: int
-    nics_per_server: int
-    nvlink_gbps: float
-    nic_gbps: float
 
 
 @dataclass(frozen=True)
