@@ -74,8 +74,10 @@ class SimulateJob:
         return {**dict(OVERLAPS), **dict(self.overlap)}
 
 
-def job(point, config: Mapping, workload: str, endtoend: str, collectives: str, times: str) -> SimulateJob:
-    """A point's simulation as ``simulator:`` in the config asks."""
+def job(point, config: Mapping, inputs: tuple, outputs: tuple) -> SimulateJob:
+    """A point's simulation (``inputs``: its workload) as ``simulator:`` in the config asks,
+    into its EndToEnd.csv, collectives and times (``outputs``)."""
+    (workload,), (endtoend, collectives, times) = inputs, outputs
     from ..setup.network import overlap_flag
 
     sim = config["simulator"]
@@ -262,8 +264,11 @@ def resources(config: Mapping, workload_mb: int) -> Resources:
 SIMULATE = Stage(
     name="simulate", summary="a point's iteration through SimAI's analytical model (engine or a user's SimAI)",
     per="point", inputs=("workload",), outputs=("endtoend", "collectives", "times"),
-    external=("simulator.root", "simulator.ratio_dir"),
-    add_parser=add_parser, from_args=from_args, job=job, argv=argv, run=run, check_external=check_external,
+    kinds=("endtoend", "collectives", "times"), upstream=("generate",),
+    external=("simulator.root", "simulator.ratio_dir"), add_parser=add_parser, from_args=from_args, job=job,
+    argv=argv, run=run, applies=lambda point, audited: not point.packet,
+    files=lambda layout, key, config: (layout.endtoend(key), layout.collectives(key), layout.times(key)),
+    status=lambda layout, key, config: layout.point_status("simulate", key), check_external=check_external,
     reads=lambda point, config: ("simulator.root", "simulator.ratio_dir"), resources=resources,
     input_files=input_files,
 )

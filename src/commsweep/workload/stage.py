@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..base.stage import Resources, Stage
+from ..base.stage import Resources, Stage, nothing
 from ..setup.training import TrainingSetup
 
 # Files of an AICB checkout that can change what it writes (its Python sources).
@@ -49,8 +49,10 @@ def megatron_version(config: Mapping) -> str:
     return megatron_releases.release(given, key="generator.megatron_version").version
 
 
-def job(point, config: Mapping, output: str, profile: str | None) -> GenerateJob:
-    """A point's workload: its setup and schedule, ``generator:``'s options, its profile."""
+def job(point, config: Mapping, inputs: tuple, outputs: tuple) -> GenerateJob:
+    """A point's workload: its setup and schedule, ``generator:``'s options, its profile
+    (``inputs``: the AIOB file, or None without AIOB) and the file (``outputs``)."""
+    (profile,), (output,) = inputs, outputs
     megatron = point.schedule == "megatron"
     aicb_root = config["generator"].get("aicb_root") if point.schedule == "aicb" else None
     m = point.setup.model
@@ -219,8 +221,10 @@ def check_external(config: Mapping, points: Sequence) -> dict:
 
 GENERATE = Stage(
     name="generate", summary="the SimAI workload of a setup, schedule and AIOB choice",
-    per="workload", inputs=("profile",), outputs=("workload",), external=("generator.aicb_root",),
-    add_parser=add_parser, from_args=from_args, job=job, argv=argv, run=run, check_external=check_external,
+    per="workload", inputs=("profile",), outputs=("workload",), kinds=("workloads",), upstream=("profile",),
+    external=("generator.aicb_root",), add_parser=add_parser, from_args=from_args, job=job, argv=argv, run=run,
+    applies=lambda point, audited: True, files=lambda layout, key, config: (layout.workload(key),),
+    status=lambda layout, key, config: layout.workload_status("workload", key), check_external=check_external,
     reads=lambda point, config: ("generator.aicb_root",) if point.schedule == "aicb" else (),
-    resources=lambda config, workload_mb: Resources(memory_mb=workload_mb),
+    resources=lambda config, workload_mb: Resources(memory_mb=workload_mb), input_files=nothing,
 )
