@@ -65,7 +65,7 @@ def summarize(sweep_csv: Path, files: paths.PointFiles, run: str = "") -> str:
         path = files.volumes(point.workload)
         if path is None:
             raise InputError(f"no volumes file given for workload {point.workload}", file=sweep_csv)
-        table = volumes.read_csv(path.read_text(encoding="utf-8"))
+        table = volumes.read(path)
         times, totals = simulated(files.times(point.point))
         for v in table:
             if v.phase == "pp":
