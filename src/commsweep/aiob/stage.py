@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..base.stage import Resources, Stage
+from ..setup.arguments import as_commanded, to_commsweep_argv
 from ..setup.training import TrainingSetup
 
 
@@ -54,8 +55,6 @@ def job(point, config: Mapping, inputs: tuple, outputs: tuple) -> ProfileJob:
 
 
 def argv(job: ProfileJob) -> list[str]:
-    from ..setup.arguments import to_commsweep_argv
-
     out = ["profile", "--backend", job.backend]
     if job.threads is not None:
         out += ["--threads", str(job.threads)]
@@ -90,7 +89,6 @@ def from_args(ns: argparse.Namespace) -> ProfileJob:
 
 
 def run(job: ProfileJob) -> None:
-    from ..setup.arguments import as_commanded
     from . import backends
 
     efficiency = {name: getattr(job, name) for name in

@@ -10,7 +10,10 @@ from dataclasses import dataclass
 
 from ..base.stage import Resources, Stage, nothing
 from ..setup.training import TrainingSetup
+from ..setup.arguments import as_commanded, to_commsweep_argv
 from ..setup.network import Network
+from ..simulate.stage import ratio_dir
+from ..workload.stage import megatron_version
 
 
 @dataclass(frozen=True)
@@ -94,9 +97,6 @@ class AuditJob:
 def audit_job(point, config: Mapping, inputs: tuple, outputs: tuple) -> AuditJob:
     """A point's audit (``inputs``: its workload) against the release the sweep follows, costed
     on its network with the simulation's ratio tables."""
-    from ..simulate.stage import ratio_dir
-    from ..workload.stage import megatron_version
-
     (workload,), (output,) = inputs, outputs
     return AuditJob(workload=workload, setup=point.setup, output=output,
                     pp_stage=config["generator"]["megatron_pp_stage"], megatron_version=megatron_version(config),
@@ -104,8 +104,6 @@ def audit_job(point, config: Mapping, inputs: tuple, outputs: tuple) -> AuditJob
 
 
 def audit_argv(job: AuditJob) -> list[str]:
-    from ..setup.arguments import to_commsweep_argv
-
     out = ["audit", job.workload, *to_commsweep_argv(job.setup), "--pp-stage", job.pp_stage]
     if job.megatron_version is not None:
         out += ["--megatron-version", job.megatron_version]
@@ -131,7 +129,6 @@ def audit_from_args(ns: argparse.Namespace) -> AuditJob:
 
 def run_audit(job: AuditJob) -> None:
     from ..base.files import emit
-    from ..setup.arguments import as_commanded
     from ..workload import format as wformat
     from ..workload.generate import pipeline_stage
     from . import audit, causes

@@ -47,7 +47,6 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -55,6 +54,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .stages import STAGES
 
 # Points per batch, as a target (``batch.points`` in the config), and the fewest batches a
 # sweep is cut into: enough for every core of a workstation to have work and for the
@@ -136,8 +137,6 @@ def stage_task(stage: str, key: str, job, status: str, outputs: Sequence[str], *
                upstream: Sequence[Task] = (), workload_mb: int = 512, rule: str | None = None) -> Task:
     """A task of a stage of the table (``stages.STAGES``): its job, its command (the job's
     argv), the provenance of the external inputs the stage reads for the point, its resources."""
-    from .stages import STAGES
-
     contract = STAGES[stage]
     reads = contract.reads(point, config)
     profile = {"profile": point.profile_key} if "aiob.file" in reads else {}
@@ -245,8 +244,6 @@ def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | 
     Megatron's schedule describes).
     """
     from . import limits
-    from .stages import STAGES
-
     points = list(points)
     if audited is None:
         from .sweep import audited_points, megatron_version
@@ -258,6 +255,16 @@ def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | 
     by_level = {per: [(name, stage) for name, stage in STAGES.items() if stage.per == per]
                 for per in ("profile", "workload", "point")}
 
+    # Each point's keys, worked out once (a key is a string built from the whole setup).
+    keys = {id(p): {"profile": p.profile_key, "workload": p.workload_key, "point": p.point_key} for p in points}
+    is_audited = {id(p): keys[id(p)]["point"] in audited_keys for p in points}
+
+    def key_of(stage, p) -> str:
+        return keys[id(p)][stage.per]
+
+    def applies(stage, p) -> bool:
+        return stage.applies(p, is_audited[id(p)])
+
     members: dict[int, list] = {}
     for p in points:
         members.setdefault(bucket(unit_of(p), count), []).append(p)
@@ -265,16 +272,15 @@ def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | 
     batches = {}
     for index in sorted(members):
         name = batch_name(index, count)
-        group = sorted(members[index], key=lambda p: p.point_key)
+        group = sorted(members[index], key=lambda p: keys[id(p)]["point"])
         # The points a stage simulates in batches of their own (packet-level points) last:
         # their workloads are made here, and listed here, but not their points.
-        away = {p.point_key for p in group if any(stage.own_batch and stage.applies(p, p.point_key in audited_keys)
-                                                   for _, stage in by_level["point"])}
-        own = [p for p in group if p.point_key not in away]
-        ordered = own + [p for p in group if p.point_key in away]
+        away = {id(p) for p in group if any(stage.own_batch and applies(stage, p) for _, stage in by_level["point"])}
+        own = [p for p in group if id(p) not in away]
+        ordered = own + [p for p in group if id(p) in away]
         on_workload: dict[str, list] = {}
         for p in group:
-            on_workload.setdefault(p.workload_key, []).append(p)
+            on_workload.setdefault(keys[id(p)]["workload"], []).append(p)
         made: dict[tuple[str, str], Task] = {}
         workloads: set[str] = set()
         tasks: list[Task] = []
@@ -284,13 +290,13 @@ def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | 
 
         def upstream_of(stage_name: str, p) -> list[Task | None]:
             """The tasks whose outputs a stage's task for ``p`` reads (None: the point has none)."""
-            return [made.get((up, STAGES[up].key_of(p))) if STAGES[up].applies(p, p.point_key in audited_keys)
-                    else None for up in STAGES[stage_name].upstream]
+            return [made.get((up, key_of(STAGES[up], p))) if applies(STAGES[up], p) else None
+                    for up in STAGES[stage_name].upstream]
 
         def make(stage_name: str, p, memory: int = 512) -> Task:
             """The task of a stage for point ``p``, after the tasks of its upstream stages."""
             stage = STAGES[stage_name]
-            key = stage.key_of(p)
+            key = key_of(stage, p)
             upstream = upstream_of(stage_name, p)
             outputs = stage.files(layout, key, config)
             job = stage.job(p, config, tuple(t.outputs[0] if t else None for t in upstream), outputs)
@@ -311,33 +317,35 @@ def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | 
 
         for p in ordered:
             for stage_name, stage in by_level["profile"]:
-                if stage.applies(p, p.point_key in audited_keys) and (stage_name, stage.key_of(p)) not in made:
+                if applies(stage, p) and (stage_name, key_of(stage, p)) not in made:
                     make(stage_name, p)
         for p in ordered:
-            if p.workload_key in workloads:
+            workload = keys[id(p)]["workload"]
+            if workload in workloads:
                 continue
-            workloads.add(p.workload_key)
+            workloads.add(workload)
             memory = max(512, limits.job_memory_mb(limits.workload_rows(p.setup)))
             for stage_name, stage in by_level["workload"]:
-                if stage.applies(p, p.point_key in audited_keys):
+                if applies(stage, p):
                     listed(make(stage_name, p, memory))
-            for q in on_workload[p.workload_key]:
+            for q in on_workload[workload]:
                 for stage_name, stage in by_level["point"]:
-                    if not stage.own_batch and stage.applies(q, q.point_key in audited_keys):
-                        of_point.setdefault(q.point_key, []).append(make(stage_name, q, memory))
+                    if not stage.own_batch and applies(stage, q):
+                        of_point.setdefault(keys[id(q)]["point"], []).append(make(stage_name, q, memory))
         # The points' files in point order, as the steps list them; those of points simulated
         # in batches of their own (audited here, with their workload) after.
-        in_order = [p.point_key for p in own]
-        for key in in_order + [k for k in of_point if k not in in_order]:
+        in_order = [keys[id(p)]["point"] for p in own]
+        here = set(in_order)
+        for key in in_order + [k for k in of_point if k not in here]:
             for task in of_point.get(key, ()):
                 listed(task)
         files["causes"] = [layout.batch_causes(name)]
         rows = tuple({k: str(v) for k, v in p.row().items()} for p in own)
-        batches[name] = Batch(name, tuple(p.point_key for p in own), tuple(tasks),
+        batches[name] = Batch(name, tuple(in_order), tuple(tasks),
                               {kind: tuple(v) for kind, v in files.items()}, tuple(inputs), rows)
         for p in ordered:
             for stage_name, stage in by_level["point"]:
-                if stage.own_batch and stage.applies(p, p.point_key in audited_keys):
+                if stage.own_batch and applies(stage, p):
                     reads = tuple(t.outputs[0] for t in upstream_of(stage_name, p) if t)
                     alone = own_batch(stage_name, make(stage_name, p), p, after=name, reads=reads)
                     batches[alone.name] = alone
@@ -347,8 +355,6 @@ def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | 
 def own_batch(stage: str, task: Task, point, *, after: str, reads: tuple[str, ...]) -> Batch:
     """A task as a batch of its own (``<stage>-<key>``: one job, with what its task asks for),
     after the batch that makes what it reads, whose files it lists as inputs of its job."""
-    from .stages import STAGES
-
     files: dict[str, list[str]] = {kind: [] for kind in FILE_KINDS}
     files["status"].append(task.status)
     for kind, path in zip(STAGES[stage].kinds, task.outputs):
@@ -516,8 +522,6 @@ def _run_in_process(task: Task, attempt_: int, parsers: _Parsers):
     """The task in this process: its stage's ``run`` on its typed job (what its command
     would parse back to), or, without a job, its command line parsed."""
     from ..base import status
-    from .stages import STAGES
-
     if task.job is not None:
         contract = STAGES[task.stage]
 

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..base.stage import Resources, Stage
-from ..setup.network import Network
+from ..setup.network import GPUS_FLAG, Network, overlap_flag
+from .run import ratio_dir_for
 
 # SimAI's overlap ratios and their defaults as its command line writes them, in its flags' order.
 OVERLAPS = (("tp", "0"), ("dp", "0"), ("ep", "0"), ("pp", "1"))
@@ -40,8 +41,6 @@ def as_commanded(net: Network) -> Network:
 
 def ratio_dir(config: Mapping) -> str | None:
     """The ratio tables of the simulation (None: the engine's default)."""
-    from .run import ratio_dir_for
-
     sim = config["simulator"]
     return ratio_dir_for(sim["ratio_dir"], sim["root"])
 
@@ -78,8 +77,6 @@ def job(point, config: Mapping, inputs: tuple, outputs: tuple) -> SimulateJob:
     """A point's simulation (``inputs``: its workload) as ``simulator:`` in the config asks,
     into its EndToEnd.csv, collectives and times (``outputs``)."""
     (workload,), (endtoend, collectives, times) = inputs, outputs
-    from ..setup.network import overlap_flag
-
     sim = config["simulator"]
     # The sweep's tp_overlap axis first, as its flag writes it (``overlap_flag``).
     overlap = tuple((name, overlap_flag(name, point.tp_overlap if name == "tp" and point.tp_overlap is not None
@@ -92,8 +89,6 @@ def job(point, config: Mapping, inputs: tuple, outputs: tuple) -> SimulateJob:
 
 
 def argv(job: SimulateJob) -> list[str]:
-    from ..setup.network import GPUS_FLAG, overlap_flag
-
     out = ["simulate", "-w", job.workload, GPUS_FLAG, str(job.gpus), *job.network.server_flags(), "-r", job.prefix]
     for name, value in job.overlap:
         out += overlap_flag(name, value)
@@ -220,7 +215,6 @@ def check_external(config: Mapping, points: Sequence) -> dict:
     (``simulator.ratio_dir``, or the SimAI root's), there and checksummed."""
     from ..base.errors import ConfigError
     from ..base.external import External, file_digest, files_digest, missing
-    from .run import ratio_dir_for
     from .simai import BINARY
 
     out = {}
