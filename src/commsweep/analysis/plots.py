@@ -101,14 +101,16 @@ def sp_label(sp: bool) -> str:
 
 
 def frame(columns, rows):
-    """Typed rows of a table (each with ``value(column)``: ``summary.Row``,
+    """Typed rows of a table (each type with ``getter(column)``: ``summary.Row``,
     ``compare.KindRow``) as a DataFrame with the table's ``columns``, an empty cell NaN: the
     one place the figures turn a table's reader's rows into pandas."""
     import pandas as pd
 
     def cells(column: str) -> list:
-        values = [r.value(column) for r in rows]
-        return [None if v == "" else v for v in values] if values and isinstance(values[0], str) else values
+        if not rows:
+            return []
+        values = list(map(type(rows[0]).getter(column), rows))
+        return [None if v == "" else v for v in values] if isinstance(values[0], str) else values
 
     return pd.DataFrame({column: pd.Series(cells(column), dtype=None if rows else object) for column in columns})
 
