@@ -120,7 +120,7 @@ def test_failed_points_and_steps_leave_the_others_intact_and_are_retried(tmp_pat
     assert sweeps.todo(run, config) == {"profile_file": 1, "generate": 5, "volumes": 5, "simulate": 5, "audit": 5}
     todo = jobs_to_run(run, config, "--config", f"analysis={{timeline_point: {HUGE_POINT}}}")
     assert 1 <= todo["batch"] < sweeps.planned(first)["batches"]
-    assert todo["summarize"] == todo["figures"] == todo["check"] == 1
+    assert todo["tables"] == todo["figures"] == todo["check"] == 1
     before = sweeps.status_times(run)
     retried = sweeps.run(run, "--configfile", str(config), "--config", f"analysis={{timeline_point: {HUGE_POINT}}}",
                          check=False)

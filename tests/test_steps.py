@@ -32,6 +32,9 @@ def test_each_step_is_a_rule_running_its_subcommand():
         if rule == "figures":
             continue
         text = blocks[rule]
+        if rule == "tables":  # several steps, each named with its command (common.smk, table_commands)
+            assert re.search(rf'\b{step.name}=\(\["{step.command[0]}"', text), f"rule tables: no command of {step.name}"
+            continue
         assert f'L.step_status("{step.name}")' in text, f"rule {rule} does not write the status of step {step.name}"
         m = re.search(r'guarded(?:_argv)?\("([\w-]+)', text)
         assert m and m.group(1) == step.command[0], f"rule {rule} runs {m and m.group(1)}, the table {step.command[0]}"
@@ -41,6 +44,15 @@ def test_every_guarded_rule_is_a_step():
     named = {s.rule or s.name for s in steps.table()}
     guarded = {name for name, text in rule_blocks().items() if "L.step_status(" in text and "status=" in text}
     assert guarded <= named | {"figures"}
+
+
+def test_the_tables_every_figure_reads_are_one_job_in_the_order_they_read_each_other():
+    tables = [s for s in steps.table() if s.rule == "tables"]
+    assert [s.name for s in tables] == ["summarize", "compare", "difference_by_cause"]
+    for i, step in enumerate(tables):
+        assert set(step.after) <= {s.name for s in tables[:i]}, f"{step.name} comes after a step run later"
+    assert steps.resources("tables") == {"mem_mb": 2048, "runtime": 10}
+    assert steps.groups()["tables"] == "tables" and "summarize" not in steps.groups()
 
 
 @pytest.mark.parametrize("profile", sorted(p.parent.name for p in (REPO / "profiles").glob("*/config.yaml")))

@@ -84,7 +84,7 @@ def test_storage_dry_run_declares_each_point_file(tmp_path):
     batches = sweeps.planned(result)["batches"]
     assert out.count("rule batch_") == batches
     # Each point's times come back from its batch to the summary, through the storage.
-    summarize = out[out.index("rule summarize:"):].split("\n\n")[0]
+    summarize = out[out.index("rule tables:"):].split("\n\n")[0]
     points = {p.point_key for p in sweeps_points(config)}
     assert len(points) == 4
     for point in points:

@@ -141,7 +141,7 @@ def test_external_inputs_are_checked_before_any_job_and_tracked_by_content(tmp_p
     os.utime(files[0], (stamp, stamp))
     assert sweeps.todo(tmp_path, config) == {"profile_file": 1, "generate": 1, "volumes": 1, "simulate": 1, "audit": 1}
     jobs = jobs_to_run(tmp_path, config)
-    assert jobs["batch"] == 1 and jobs["run_record"] == jobs["summarize"] == jobs["check"] == 1
+    assert jobs["batch"] == 1 and jobs["run_record"] == jobs["tables"] == jobs["check"] == 1
     before = sweeps.status_times(tmp_path)
     sweeps.run(tmp_path, "--configfile", str(config))
     profile = files[0].stem

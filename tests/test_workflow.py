@@ -19,7 +19,8 @@ def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.Compl
 
 def test_default_sweep_dry_run(tmp_path):
     result = snakemake(tmp_path, "--configfile", str(REPO / "config" / "config.yaml"), "--dry-run")
-    assert "summarize" in result.stdout and "results/plots/volume_by_tp.png" in result.stdout
+    assert "rule tables:" in result.stdout and "results/steps/summarize.status" in result.stdout
+    assert "results/plots/volume_by_tp.png" in result.stdout
 
 
 def test_invalid_sweep_fails_before_any_job(tmp_path):

@@ -1,35 +1,6 @@
-# The answer first: each AICB point's difference from its Megatron point by cause, its
-# figures, and the landing page (results/answer.md; the report's front page includes
-# results/answer.rst, see workflow/report/workflow.rst). Input functions: common.smk.
-
-
-rule difference_by_cause:
-    # Reads the batches' parts, as their manifests list them (a script: see rule summarize).
-    input:
-        sweep=L.sweep_table(),
-        batches=all_batches,
-        after=[],
-        **point_inputs("causes"),
-    output:
-        table=report(L.difference_by_cause(), caption="../report/difference_by_cause.rst", category="1. The answer"),
-        status=L.step_status("difference_by_cause"),
-    params:
-        provenance=provenance(),
-        attempt=attempt(L.step_status("difference_by_cause")),
-        # Each batch's part (its AICB points' causes), put together in the sweep's order.
-        command=guarded_argv("causes", "--sweep", "<input.sweep>", "--parts", "<batches.causes>",
-                             "-o", "<output.table>"),
-    conda:
-        COMMSWEEP_ENV
-    log:
-        L.log("difference_by_cause"),
-    benchmark:
-        L.benchmark("difference_by_cause")
-    resources:
-        **steps.resources("difference_by_cause"),
-    threads: 1
-    script:
-        "../scripts/commsweep.py"
+# The answer first: the landing page (results/answer.md; the report's front page includes
+# results/answer.rst, see workflow/report/workflow.rst), from each AICB point's difference from
+# its Megatron point by cause (rule tables, summary.smk) and its figures. Input functions: common.smk.
 
 
 rule answer:

@@ -215,21 +215,46 @@ def timeline_command():
     return command, after
 
 
+def guarded_step(step, command, outputs, after, status_output):
+    """One step's guarded command in a rule that runs several (`params.commands`, run one after
+    the other in the job's process by workflow/scripts/commsweep.py): its own status, outputs,
+    the statuses it comes after and its attempt, which is among its words: one more after the
+    step failed, so the next run redoes it."""
+    attempt_ = status.next_attempt(LOCAL.step_status(step))
+    return ["guard", "--status", status_output, "--outputs", *outputs, "--after", *after,
+            "--attempt", str(attempt_), "--provenance", "<params.provenance>", "--", *command]
+
+
 def figure_commands(wildcards):
-    """The figures rule's `params.commands`: each figure's guarded command (workflow/scripts/commsweep.py
-    runs them one after the other in the job's process). Its attempt is among its words: one more
-    after the figure failed, so the next run redraws it."""
+    """The figures rule's `params.commands`: each figure's guarded command."""
     commands = []
     for name, fig in FIGURES.items():
         command, after = list(fig.command), [L.step_status(step) for step in fig.after]
         if name == "timeline":
             command, after = timeline_command()
-        command += ["-o", f"<output.{name}>"]
-        attempt_ = status.next_attempt(LOCAL.step_status(f"plot_{name}"))
-        commands.append(["guard", "--status", f"<output.{name}_status>", "--outputs", f"<output.{name}>",
-                         "--after", *after, "--attempt", str(attempt_), "--provenance", "<params.provenance>",
-                         "--", *command])
+        commands.append(guarded_step(fig.name, [*command, "-o", f"<output.{name}>"], [f"<output.{name}>"], after,
+                                     f"<output.{name}_status>"))
     return commands
+
+
+# The steps rule tables runs (commsweep.orchestration.steps: a step's rule), in the table's order.
+TABLES = [name for name, s in STEPS.items() if s.rule == "tables"]
+
+
+def table_commands(**commands):
+    """The tables rule's `params.commands`: for each of its steps, `commands[step]` (its command
+    and the names of its outputs) guarded, after the steps the table says it reads (made
+    earlier in the same job), its status `output.<step>_status`."""
+    missing = set(TABLES) ^ set(commands)
+    if missing:
+        raise WorkflowError(f"rule tables: commands of {', '.join(sorted(missing))} do not match the table of steps")
+
+    def params(wildcards):
+        return [guarded_step(name, commands[name][0], [f"<output.{o}>" for o in commands[name][1]],
+                             [L.step_status(step) for step in STEPS[name].after], f"<output.{name}_status>")
+                for name in TABLES]
+
+    return params
 
 
 # -- measured traces (workflow/rules/trace.smk) --------------------------------------------

@@ -1,4 +1,5 @@
-# The sweep table, the summary of every point, its figure, and the check that ends a run.
+# The sweep table, the tables every figure reads (the summary, the comparison, the difference
+# by cause), and the check that ends a run.
 
 
 rule sweep_table:
@@ -45,32 +46,51 @@ rule run_record:
         "../scripts/write_text.py"
 
 
-rule summarize:
-    # Reads each point's files as the batch manifests list them: their lists are too long
-    # for a shell command, so the command runs in a script (commsweep.orchestration.pipeline.run_rule).
+rule tables:
+    # The tables every figure reads, in one job and one process (a job costs Snakemake time to
+    # start and book, a `script:` its Python start): the summary of every point, the comparison
+    # of the generators (from every point's audit) and the answer's difference by cause. Each is
+    # still a step of its own (commsweep.orchestration.steps: the steps of rule tables), run in
+    # the table's order through `commsweep guard` with its own status and attempt: one that fails
+    # leaves markers for its outputs only, the steps after it record that they did not run, the
+    # others run. They read each point's files as the batch manifests list them: their lists are
+    # too long for a shell command, so the commands run in a script (pipeline.run_rule).
     input:
         sweep=L.sweep_table(),
         batches=all_batches,
-        after=[],
-        **point_inputs("status", "volumes", "times"),
+        **point_inputs("status", "volumes", "times", "audits", "causes"),
     output:
         summary=L.summary(),
-        status=L.step_status("summarize"),
+        findings=report(L.findings(), caption="../report/findings.rst", category="Audit against Megatron"),
+        comparison=report(L.comparison(), caption="../report/comparison.rst", category="Audit against Megatron"),
+        verdicts=report(L.verdicts(), caption="../report/verdicts.rst", category="Audit against Megatron"),
+        by_kind=report(L.findings_by_kind(), caption="../report/findings_by_kind.rst", category="Audit against Megatron"),
+        causes=report(L.difference_by_cause(), caption="../report/difference_by_cause.rst", category="1. The answer"),
+        **{f"{step}_status": L.step_status(step) for step in TABLES},
     params:
         provenance=provenance(),
-        attempt=attempt(L.step_status("summarize")),
         run=RUN.id,
-        command=guarded_argv("summarize", "--sweep", "<input.sweep>", "--status", "<batches.status>",
-                             "--volumes", "<batches.volumes>", "--times", "<batches.times>", "--run", "<params.run>",
-                             "-o", "<output.summary>"),
+        commands=table_commands(
+            summarize=(["summarize", "--sweep", "<input.sweep>", "--status", "<batches.status>", "--volumes",
+                        "<batches.volumes>", "--times", "<batches.times>", "--run", "<params.run>",
+                        "-o", "<output.summary>"], ["summary"]),
+            compare=(["compare", "--sweep", "<input.sweep>", "--summary", "<output.summary>", "--audits",
+                      "<batches.audits>", "--findings", "<output.findings>", "--comparison", "<output.comparison>",
+                      "--verdicts", "<output.verdicts>", "--by-kind", "<output.by_kind>"],
+                     ["findings", "comparison", "verdicts", "by_kind"]),
+            # Each batch's part (its AICB points' causes), put together in the sweep's order.
+            difference_by_cause=(["causes", "--sweep", "<input.sweep>", "--parts", "<batches.causes>",
+                                  "-o", "<output.causes>"], ["causes"]),
+        ),
     conda:
         COMMSWEEP_ENV
     log:
-        L.log("summarize"),
+        L.log("tables"),
     benchmark:
-        L.benchmark("summarize")
+        L.benchmark("tables")
     resources:
-        **steps.resources("summarize"),
+        **steps.resources("tables"),
+    # In order: compare reads the summary.
     threads: 1
     script:
         "../scripts/commsweep.py"

@@ -5,7 +5,8 @@ A sweep-wide step reads every point's outputs (or a table made of them) and writ
 a figure or the answer page. Each is a ``commsweep`` subcommand run through ``commsweep
 guard``, with a status file of its own (``results/steps/<name>.status``): the check
 (rule ``check``) reads the statuses of this sweep's steps (``of_sweep``), the figures' rule
-draws the figures of the table in its one job, and on a cluster the steps of a ``group``
+draws the figures of the table in its one job, rule ``tables`` the tables they read in
+another (a step's ``rule``), and on a cluster the steps of a ``group``
 run as one job (the profiles' ``groups:``, which ``tests/test_steps.py`` holds to this
 table). A step that only some sweeps have says when (``when``). Adding a step is a row here
 and its rule (a figure: a row alone).
@@ -31,7 +32,11 @@ class Step:
     category: str = ""  # where the report shows its outputs
     caption: str = ""  # a figure's caption, workflow/report/<caption>.rst
     when: str = "always"
-    rule: str = ""  # the rule that runs it (default: its name; every figure: rule figures)
+    # The rule whose job runs it (default: its name). Several steps of one rule run in its one
+    # job, one Python process, each still guarded with its own status: every figure in rule
+    # figures, the tables every figure reads in rule tables (a job costs Snakemake about 0.4
+    # CPU second to start and book, a step run in a job of its own its Python start too).
+    rule: str = ""
     group: str | None = "tables"  # the cluster job its rule is bundled into (None: a job of its own)
     # What its rule's job asks for: memory (MB) and run time (minutes); the cluster profiles
     # turn them into the job's request (threads: 1).
@@ -53,9 +58,10 @@ def table(tp_overlap: float | int = 0) -> tuple[Step, ...]:
     """Every sweep-wide step, in the order the check lists them; ``tp_overlap``: the
     sweep's ``simulator.overlap.tp`` (the ratio of its points without a tp_overlap axis)."""
     return (
-        Step("summarize", ("summarize",)),
-        Step("compare", ("compare",), ("summarize",), "Audit against Megatron"),
-        Step("difference_by_cause", ("causes",), (), "1. The answer"),
+        # The tables every figure reads, made by one job (rule tables), in this order.
+        Step("summarize", ("summarize",), rule="tables"),
+        Step("compare", ("compare",), ("summarize",), "Audit against Megatron", rule="tables"),
+        Step("difference_by_cause", ("causes",), (), "1. The answer", rule="tables"),
         _figure("volume_by_tp", ("plot", "volume-by-tp", "<input.summary>"), "summarize", "Communication volumes"),
         _figure("tp_bytes_by_phase", ("plot", "tp-bytes-by-phase", "<input.summary>"), "summarize",
                 "Communication volumes"),
