@@ -54,10 +54,13 @@ REPORT_INPUTS := results/status.txt $(wildcard workflow/report/*.rst) Snakefile 
 $(REPORT): $(REPORT_INPUTS)
 	$(BIN)/snakemake --cores $(CORES) --configfile $(CONFIG) --report $@
 
-## test: the whole test suite
+## test: the whole test suite, on TEST_WORKERS pytest-xdist workers (default: one per core)
+# loadgroup: a test goes to the first free worker, a group (tests/conftest.py) to one worker.
+# The slowest tests are listed at the end, so a new slow one is seen in CI's log.
+TEST_WORKERS ?= auto
 test: $(EXTRAS)
 	$(COMPILE)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
 ## bench: the quick benchmarks in bench/ (bench/sweep_scale.py, which takes minutes, runs on its own)
 bench: $(BASE)

@@ -1,4 +1,5 @@
-"""Shared fixtures: the reference material beside the checkout, and the repo paths."""
+"""Shared fixtures: the reference material beside the checkout, and the repo paths; and
+which tests must share a worker when the suite runs in parallel (``make test``)."""
 
 from __future__ import annotations
 
@@ -32,3 +33,24 @@ def reference_files(folder: str, pattern: str) -> list:
 @pytest.fixture
 def reference():
     return reference_path
+
+
+# `make test` runs the suite on several pytest-xdist workers with ``--dist loadgroup``: a test
+# goes to whichever worker is free, but the tests of one ``xdist_group`` go to one worker, in
+# their order. A module-scoped fixture is made once per worker that runs a test needing it, and
+# those fixtures are the suite's most expensive setups (traces, a Slurm cluster, whole sweeps),
+# so every test that uses one is grouped with its module: the fixture is made once, as in a
+# serial run. Tests that share other state (the pages of tests/test_doc_examples.py) name
+# their group themselves.
+SHARED_SCOPES = ("class", "module", "package")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its hook of the same name)
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs.values() if info is not None else ()
+        if any(chain[-1].scope in SHARED_SCOPES for chain in defs if chain):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
