@@ -32,12 +32,13 @@ $(EXTRAS): pyproject.toml | $(BIN)/python
 
 ## run: a sweep end to end (CONFIG, default config/config.yaml) into results/, then its HTML report
 # The config is checked first by commsweep itself: a mistake is named with its file, line
-# and column (or key), exit status 2, before Snakemake starts. The report is made again only
-# when it is older than what it shows (REPORT_INPUTS), so a run with nothing to do does nothing.
+# and column (or key), exit status 2, before Snakemake starts. Snakemake is not even started
+# when nothing it reads or writes changed since it last ended well here (it would find nothing
+# to do: commsweep.orchestration.current). The report is made again only when it is older than
+# what it shows (REPORT_INPUTS), so a run with nothing to do does nothing.
 run: $(BASE)
 	$(COMPILE)
-	$(BIN)/commsweep sweep --check $(CONFIG)
-	$(BIN)/snakemake --cores $(CORES) --configfile $(CONFIG)
+	$(BIN)/commsweep sweep --check $(CONFIG) --run-unless-current $(BIN)/snakemake --cores $(CORES) --configfile $(CONFIG)
 	@$(MAKE) --no-print-directory $(REPORT) CONFIG=$(CONFIG)
 
 ## report: the HTML report of the last run of CONFIG (results/report.html); refuses results of another sweep

@@ -241,7 +241,7 @@ def run_commsweep(argv: list[str]) -> tuple[bytes | None, str, float]:
 
 def in_process_seconds(argv: list[str], repeat: int = 5) -> float:
     from commsweep.orchestration.cli import build_parser
-    from commsweep.workload.generate import from_arguments
+    from commsweep.workload.stage import from_arguments
 
     parser = build_parser()
     start = time.perf_counter()

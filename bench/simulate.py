@@ -141,7 +141,7 @@ def make_build(root: Path, label: str | None) -> Build:
 class Case:
     name: str
     workload: Path
-    network: object  # commsweep.simulate.engine.Network
+    network: object  # commsweep.setup.network.Network
     prefix: str
     expected: Path | None = None  # SimAI's recorded EndToEnd.csv
     recorded_s: float | None = None  # SimAI's recorded wall time (-O0)
@@ -153,14 +153,14 @@ class Case:
 
 
 def network(net: str, gpus: int):
-    from commsweep.simulate.engine import Network
+    from commsweep.setup.network import Network
 
-    return Network(gpus, **NETWORKS[net])
+    return Network(gpus=gpus, **NETWORKS[net])
 
 
 def reference_cases() -> list[Case]:
     """The clean runs of the reference INDEX.csv (flags as SimAI was run)."""
-    from commsweep.simulate.engine import Network
+    from commsweep.setup.network import Network
 
     out = []
     with open(ENDTOEND / "INDEX.csv", newline="", encoding="utf-8") as fh:
@@ -169,7 +169,8 @@ def reference_cases() -> list[Case]:
                 continue  # a SimAI bug case: its output is nonsense, its time no yardstick
             argv = shlex.split(row["command"].split("&&", 1)[1])[1:]
             f = dict(zip(argv[::2], argv[1::2]))
-            net = Network(int(f["-g"]), int(f["-g_p_s"]), int(f["-n_p_s"]), f["-nv"], f["-nic"])
+            net = Network(gpus=int(f["-g"]), gpus_per_server=int(f["-g_p_s"]), nics_per_server=int(f["-n_p_s"]),
+                          nvlink_gbps=f["-nv"], nic_gbps=f["-nic"])
             path = REFERENCE / row["workload_file"]
             out.append(Case(f"{path.stem} net{row['net']}", path, net, f["-r"],
                             ENDTOEND / Path(row["endtoend_csv"]).name, float(row["wall_s"])))

@@ -37,10 +37,11 @@ class Run:
         return self.log.stem
 
     def network(self, **overlap):
-        from commsweep.simulate.engine import Network
+        from commsweep.setup.network import Network
 
         f = self.flags
-        return Network(int(f["-g"]), int(f["-g_p_s"]), int(f["-n_p_s"]), f["-nv"], f["-nic"], **overlap)
+        return Network(gpus=int(f["-g"]), gpus_per_server=int(f["-g_p_s"]), nics_per_server=int(f["-n_p_s"]),
+                       nvlink_gbps=f["-nv"], nic_gbps=f["-nic"], **overlap)
 
     def simulate_argv(self, *extra: str) -> list[str]:
         """``commsweep simulate`` on this run's workload with its SimAI flags (-g ... -r), then ``extra``."""

@@ -20,7 +20,8 @@ from commsweep.setup.models import PRESETS, ModelSpec
 from commsweep.setup.training import TrainingSetup
 from commsweep.workload import aicb
 from commsweep.workload import format as wf
-from commsweep.workload.generate import build, from_arguments
+from commsweep.workload.generate import build
+from commsweep.workload.stage import from_arguments
 
 from conftest import REFERENCE
 

@@ -22,7 +22,7 @@ from commsweep.setup.models import PRESETS, ModelSpec
 from commsweep.setup.training import TrainingSetup
 from commsweep.workload import aicb, aicb_deepseek
 from commsweep.workload import format as wformat
-from commsweep.workload.generate import from_arguments
+from commsweep.workload.stage import from_arguments
 
 TINY = PRESETS["deepseek-tiny"]  # 4 layers, h 256, 8 heads, 8 experts top-2, 1 dense, 1 shared
 

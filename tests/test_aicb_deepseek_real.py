@@ -29,7 +29,7 @@ from commsweep.setup.arguments import setup_from_args
 from commsweep.setup.models import PRESETS
 from commsweep.setup.training import TrainingSetup
 from commsweep.workload import aicb
-from commsweep.workload.generate import from_arguments
+from commsweep.workload.stage import from_arguments
 
 ROOT = os.environ.get("AICB_ROOT")
 SCRIPT = Path("workload_generator") / "SimAI_training_workload_generator.py"

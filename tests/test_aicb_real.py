@@ -24,7 +24,7 @@ from commsweep.orchestration.cli import build_parser
 from commsweep.setup.models import PRESETS
 from commsweep.setup.training import TrainingSetup
 from commsweep.workload import aicb, aicb_runner
-from commsweep.workload.generate import from_arguments
+from commsweep.workload.stage import from_arguments
 
 from conftest import REPO
 

@@ -204,3 +204,32 @@ def test_a_sweep_without_megatron_points_says_it_has_bytes_but_no_time(tmp_path)
     assert "ALLREDUCE is what Megatron issues" in text and "of exposed TP time" not in text
     assert "no simulated time of" not in text
     check_numbers(text, rows)
+
+
+def test_the_packet_level_section_quotes_its_table_beside_the_analytical_one(results):
+    """With packet-level points, the page's section on them (answer.packet_blocks): each of its
+    numbers a sum of rows of the packet-level table or, for the number beside it, of the
+    analytical one, and their ratio. The packet-level table here is the analytical one with every
+    time 1.25 times as long, under the packet-level points' keys: a stand-in for SimAI_simulator's
+    runs (the real ones: tests/test_ns3.py, test_real_simulator_answers_config_ns3)."""
+    import dataclasses
+
+    from commsweep.setup.points import PointRow
+
+    rows = causes.read_csv(results / "difference_by_cause.csv")
+    table = {k: PointRow.from_cells({**p.cells, "simulation": "analytical"}) for k, p in points(results).items()}
+    packet = {f"{k}_packet": PointRow.from_cells({**p.cells, "point": f"{k}_packet", "simulation": "packet"})
+              for k, p in table.items()}
+    packet_rows = [dataclasses.replace(r, point=f"{r.point}_packet",
+                                       exposed_us=None if r.exposed_us is None else r.exposed_us * 1.25) for r in rows]
+    page = answer.to_markdown(answer.page(rows, {**table, **packet}, {}, packet_rows))
+    section = page.split("## Under packet-level simulation (SimAI_simulator)\n")[1]
+    # (The section writes what the dropped all-reduces leave out as sizes, without their sign.)
+    unsigned = [dataclasses.replace(r, point=f"{r.point}~", bytes=-r.bytes,
+                                    exposed_us=None if r.exposed_us is None else -r.exposed_us)
+                for r in rows + packet_rows]
+    assert check_numbers(section, rows + packet_rows + unsigned) > 10
+    assert "At packet level the dropped all-reduces leave out" in section and "1.25x as much at packet level" in section
+    assert section.count("AICB AIOB path: net ") == 4
+    alone = answer.to_markdown(answer.page(rows, {**table, **packet}, {}, [r for r in packet_rows if "megatron" in r.point]))
+    assert "no packet-level pair to answer with" in alone

@@ -219,6 +219,15 @@ def test_the_table_reads_back(tp2, tmp_path):
     bad.write_text(out.read_text().replace(",130,", ",many,", 1))
     with pytest.raises(InputError, match=r"bad.csv:\d+"):
         causes.read_csv(bad)
+    # sp and aiob are True or False, as the points table writes them (not any other text as False)
+    header, first, *rest = out.read_text().splitlines(keepends=True)
+    cells = next(csv.reader([first]))
+    cells[causes.COLUMNS.index("sp")] = "no"
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow(cells)
+    bad.write_text(header + buf.getvalue() + "".join(rest))
+    with pytest.raises(InputError, match=r"bad.csv:2: bad value \(expected True or False, got 'no'\)"):
+        causes.read_csv(bad)
 
 
 # -- the classification itself ---------------------------------------------------------------

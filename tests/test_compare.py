@@ -205,6 +205,25 @@ def test_findings_by_kind_sum_every_finding_of_a_point(sweep):
         assert sum(int(r["extra_bytes"]) for r in rows) == int(v["extra_bytes"] or 0)
 
 
+def test_findings_by_kind_reads_back_typed(sweep, tmp_path):
+    """read_by_kind, the figure's reader, gives back what by_kind_csv wrote; a cell it would not
+    write names its line and column."""
+    text = _tables_text(sweep)[3]
+    path = tmp_path / "findings_by_kind.csv"
+    path.write_text(text)
+    columns, rows = compare.read_by_kind(path)
+    assert columns == compare.BY_KIND_COLUMNS
+    written = list(csv.DictReader(io.StringIO(text)))
+    assert [(r.point.point, r.variant, r.kind, str(r.findings), str(r.missing_bytes), str(r.extra_bytes))
+            for r in rows] == [(w["point"], w["variant"], w["kind"], w["findings"], w["missing_bytes"],
+                                w["extra_bytes"]) for w in written]
+    assert all(r.variant == r.point.variant and isinstance(r.point.tp, int) for r in rows)
+    header, first, *rest = text.splitlines(keepends=True)
+    path.write_text(header + first.replace(f",{rows[0].kind},{rows[0].findings},", f",{rows[0].kind},many,") + "".join(rest))
+    with pytest.raises(compare.InputError, match=rf"{re.escape(str(path))}:2: field 'findings': expected a number"):
+        compare.read_by_kind(path)
+
+
 def test_a_damaged_audit_is_an_error_naming_its_line(sweep, tmp_path):
     import shutil
 
@@ -327,8 +346,26 @@ def test_cli_compare_writes_the_four_tables(sweep, tmp_path):
 def test_a_summary_without_volume_columns_is_refused(sweep, tmp_path):
     bad = tmp_path / "summary.csv"
     bad.write_text("point,phase\nx,fwd\n")
-    with pytest.raises(Exception, match="missing column"):
+    with pytest.raises(compare.InputError, match=rf"{re.escape(str(bad))}:1: not a summary table: expected the columns"):
         compare.compare(sweep / "sweep.csv", bad, paths.PointFiles.under(sweep))
+
+
+def test_the_summary_reader_names_the_line_and_field_of_a_bad_number(sweep, tmp_path):
+    """summary.read gives back what summarize wrote, typed; a cell it would not write is an
+    InputError naming its line and column."""
+    text = (sweep / "summary.csv").read_text()
+    table = summary.read(sweep / "summary.csv")
+    assert table.columns == tuple(text.partition("\n")[0].split(","))
+    assert len(table.rows) == text.count("\n") - 1 and all(r.ok and r.volume is not None for r in table.rows)
+    row = table.rows[0]
+    assert isinstance(row.volume.payload_bytes, int) and isinstance(row.iteration["sim_total_us"], int)
+    lines = text.split("\n")
+    cells = lines[3].split(",")
+    cells[table.columns.index("payload_bytes")] = "12x"
+    bad = tmp_path / "summary.csv"
+    bad.write_text("\n".join([*lines[:3], ",".join(cells), *lines[4:]]))
+    with pytest.raises(compare.InputError, match=rf"{re.escape(str(bad))}:4: field 'payload_bytes': expected a number"):
+        summary.read(bad)
 
 
 # -- figures ---------------------------------------------------------------------------
@@ -348,17 +385,22 @@ def test_figures_are_png_and_deterministic(sweep, tmp_path, kind):
 
 
 def test_exposed_figure_without_times_says_so(sweep, tmp_path):
+    """A summary of points not simulated (their time columns empty, as summarize writes them
+    without a times.csv): the figure says so instead of drawing empty bars."""
     rows = list(csv.DictReader(open(sweep / "summary.csv", newline="")))
-    columns = [c for c in rows[0] if c not in compare.time_columns(rows[0])]
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows({**r, **{c: "" for c in summary.SIM_COLUMNS}} for r in rows)
     plain = tmp_path / "summary.csv"
     plain.write_text(buf.getvalue())
-    assert not compare.has_times(plain) and compare.has_times(sweep / "summary.csv")
-    plots.exposed_by_group(plain, tmp_path / "e.png")
-    assert (tmp_path / "e.png").stat().st_size > 0
+    assert all(not r.iteration and r.time_us is None for r in summary.read(plain).rows)
+    said, drawn = tmp_path / "said.png", tmp_path / "drawn.png"
+    plots.exposed_by_group(plain, said)
+    plots.message_figure(drawn, "No simulated times in the summary table:\nno point of this sweep was simulated.")
+    assert said.read_bytes() == drawn.read_bytes()
+    plots.exposed_by_group(sweep / "summary.csv", drawn)
+    assert said.read_bytes() != drawn.read_bytes()
 
 
 def test_timeline_lays_out_simai_rows_in_execution_order(sweep, tmp_path):
@@ -401,7 +443,8 @@ def test_timeline_refuses_a_simulation_of_another_workload(sweep, tmp_path, caps
 def test_timeline_simulates_with_the_engine_as_simai_did(sweep, tmp_path):
     """Without an EndToEnd.csv the timeline simulates the workload itself: the row times
     equal those of SimAI's own run on the same workload and network."""
-    from commsweep.simulate.engine import Network, load_ratios
+    from commsweep.setup.network import Network
+    from commsweep.simulate.engine import load_ratios
 
     stem = "gpt7b_ws16_tp2_pp1_seq2048_mbs1_ga1_sp1_aiob"
     workload = wf.read(paths.workload_file(sweep, "gpt7b_ws16_tp2_sp1_aicb_aiob"))
@@ -444,13 +487,14 @@ def test_figures_leave_failed_points_out(tmp_path):
     from commsweep.analysis import plots, summary
 
     columns = summary.COLUMNS
+    point = dict(model="gpt-7b", world_size="16", tp="2", pp="1", ep="1", sp="False", aiob="False", schedule="megatron",
+                 micro_batch="1", global_batch="16", seq_length="2048", recompute="False", network="netA", dp="8",
+                 ga="2", gpus_per_server="8", nics_per_server="8", nvlink_gbps="360", nic_gbps="48.5")
     ok = {c: "" for c in columns}
-    ok.update(point="p1__netA", workload="p1", model="gpt-7b", tp="2", sp="False", aiob="False",
-              schedule="megatron", network="netA", status="ok", phase="fwd", collective="allreduce",
+    ok.update(point, point="p1__netA", workload="p1", status="ok", phase="fwd", collective="allreduce",
               group="TP", group_size="2", count="64", payload_bytes=str(64 * 2**24), wire_bytes_per_rank=str(64 * 2**24))
     failed = {c: "" for c in columns}
-    failed.update(point="p2__netA", workload="p2", model="gpt-7b", tp="2", sp="False", aiob="False",
-                  schedule="megatron", network="netA", status="failed: generate: arguments: boom")
+    failed.update(point, point="p2__netA", workload="p2", status="failed: generate: arguments: boom")
 
     def write(rows, name):
         path = tmp_path / name

@@ -35,6 +35,16 @@ def test_reads_header_and_rows():
     assert w.rows[1].wg_comm == "REDUCESCATTER_DP_EP" and w.rows[1].wg_size == 4096
 
 
+def test_the_header_reads_alone(tmp_path):
+    """read_header reads the first line only: a file whose rows are cut still gives its header."""
+    path = tmp_path / "w.txt"
+    path.write_text(GOOD.split("embedding_layer")[0] + "embedding_layer\t-1")
+    assert wf.read_header(path) == wf.parse(GOOD).header
+    path.write_text(GOOD.replace("ga: 1", "ga: x"))
+    with pytest.raises(InputError, match=rf"^{path}:1: field 'ga': expected an integer"):
+        wf.read_header(path)
+
+
 def test_pp_comm_float_reads_like_stoi():
     w = wf.parse(GOOD.replace("pp_comm: 0", "pp_comm: 8388608.0"))
     assert w.header.pp_comm == 8388608

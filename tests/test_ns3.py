@@ -347,9 +347,47 @@ def test_simulate_command_with_the_ns3_backend(stand_in, reference, capsys):
 
 # -- in the sweep: config/ns3.yaml's points, planned and run as the workflow does ----------------
 
+CONFIG_NS3 = Path(__file__).resolve().parents[1] / "config" / "ns3.yaml"
+# config/ns3.yaml cut to the reference run's workload (AICB's default path: gpt7b_L2_tp8, byte for
+# byte), which the stand-in replays; the whole sweep's other workloads have no recorded run.
+REPLAYED = "sweep={aiob: [false], schedule: [aicb]}"
+
+
+def ns3_config(*overrides: str) -> dict:
+    from commsweep.setup import configfile
+
+    return configfile.load([str(CONFIG_NS3)], list(overrides))
+
+
+def run_plan(plan: dict) -> dict:
+    """Every batch of a plan, as the workflow orders them (a packet point's batch after its workload's)."""
+    from commsweep.base.paths import Layout
+    from commsweep.orchestration import batch
+
+    return {name: batch.run(b, 1, Layout().batch_manifest(name), running_dir=".running")
+            for name, b in sorted(plan.items(), key=lambda item: item[0].startswith("packet-"))}
+
+
+def test_config_ns3_has_the_pair_that_answers_at_packet_level(tmp_path, reference, monkeypatch):
+    """config/ns3.yaml: AICB's AIOB path and Megatron's schedule of one setting, each simulated both
+    ways: the packet-level AICB point's packet-level Megatron point is in the sweep."""
+    from commsweep.analysis import causes
+    from commsweep.orchestration import sweep
+    from commsweep.setup.points import PointRow
+
+    monkeypatch.setenv("SIMAI_ROOT", str(replaying_root(tmp_path, reference(NS3, "runs", "gpt7b_L2_tp8_16g_sendlat6"))))
+
+    points, _ = sweep.points_from_config(ns3_config())
+    rows = [PointRow.of(p) for p in points]
+    packet = [r for r in rows if r.simulation == "packet"]
+    assert sorted((r.schedule, r.aiob) for r in packet) == [("aicb", True), ("megatron", True)]
+    partners = causes.megatron_partners(rows)
+    (aicb,) = [r for r in packet if r.schedule == "aicb"]
+    assert partners[aicb.point] == aicb.point.replace("_aicb_aiob_", "_megatron_aiob_")
+
 
 def test_sweep_plans_each_packet_point_as_a_job_of_its_own(stand_in, reference, monkeypatch):
-    """config/ns3.yaml: its TP 8 workload (the reference run's, byte for byte) is made in its batch;
+    """config/ns3.yaml's default-path point: its TP 8 workload (the reference run's, byte for byte) is made in its batch;
     the packet-level point is a batch of its own, after that one, with simulator.ns3's resources; run
     through the stand-in replaying the reference run, it writes that run's EndToEnd.csv and the same
     tables as its analytical twin; the comparison sets them side by side."""
@@ -357,13 +395,14 @@ def test_sweep_plans_each_packet_point_as_a_job_of_its_own(stand_in, reference, 
     from commsweep.orchestration import batch, provenance, sweep
     from commsweep.setup import configfile
     from commsweep.simulate import times
-    from commsweep.simulate.ns3 import compare
+    from commsweep.analysis import packet as packet_table, summary
+    from commsweep.setup.points import PointRow
 
     binary, _, tmp = stand_in
     run = reference(NS3, "runs", "gpt7b_L2_tp8_16g_sendlat6")
     monkeypatch.setenv("STAND_IN_RUN", str(run))
     monkeypatch.setenv("SIMAI_ROOT", str(binary))
-    config = configfile.load([str(Path(__file__).resolve().parents[1] / "config" / "ns3.yaml")], [])
+    config = configfile.load([str(CONFIG_NS3)], [REPLAYED])
     monkeypatch.chdir(tmp)
     points, _ = sweep.points_from_config(config)
     assert [p.simulation for p in points] == ["analytical", "packet"]
@@ -385,9 +424,8 @@ def test_sweep_plans_each_packet_point_as_a_job_of_its_own(stand_in, reference, 
     assert Path(layout.endtoend(packet)).read_text() == (run / outputs.ENDTOEND).read_text()
     both = {key: times.read(layout.times(key)).iteration[("total_us", "")] for key in (analytical, packet)}
     assert both[packet] == "21150" and int(both[analytical]) < 21150
-    rows = [{"point": key, "simulation": sim, "sim_total_us": both[key], "status": "ok"}
-            for key, sim in ((analytical, "analytical"), (packet, "packet"))]
-    table = list(csv.DictReader(io.StringIO(compare.table(rows, compare.read_records([layout.packet_record(packet)])))))
+    rows = [summary.Row(PointRow.of(p), iteration={"sim_total_us": int(both[p.point_key])}) for p in points]
+    table = list(csv.DictReader(io.StringIO(packet_table.table(rows, packet_table.read_records([layout.packet_record(packet)])))))
     assert [(r["analytical_point"], r["packet_total_us"], r["send_latency_us"]) for r in table] == \
         [(analytical, "21150", "6")]
     assert float(table[0]["packet_over_analytical"]) > 1
@@ -404,14 +442,15 @@ def replaying_root(tmp_path: Path, run: Path) -> Path:
 
 
 def test_workflow_plans_config_ns3(tmp_path, reference, monkeypatch):
-    """`make run CONFIG=config/ns3.yaml`'s plan: two batches (the workload's, the packet point's) and
-    the comparison."""
+    """`make run CONFIG=config/ns3.yaml`'s plan: three batches (the workloads' and one per packet
+    point), the comparison and the packet-level difference by cause, which the answer reads."""
     import sweeps
 
     monkeypatch.setenv("SIMAI_ROOT", str(replaying_root(tmp_path, reference(NS3, "runs", "gpt7b_L2_tp8_16g_sendlat6"))))
-    result = sweeps.run(tmp_path / "w", "--configfile", str(Path(__file__).resolve().parents[1] / "config" / "ns3.yaml"),
-                        "--dry-run")
-    assert result.stdout.count("rule batch:") == 2 and "packet_vs_analytical" in result.stdout
+    result = sweeps.run(tmp_path / "w", "--configfile", str(CONFIG_NS3), "--dry-run", "--printshellcmds")
+    assert result.stdout.count("rule batch:") == 3 and "packet_vs_analytical" in result.stdout
+    assert "rule packet_difference_by_cause:" in result.stdout
+    assert "--packet results/packet_difference_by_cause.csv" in result.stdout
 
 
 @pytest.mark.slow
@@ -424,8 +463,7 @@ def test_workflow_runs_config_ns3(tmp_path, reference, monkeypatch):
     monkeypatch.setenv("SIMAI_ROOT", str(replaying_root(tmp_path, run)))
     monkeypatch.setenv("STAND_IN_RUN", str(run))
     monkeypatch.setenv("STAND_IN_SEEN", str(tmp_path / "seen.txt"))
-    sweeps.run(tmp_path / "w", "--configfile", str(Path(__file__).resolve().parents[1] / "config" / "ns3.yaml"),
-               "--cores", "2")
+    sweeps.run(tmp_path / "w", "--configfile", str(CONFIG_NS3), "--config", REPLAYED, "--cores", "2")
     rows = list(csv.DictReader(open(tmp_path / "w" / "results" / "packet_vs_analytical.csv", newline="")))
     assert [(r["packet_total_us"], r["flows"], r["status"]) for r in rows] == [("21150", "34960", "ok")]
     assert 1 < float(rows[0]["packet_over_analytical"]) < 1.25
@@ -463,7 +501,7 @@ def test_a_failed_packet_run_is_a_named_failed_point(stand_in, reference, monkey
     binary, _, tmp = stand_in
     monkeypatch.setenv("STAND_IN_MODE", "empty")
     monkeypatch.setenv("SIMAI_ROOT", str(binary))
-    config = configfile.load([str(Path(__file__).resolve().parents[1] / "config" / "ns3.yaml")], [])
+    config = configfile.load([str(CONFIG_NS3)], [REPLAYED])
     monkeypatch.chdir(tmp)
     points, _ = sweep.points_from_config(config)
     plan = batch.plan(points, config, Layout(), provenance.Run(config=config,
@@ -490,3 +528,82 @@ def test_real_simulator_runs_a_zero_byte_collective_as_none(tmp_path, reference)
                         conf.Settings(send_latency_us=6), parent=tmp_path, timeout=900)
     assert result.endtoend.total_time == 1772.03
     assert any("row 2 (embedding_layer ig REDUCESCATTER 0)" in w for w in result.warnings)
+
+
+def test_a_packet_only_sweep_is_audited_and_says_it_has_no_pair(stand_in, reference, monkeypatch, capsys):
+    """`simulation: [packet]`: the packet-level point's workload is audited in its workload's batch
+    (the audit is of the workload rows, not of the simulator), the packet-level difference by
+    cause has its bytes from that audit and no time (no packet-level Megatron point), each
+    collective of the SimAI_simulator run is found at the bytes it moved, and the answer page
+    says what the sweep lacks."""
+    from commsweep.analysis import answer, audit, causes
+    from commsweep.base.paths import Layout, PointFiles
+    from commsweep.orchestration import batch, cli, provenance, sweep
+    from commsweep.setup.points import PointRow
+
+    binary, _, tmp = stand_in
+    monkeypatch.setenv("STAND_IN_RUN", str(reference(NS3, "runs", "gpt7b_L2_tp8_16g_sendlat6")))
+    monkeypatch.setenv("SIMAI_ROOT", str(binary))
+    config = ns3_config(REPLAYED, "sweep={simulation: [packet]}")
+    monkeypatch.chdir(tmp)
+    points, invalid = sweep.points_from_config(config)
+    (point,) = points
+    assert point.packet and sweep.audited_points(points) == [point]
+    plan = batch.plan(points, config, Layout(), provenance.Run(config=config,
+                                                                inputs=provenance.check_external(config, points)))
+    (regular,) = [b for name, b in plan.items() if not name.startswith("packet-")]
+    assert [(t.rule, t.key) for t in regular.tasks if t.rule == "audit"] == [("audit", point.point_key)]
+    assert regular.files["audits"] == (Layout().audit(point.point_key),)
+    assert all(not o.failed for o in run_plan(plan).values())
+    findings = audit.read_csv(Path(Layout().audit(point.point_key)).read_text())
+    assert any(f["kind"] == "missing" for f in findings)
+
+    Path("results/sweep.csv").write_text(sweep.table_csv(points, invalid))
+    files = PointFiles.under("results")
+    row = PointRow.of(point)
+    found = causes.points_causes([row], files)
+    assert [(pc.partner, pc.total_exposed_ns) for pc in found] == [(None, None)]
+    assert all(r.exposed_ns is None for r in found[0].rows) and sum(r.bytes for r in found[0].rows) != 0
+    # Every collective SimAI_simulator ran is found at the bytes it moved (not the analytical model's).
+    sim = causes.read_simulated(files, point.point_key, packet=True)
+    workload = wf.read(Layout().workload(point.workload_key))
+    found = [sim.exposed_of(c.phase, c.collective, c.group, c.declared_size) for c in wf.collectives(workload)]
+    assert found and None not in found
+    assert cli.main(["causes", "--simulation", "packet", "--sweep", "results/sweep.csv",
+                     "-o", "results/packet_difference_by_cause.csv"]) == 0
+    assert cli.main(["causes", "--sweep", "results/sweep.csv", "-o", "results/difference_by_cause.csv"]) == 0
+    assert causes.read_csv(Path("results/difference_by_cause.csv")) == []  # no analytical point
+    packet_rows = causes.read_csv(Path("results/packet_difference_by_cause.csv"))
+    assert {r.point for r in packet_rows} == {point.point_key}
+    page = answer.to_markdown(answer.page([], {row.point: row}, {}, packet_rows))
+    assert "## Under packet-level simulation (SimAI_simulator)" in page
+    assert "no packet-level pair to answer with" in page and "add `megatron` to `sweep.schedule`" in page
+
+
+@needs_simai
+@pytest.mark.slow
+def test_real_simulator_answers_config_ns3(tmp_path):
+    """`make run CONFIG=config/ns3.yaml` with the real SimAI_simulator (a few minutes per packet
+    point): every point ok; the packet-level difference by cause adds up, point by point, to the
+    difference of the two packet-level runs' exposed times; the front page quotes it."""
+    import sweeps
+    from commsweep.analysis import causes
+    from commsweep.simulate import times
+
+    sweeps.run(tmp_path / "w", "--configfile", str(CONFIG_NS3), "--cores", "2", timeout=3600)
+    results = tmp_path / "w" / "results"
+    rows = causes.read_csv(results / "packet_difference_by_cause.csv")
+    assert rows and all(r.exposed_us is not None for r in rows)
+    (aicb,) = {r.point for r in rows}
+    megatron = aicb.replace("_aicb_aiob_", "_megatron_aiob_")
+
+    def exposed_us(point: str) -> float:
+        sim = causes.read_simulated(causes.paths.PointFiles.under(results), point, packet=True)
+        return sim.exposed / 1000
+
+    assert sum(r.exposed_us for r in rows) == pytest.approx(exposed_us(aicb) - exposed_us(megatron), abs=0.002)
+    assert any(r.cause == "missing_bwd_tp_allreduce" and r.exposed_us < 0 for r in rows)
+    page = (results / "answer.md").read_text()
+    assert "## Under packet-level simulation (SimAI_simulator)" in page and "At packet level the dropped" in page
+    for point in (aicb, megatron):
+        assert float(times.read(results / "points" / point / "times.csv").iteration[("total_us", "")]) > 0

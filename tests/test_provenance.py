@@ -19,6 +19,7 @@ from commsweep.orchestration import limits, locks, pipeline, provenance, sweep
 from commsweep.setup import configfile
 from commsweep.setup.models import resolve_model
 from commsweep.setup.training import TrainingSetup
+from commsweep.simulate.stage import RATIO_FILES
 from commsweep.workload import generate
 
 # -- external inputs ---------------------------------------------------------------------
@@ -36,7 +37,7 @@ def make_simai(root: Path) -> Path:
     binary.write_text("#!/bin/sh\n")
     ratio = root / "astra-sim-alibabacloud" / "inputs" / "ratio"
     ratio.mkdir(parents=True)
-    for name in provenance.RATIO_FILES:
+    for name in RATIO_FILES:
         (ratio / name).write_text(f"{name}\n")
     return binary
 

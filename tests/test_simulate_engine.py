@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 
 import pytest
 
 import simai_runs
 from commsweep.base.errors import InputError
+from commsweep.setup.network import Network
 from commsweep.simulate import endtoend
-from commsweep.simulate.engine import (
-    Network, Ratios, SimaiBugError, comm_time_ns, load_ratios, parse_comm_type, simulate,
-)
+from commsweep.simulate.engine import Ratios, SimaiBugError, comm_time_ns, load_ratios, parse_comm_type, simulate
 from commsweep.workload import format as wf
 
 CLEAN = simai_runs.params("clean")
@@ -141,7 +141,7 @@ def header(**kw) -> wf.Header:
     return wf.Header(**values)
 
 
-NET_A = Network(16, 8, 8, "360", "48.5")
+NET_A = Network(gpus=16, gpus_per_server=8, nics_per_server=8, nvlink_gbps="360", nic_gbps="48.5")
 
 
 def test_comm_time_small_messages_and_no_collective(ratios):
@@ -204,7 +204,7 @@ def test_pipeline_bubble_and_pp_comm(ratios):
     rows = ["embedding_layer -1 5000000 NONE 0 0 NONE 0 7000000 NONE 0 100",
             "layer -1 1000000 NONE 0 2000000 NONE 0 3000000 NONE 0 100"]
     w = workload(rows, pp=3, vpp=1, ga=2, pp_comm=1 << 30)
-    net = Network(48, 8, 8, "360", "48.5", pp_overlap="0.5")
+    net = Network(gpus=48, gpus_per_server=8, nics_per_server=8, nvlink_gbps="360", nic_gbps="48.5", pp_overlap="0.5")
     parsed = endtoend.parse(simulate(w, net, ratios, prefix="dir/pp-").endtoend)
     assert parsed.file_name == "pp-"
     # Bubble: rows other than embedding_layer, (1 + 3 + 2) ms * (pp - 1) / (ga * vpp) = 6 ms.
@@ -215,7 +215,7 @@ def test_pipeline_bubble_and_pp_comm(ratios):
 
 
 def test_pp_overlap_zero(ratios):
-    net = Network(16, 8, 8, "360", "48.5", pp_overlap="0")
+    net = Network(gpus=16, gpus_per_server=8, nics_per_server=8, nvlink_gbps="360", nic_gbps="48.5", pp_overlap="0")
     w = workload(["l -1 1000 NONE 0 1000 NONE 0 1000 NONE 0 100"], pp=2, pp_comm=0)
     reproduced = endtoend.parse(simulate(w, net, ratios, simai_bugs="reproduce").endtoend)
     assert reproduced.components["exposed_pp"] == 2**63  # 0/0 = NaN -> 2^63 (us)
@@ -240,7 +240,8 @@ def test_checkpointed_layers_rerun_forward_compute(ratios):
 def test_overlap_ratio_exposes_part_of_each_collective(ratios):
     w = workload(["l -1 1000 ALLREDUCE 67108864 1000 ALLREDUCE 67108864 1000 ALLREDUCE 67108864 100"])
     ns = comm_time_ns("ALLREDUCE", "fwd", 67108864, w.header, NET_A, ratios)
-    net = Network(16, 8, 8, "360", "48.5", tp_overlap="0.25", dp_overlap="1")
+    net = Network(gpus=16, gpus_per_server=8, nics_per_server=8, nvlink_gbps="360", nic_gbps="48.5",
+                  tp_overlap="0.25", dp_overlap="1")
     tidy = {c.phase: c for c in simulate(w, net, ratios).collectives}
     exposed = int(ns * 0.75)  # below 2^24 ns, float32 is exact here
     assert tidy["fwd"].exposed_us == f"{exposed // 1000}.{exposed % 1000:03d}"
@@ -261,11 +262,20 @@ def test_network_validation():
     from commsweep.base.errors import ConfigError
 
     with pytest.raises(ConfigError, match="nics_per_server"):
-        Network(16, 8, 0, "360", "48.5")
+        Network(gpus=16, gpus_per_server=8, nics_per_server=0, nvlink_gbps="360", nic_gbps="48.5")
     with pytest.raises(ConfigError, match="nvlink_gbps"):
-        Network(16, 8, 8, "fast", "48.5")
+        Network(gpus=16, gpus_per_server=8, nics_per_server=8, nvlink_gbps="fast", nic_gbps="48.5")
     with pytest.raises(ConfigError, match="tp_overlap"):
-        Network(16, 8, 8, "360", "48.5", tp_overlap=1.5)
+        Network(gpus=16, gpus_per_server=8, nics_per_server=8, nvlink_gbps="360", nic_gbps="48.5", tp_overlap=1.5)
     with pytest.raises(InputError, match="no rows"):
         simulate(wf.Workload(header(), ()), NET_A)
-    assert math.isclose(Network(16, 8, 8, 360, 48.5).params.nic, 48.5)
+    numbers = Network(gpus=16, gpus_per_server=8, nics_per_server=8, nvlink_gbps=360, nic_gbps=48.5)
+    assert math.isclose(numbers.bandwidths[1], 48.5)
+    # SimAI's flags, each value as given; the overlap ratios only where not SimAI's default.
+    assert numbers.flags() == ["-g", "16", "-g_p_s", "8", "-n_p_s", "8", "-nv", "360", "-nic", "48.5"]
+    assert dataclasses.replace(NET_A, tp_overlap="0.25", pp_overlap=1.0).flags()[-2:] == ["-tp_o", "0.25"]
+    # A sweep's named network (no GPU count) is no simulation's network.
+    named = dataclasses.replace(NET_A, name="netA", gpus=None)
+    assert named.server_flags() == NET_A.flags()[2:]
+    with pytest.raises(ConfigError, match="gpus: the simulation's network needs its GPU count"):
+        comm_time_ns("ALLREDUCE", "wg", 2**20, header(), named)

@@ -10,7 +10,7 @@ import simai_runs
 from commsweep.base.errors import InputError
 from commsweep.simulate import bandwidth as bw
 from commsweep.simulate import endtoend
-from commsweep.simulate.cfloat import f32, f32_from_str, f32_of_int, fixed, u64
+from commsweep.base.cfloat import f32, f32_from_str, f32_of_int, fixed, u64
 from commsweep.simulate.ratio import RatioOutOfRange, load_ratios, read_table
 
 # -- C numbers -------------------------------------------------------------------------------

@@ -128,6 +128,15 @@ def test_schema_errors_name_the_key(mutate, key):
     assert str(info.value).startswith(f"c.yaml: {key}: ")
 
 
+def test_a_bandwidth_simai_reads_as_zero_names_its_key():
+    """1e-50 GB/s is positive, but SimAI reads it as float32: 0. The network says so, naming the key."""
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    cfg["networks"]["netB"]["nvlink_gbps"] = 1e-50
+    validate_config(cfg)
+    with pytest.raises(ConfigError, match=r"^networks\.netB\.nvlink_gbps: must be a positive number, got 1e-50$"):
+        sweep.expand(cfg)
+
+
 def test_default_config_is_valid():
     cfg = sweep.load_config(REPO / "config" / "config.yaml")
     points, invalid = sweep.points_from_config(cfg)

@@ -17,7 +17,8 @@ from commsweep.base.errors import InputError
 from commsweep.orchestration.cli import main
 from commsweep.setup.training import TrainingSetup
 from commsweep.simulate import overlap
-from commsweep.simulate.engine import Network, simulate
+from commsweep.setup.network import Network
+from commsweep.simulate.engine import simulate
 from commsweep.workload import megatron
 
 KORTHIKANTI = validate.DATA / "korthikanti2022_table5.csv"
@@ -27,9 +28,11 @@ A100_TABLES = ("korthikanti2022_table5.csv", "narayanan2021_table1.csv")
 # Issue 26's goal for every shipped table: mean absolute error at most 5%, no run beyond 15%.
 GOAL = (5.0, 15.0)
 # The tables that miss it, with the bound they do keep (docs/validation.md says why): the
-# later NeMo releases run the same layouts 11% faster than 24.07, on which the FP8 GEMM
-# efficiency is fitted.
-SHORT_OF_GOAL = {"nemo_later_h100.csv": (13.0, 18.0)}
+# later NeMo releases run GPT-3 175B's 512-GPU layout 11% faster than 24.07, on which the FP8
+# GEMM efficiency is fitted; their recipes (recipes.csv: no dropout, deferred embedding
+# wgrads, vboost with its gain fitted on the 24.07 table's vboost edition) take its error
+# from 17.5% to 12.9%. Its mean is 8.90%, its largest error 12.9% (within the goal's 15%).
+SHORT_OF_GOAL = {"nemo_later_h100.csv": (9.0, 15.0)}
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
@@ -131,7 +134,7 @@ def test_a_run_without_a_measurement_is_predicted_only(tmp_path, capsys):
     assert list(rows[0])[: len(validate.RUN_COLUMNS)] == list(validate.RUN_COLUMNS)
     n = len(validate.RUN_COLUMNS) + len(validate.OPTIONAL_COLUMNS)
     assert list(rows[0])[len(validate.RUN_COLUMNS):n] == list(validate.OPTIONAL_COLUMNS)
-    assert [rows[0][c] for c in validate.OPTIONAL_COLUMNS] == ["gpt", "", "bf16"]  # the defaults
+    assert [rows[0][c] for c in validate.OPTIONAL_COLUMNS] == ["gpt", "", "bf16", ""]  # the defaults
     assert list(rows[0])[n:] == list(validate.RESULT_COLUMNS)
 
 
@@ -156,6 +159,7 @@ GOOD = "22B,48,6144,64,24576,2048,51200,8,1,1,4,4,full,false,1,A100-80GB,8,8,300
     (HEADER + ",precision\n" + GOOD + ",fp4", 3, "precision", "expected bf16 or fp8, got 'fp4'"),
     (HEADER + ",architecture\n" + GOOD + ",t5", 3, "architecture", "expected gpt or llama, got 't5'"),
     (HEADER + ",num_query_groups\n" + GOOD + ",5", 3, "num_query_groups", "a positive divisor of num_attention_heads"),
+    (HEADER + ",recipe\n" + GOOD + ",nemo-99", 3, "recipe", "expected empty or one of nemo-24.07-gpt3"),
     ("# only a comment\n", None, None, "no header line"),
     (HEADER + "\n", 2, None, "no runs after the header"),
 ])
@@ -299,3 +303,107 @@ def test_the_nemo_recipes_attention_is_cudnns_fused_kernel():
     assert mk.kernel_us(fused[0], h100) < mk.kernel_us(flash[0], h100)  # 0.50 against FlashAttention-2's 0.35
     a100 = gpus.gpu("A100-80GB")  # no fused-attention figure: FlashAttention's
     assert mk.kernel_us(fused[0], a100) == mk.kernel_us(flash[0], a100)
+
+
+LATER = validate.DATA / "nemo_later_h100.csv"
+
+
+def test_nvidias_runs_name_their_release_recipe_and_each_recipe_its_source():
+    """Every run of NVIDIA's tables names the recipe of its release, whose settings it takes;
+    the recipes file cites, for each recipe, the repository and tag or commit it was read from."""
+    known = validate.recipes()
+    for name in ("nemo2407_h100.csv", "nemo2407_vboost_h100.csv", "nemo2409_h100.csv", "nemo_later_h100.csv"):
+        for run in validate.read_runs(validate.DATA / name):
+            assert run.recipe == known[run.values["recipe"]], (name, run.name)
+    text = validate.RECIPES.read_text()
+    comment = "".join(line for line in text.splitlines(keepends=True) if line.startswith("#"))
+    blocks = comment.split("# * ")[1:]  # one per source: "names: where they come from"
+    for recipe in known:
+        source = next(b for b in blocks if recipe in b.split(":")[0].replace(",", " ").split())
+        assert "tag" in source or "commit" in source, recipe
+    assert known["megatron-bridge-llama3"] == {"dropout": False, "cross_entropy": "te", "defer_embedding_wgrad": None,
+                                               "grad_reduce_in_fp32": False, "vboost": False}
+    assert known["nemo-25.02-gpt3"]["vboost"] and not known["nemo-24.07-gpt3"]["vboost"]
+
+
+def test_a_malformed_recipes_file_names_the_line_and_field(tmp_path):
+    path = tmp_path / "recipes.csv"
+    path.write_text("# a comment\n" + ",".join(validate.RECIPE_COLUMNS) + "\nmine,maybe,te,,false,false\n")
+    with pytest.raises(InputError) as info:
+        validate.recipes(path)
+    assert (info.value.file, info.value.line, info.value.field) == (str(path), 3, "dropout")
+    path.write_text(",".join(validate.RECIPE_COLUMNS) + "\nmine,true,te,soon,false,false\n")
+    with pytest.raises(InputError) as info:
+        validate.recipes(path)
+    assert (info.value.line, info.value.field) == (2, "defer_embedding_wgrad")
+
+
+def test_te_cross_entropy_reads_the_logits_once_each_way():
+    """Transformer Engine's fused cross entropy (Megatron-Bridge's recipes): 2 bytes per
+    logit forward (the online softmax's one read), 4 backward (read, and the gradient
+    written over them), against the 52 of Megatron's fp32 passes."""
+    run = next(r for r in validate.read_runs(LATER) if r.values["recipe"] == "megatron-bridge-llama3")
+    nemo = dataclasses.replace(mk.software("nemo"), fp8=True)
+    cells = run.setup.micro_batch * run.setup.seq_length * run.setup.padded_vocab // run.setup.tp
+
+    def ce(sw):
+        part = mk.kernels(run.setup, sw).parts["output_layer"]
+        return [k.bytes for k in (*part.fwd, *part.ig) if k.name.startswith("cross_entropy")]
+
+    assert ce(nemo) == [38 * cells, 14 * cells]
+    assert ce(dataclasses.replace(nemo, cross_entropy="te")) == [2 * cells, 4 * cells]
+    a, b = (validate.validate([dataclasses.replace(run, recipe={**run.recipe, "cross_entropy": c})], mk.software("nemo"))[0]
+            for c in ("megatron", "te"))
+    assert b.predicted_s < a.predicted_s
+
+
+def test_deferred_embedding_wgrads_leave_the_steady_state_as_far_as_the_flush_holds_them():
+    """defer_embedding_wgrad_compute (NeMo 25.02's GPT-3 175B recipe, limit 50): the output
+    layer's weight-gradient GEMMs of min(limit, ga) micro-batches run in the pipeline flush,
+    up to the last stage's wait there, p - 1 backward passes of one model chunk."""
+    sw = dataclasses.replace(mk.software("nemo"), fp8=True)
+    waits = []
+    for run in validate.read_runs(LATER)[:2]:  # GPT-3 175B (vocabulary 50k), Llama 3 70B (128k)
+        setup = sw.configure(run.setup)
+        base = mk.row_times(setup, run.gpu, sw, parameters=1).rows
+        ga = setup.global_batch // (setup.micro_batch * setup.dp)
+        layer_bwd = sum(base[k][1] + base[k][2] for k in ("attention_qkv", "attention_proj", "mlp_fc1", "mlp_fc2"))
+        wait = (setup.pp - 1) * setup.layers_per_chunk * layer_bwd
+        wg = base["output_layer"][2]
+        for limit, deferred in ((50, 50), (0, ga), (1000, ga)):
+            rows = mk.row_times(setup, run.gpu, dataclasses.replace(sw, defer_embedding_wgrad=limit), parameters=1).rows
+            assert rows["output_layer"][:2] == base["output_layer"][:2]
+            assert rows["output_layer"][2] == pytest.approx(wg - min(deferred * wg, wait) / ga)
+            assert {k: v for k, v in rows.items() if k != "output_layer"} == {
+                k: v for k, v in base.items() if k != "output_layer"}
+        waits.append(wait / (ga * wg))
+    assert waits[0] > 1 > waits[1]  # 175B's every deferred wgrad fits the flush; Llama 3's do not
+
+
+def test_a_recipe_with_bf16_gradients_reduces_half_the_bytes():
+    """grad_reduce_in_fp32 false: the distributed optimizer's reduce-scatter moves 2-byte
+    gradients, not 4 (its all-gather of 2-byte parameters stays): DP time 4 + 2 -> 2 + 2."""
+    run = next(r for r in validate.read_runs(LATER) if r.values["recipe"] == "nemo-25.02-gpt3")
+    fp32, bf16 = (validate.validate([dataclasses.replace(run, recipe={**run.recipe, "grad_reduce_in_fp32": f})],
+                                    mk.software("nemo"))[0] for f in (True, False))
+    assert bf16.prediction.overlap.dp_total_ns == pytest.approx(fp32.prediction.overlap.dp_total_ns * 4 / 6, rel=0.01)
+    assert bf16.memory.total_gib < fp32.memory.total_gib
+
+
+def test_vboost_raises_the_tensor_cores_rate_only():
+    """vboost (a recipe's setting): the bf16 and FP8 peaks times 1 + the GPU's vboost gain
+    (fitted on the 24.07 table's vboost edition); streaming kernels keep their rate."""
+    run = next(r for r in validate.read_runs(NEMO) if r.name == "GPT3-175B-128")
+    h100 = run.gpu
+    boosted = h100.vboosted()
+    assert 0 < h100.vboost_gain < 0.1
+    assert boosted.fp8_tflops == pytest.approx(h100.fp8_tflops * (1 + h100.vboost_gain))
+    assert boosted.bf16_tflops == pytest.approx(h100.bf16_tflops * (1 + h100.vboost_gain))
+    part = mk.kernels(run.setup, dataclasses.replace(mk.software("nemo"), fp8=True)).parts["mlp_fc1"]
+    fc1 = next(k for k in part.fwd if k.kind == "gemm")
+    norm = next(k for k in part.fwd if k.kind == "memory")
+    assert mk.kernel_us(fc1, boosted) == pytest.approx(mk.kernel_us(fc1, h100) / (1 + h100.vboost_gain))
+    assert mk.kernel_us(norm, boosted) == mk.kernel_us(norm, h100)
+    plain, on = (validate.validate([dataclasses.replace(run, recipe={**run.recipe, "vboost": v})], mk.software("nemo"))[0]
+                 for v in (False, True))
+    assert on.predicted_s < plain.predicted_s

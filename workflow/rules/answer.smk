@@ -37,7 +37,10 @@ rule answer:
         causes=L.difference_by_cause(),
         sweep=L.sweep_table(),
         figures=[L.plot("difference_by_cause"), L.plot("exposed_tp_by_overlap")],
-        after=[L.step_status("difference_by_cause")],
+        # With packet-level points, the answer under packet-level simulation too (packet.smk).
+        packet=[L.packet_causes()] if PACKET_POINTS else [],
+        after=[L.step_status("difference_by_cause")]
+        + ([L.step_status("packet_difference_by_cause")] if PACKET_POINTS else []),
     output:
         markdown=report(L.answer_page(), caption="../report/answer_page.rst", category="1. The answer"),
         # The same page with its figures embedded: the report's front page.
@@ -56,4 +59,5 @@ rule answer:
         **steps.resources("answer"),
     threads: 1
     shell:
-        guarded("answer {input.causes} --sweep {input.sweep} -o {output.markdown} --rst {output.rst}")
+        guarded("answer {input.causes} --sweep {input.sweep} -o {output.markdown} --rst {output.rst}"
+                + (" --packet {input.packet}" if PACKET_POINTS else ""))

@@ -44,6 +44,8 @@ POINT_BY_KEY = {p.point_key: p for p in POINTS}
 MEGATRON_VERSION = sweep.megatron_version(config)
 # Points the Megatron schedule can describe: they get an audit (sweep.audited_points).
 AUDITED = sweep.audited_points(POINTS, MEGATRON_VERSION)
+# Those the timeline can draw: simulated analytically (SimAI_simulator's EndToEnd.csv is another layout).
+TIMELINE_POINTS = [p for p in AUDITED if not p.packet]
 HAS_MOE = any(p.setup.model.is_moe for p in POINTS)
 # Points simulated by SimAI's packet-level simulator (the sweep's simulation axis).
 PACKET_POINTS = [p for p in POINTS if p.packet]
@@ -85,7 +87,7 @@ def final_outputs():
 
 
 # The sweep-wide steps of this sweep (commsweep.orchestration.steps: the one table of them).
-STEPS = steps.of_sweep({"audited": bool(AUDITED), "moe": HAS_MOE, "packet": bool(PACKET_POINTS),
+STEPS = steps.of_sweep({"audited": bool(TIMELINE_POINTS), "moe": HAS_MOE, "packet": bool(PACKET_POINTS),
                         "traces": bool(TRACES), "releases": bool(RELEASES)},
                        tp_overlap=config["simulator"]["overlap"]["tp"])
 
@@ -157,14 +159,14 @@ def audit_outputs():
 def timeline_point():
     """The point the timeline draws (sweep.timeline_point: analysis.timeline_point, else an AICB point with TP > 1)."""
     try:
-        return sweep.timeline_point(POINTS, AUDITED, config, table=L.sweep_table())
+        return sweep.timeline_point(POINTS, TIMELINE_POINTS, config, table=L.sweep_table())
     except CommsweepError as err:
         raise WorkflowError(str(err)) from None
 
 
 def timeline_batch(wildcards):
     """The timeline point's batch manifest (none in a sweep without an audit: no timeline)."""
-    return [L.batch_manifest(BATCH_OF_POINT[timeline_point().point_key])] if AUDITED else []
+    return [L.batch_manifest(BATCH_OF_POINT[timeline_point().point_key])] if TIMELINE_POINTS else []
 
 
 def timeline_files():
@@ -179,7 +181,7 @@ def timeline_files():
 
 def timeline_inputs():
     """Without a shared filesystem, the timeline point's files as inputs (see point_inputs)."""
-    if not JOB_ROOT or not AUDITED:
+    if not JOB_ROOT or not TIMELINE_POINTS:
         return {}
     files, after = timeline_files()
     return {"points": [*files, *after]}

@@ -30,3 +30,35 @@ rule packet_vs_analytical:
     threads: 1
     script:
         "../scripts/commsweep.py"
+
+
+rule packet_difference_by_cause:
+    # The answer under packet-level simulation: each packet-level AICB point against its
+    # packet-level Megatron point, from their SimAI_simulator runs and the workload's audit
+    # (commsweep causes --simulation packet). Reads the points' files the manifests list.
+    input:
+        sweep=L.sweep_table(),
+        batches=all_batches,
+        after=[],
+        **point_inputs("status", "volumes", "times", "collectives", "audits"),
+    output:
+        table=report(L.packet_causes(), caption="../report/packet_difference_by_cause.rst", category="1. The answer"),
+        status=L.step_status("packet_difference_by_cause"),
+    params:
+        provenance=provenance(),
+        attempt=attempt(L.step_status("packet_difference_by_cause")),
+        command=guarded_argv("causes", "--simulation", "packet", "--sweep", "<input.sweep>",
+                             "--status", "<batches.status>", "--volumes", "<batches.volumes>",
+                             "--times", "<batches.times>", "--collectives", "<batches.collectives>",
+                             "--audits", "<batches.audits>", "-o", "<output.table>"),
+    conda:
+        COMMSWEEP_ENV
+    log:
+        L.log("packet_difference_by_cause"),
+    benchmark:
+        L.benchmark("packet_difference_by_cause")
+    resources:
+        **steps.resources("packet_difference_by_cause"),
+    threads: 1
+    script:
+        "../scripts/commsweep.py"

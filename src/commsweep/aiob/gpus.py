@@ -23,10 +23,15 @@ validated against measurements:
   capped so far below its memory system that GEMMs run close to the cap (0.85).
 * ``fp8_gemm``: large FP8 GEMMs (Transformer Engine, the transformer layers' linears), as
   a fraction of the dense FP8 peak. Hopper: 0.48, **fitted** on one table only, NVIDIA's
-  NeMo 24.07 DGX-H100 pre-training table (``nemo2407_h100.csv``; ``bench/validate.py
-  --fit-fp8``), and held fixed for every other table; it carries what the model leaves out
+  NeMo 24.07 DGX-H100 pre-training table (``nemo2407_h100.csv``, each run under its
+  recipe, ``recipes.csv``; ``bench/validate.py --fit-fp8``), and held fixed for every other table; it carries what the model leaves out
   of FP8 training (the scaling factors' amax reductions, the casts' launch gaps). The
   B200's 0.60 is an assumption, not validated.
+* ``vboost_gain``: what ``nvidia-smi boost-slider --vboost 1`` (the power budget steered
+  from the memory to the cores) adds to the tensor cores' rate, for runs whose recipe turns
+  it on. Hopper: 0.025, **fitted** on one table only, the vboost edition of NVIDIA's NeMo
+  24.07 table (``nemo2407_vboost_h100.csv``, the same runs measured again with vboost on;
+  ``bench/validate.py --fit-vboost``), the FP8 efficiency held; elsewhere 0 (not measured).
 * ``fused_attention``: Transformer Engine's cuDNN fused attention (NVIDIA's recipes),
   forward and backward. Hopper: 0.50, an assumption from the FlashAttention-3 paper (Shah et
   al. 2024), whose kernels of the same generation reach up to 75 % of the H100's peak in
@@ -82,6 +87,9 @@ class GpuSpec:
     # Transformer Engine's cuDNN fused attention (the kernel model's "cudnn" attention);
     # 0: as ``attention_efficiency``.
     fused_attention_efficiency: float = 0.0
+    # What vboost (``nvidia-smi boost-slider --vboost 1``) adds to the tensor cores' rate:
+    # the core clock's gain once the power budget shifts from the memory to the cores.
+    vboost_gain: float = 0.0
 
     @property
     def peak_flops(self) -> float:
@@ -92,6 +100,13 @@ class GpuSpec:
     def peak_bytes(self) -> float:
         """Peak bytes/s."""
         return self.hbm_tbps * 1e12
+
+    def vboosted(self) -> "GpuSpec":
+        """This GPU with vboost on: the tensor-core peaks (bf16 and FP8) times 1 + ``vboost_gain``.
+        Only compute-bound kernels gain; the memory clock it lowers is not modelled (no
+        published figure), so streaming kernels keep their rate."""
+        gain = 1.0 + self.vboost_gain
+        return replace(self, bf16_tflops=self.bf16_tflops * gain, fp8_tflops=self.fp8_tflops * gain)
 
     def with_overrides(self, **values: float | None) -> "GpuSpec":
         """This GPU with some efficiencies replaced (None keeps the default); each in (0, 1]."""
@@ -109,7 +124,7 @@ class GpuSpec:
 # Hopper: the FP8 GEMM efficiency fitted on NeMo 24.07's H100 table; the others assumed.
 _AMPERE = dict(gemm_efficiency=0.74, attention_efficiency=0.60, memory_efficiency=0.70, launch_us=5.0)
 _HOPPER = dict(gemm_efficiency=0.70, attention_efficiency=0.35, memory_efficiency=0.80, launch_us=5.0,
-               fp8_gemm_efficiency=0.48, fused_attention_efficiency=0.50)
+               fp8_gemm_efficiency=0.48, fused_attention_efficiency=0.50, vboost_gain=0.025)
 
 GPUS: dict[str, GpuSpec] = {
     g.name: g

@@ -78,10 +78,28 @@ class Software:
     # FP8 GEMMs in the transformer layers (Transformer Engine; the precision column of a
     # runs file): set per run, not per version.
     fp8: bool = False
+    # The rest are a training recipe's choices (a runs file's ``recipe`` column, from
+    # ``commsweep/data/validation/recipes.csv``, each with its source):
+    # the cross entropy: "megatron" (Megatron's vocabulary-parallel cross entropy, its fp32
+    # passes counted below) or "te" (Transformer Engine's fused kernels, Megatron-Bridge's
+    # cross_entropy_fusion_impl "te": one read of the logits forward, the gradient written
+    # over them backward);
+    cross_entropy: str = "megatron"
+    # megatron-core's defer_embedding_wgrad_compute: the output layer's weight-gradient
+    # GEMMs of that many micro-batches (its wgrad_deferral_limit; 0: all) wait for the
+    # pipeline flush, where the last stage idles anyway; None: off;
+    defer_embedding_wgrad: int | None = None
+    # grad_reduce_in_fp32: gradients kept and reduced in fp32 (None: unless fp16, as
+    # Megatron-LM's --accumulate-allreduce-grads-in-fp32 of the bf16 runs).
+    grad_reduce_in_fp32: bool | None = None
+    # vboost: the run's GPUs give more of their power budget to the cores
+    # (``GpuSpec.vboosted``).
+    vboost: bool = False
 
     def configure(self, setup: TrainingSetup) -> TrainingSetup:
         """``setup`` as this Megatron-LM trains it: its optimizer and gradient precision."""
-        return replace(setup, distributed_optimizer=self.distributed_optimizer, grad_reduce_in_fp32=not self.fp16)
+        fp32 = not self.fp16 if self.grad_reduce_in_fp32 is None else self.grad_reduce_in_fp32
+        return replace(setup, distributed_optimizer=self.distributed_optimizer, grad_reduce_in_fp32=fp32)
 
 
 SOFTWARE: dict[str, Software] = {
@@ -420,8 +438,15 @@ def kernels(setup: TrainingSetup, sw: Software) -> LayerKernels:
     lnf, lnf_b = _norm("final_norm", rows, h)
     logits = _linear("logits", n, h, sh.vocab, sw, bias=False, main_grad=main_grad)
     cells = n * sh.vocab
-    ce_fwd = memory("cross_entropy.fwd", (HALF + FP32 + FP32 + 2 * FP32 + 2 * FP32 + FP32 + 2 * FP32) * cells)
-    ce_bwd = memory("cross_entropy.bwd", (2 * FP32 + FP32 + HALF) * cells)
+    if sw.cross_entropy == "te":
+        # Transformer Engine's Triton kernels (transformer_engine/pytorch/triton/cross_entropy.py):
+        # an online softmax reads the 16-bit logits once (the max and the sum in one pass);
+        # backward reads them again and writes the gradient over them.
+        ce_fwd = memory("cross_entropy.fwd", HALF * cells)
+        ce_bwd = memory("cross_entropy.bwd", 2 * HALF * cells)
+    else:
+        ce_fwd = memory("cross_entropy.fwd", (HALF + FP32 + FP32 + 2 * FP32 + 2 * FP32 + FP32 + 2 * FP32) * cells)
+        ce_bwd = memory("cross_entropy.bwd", (2 * FP32 + FP32 + HALF) * cells)
     parts["output_layer"] = Part(fwd=(lnf, *logits.fwd, ce_fwd), ig=(ce_bwd, *logits.ig, *lnf_b), wg=logits.wg)
     return LayerKernels(parts=parts, attention_core=core)
 
@@ -546,11 +571,29 @@ def row_times(setup: TrainingSetup, gpu: GpuSpec, sw: Software, *, parameters: i
         gemm_us[kind] = (sum(kernel_us(k, gpu) for k in part.wg if k.kind == "gemm"),
                          sum(kernel_us(k, gpu) for k in part.ig if k.kind == "gemm"))
         fwd_gemm_us[kind] = sum(kernel_us(k, gpu) for k in part.fwd if k.kind == "gemm")
+    if sw.defer_embedding_wgrad is not None and setup.pp > 1 and "output_layer" in rows:
+        rows["output_layer"] = _deferred_output_wgrad(setup, sw.defer_embedding_wgrad, rows)
     if setup.recompute_mode == "full":
         rows["recompute_attention"] = (0.0, rows["attention_qkv"][0] + rows["attention_proj"][0], 0.0)
         rows["recompute_mlp"] = (0.0, rows["mlp_fc1"][0] + rows["mlp_fc2"][0], 0.0)
     rows["optimizer"] = (0.0, 0.0, optimizer_us(setup, gpu, sw, parameters))
     return RowTimes(rows=rows, gemm_us=gemm_us, fwd_gemm_us=fwd_gemm_us)
+
+
+def _deferred_output_wgrad(setup: TrainingSetup, limit: int,
+                           rows: dict[str, tuple[float, float, float]]) -> tuple[float, float, float]:
+    """The output layer's (fwd, ig, wg) per micro-batch with megatron-core's
+    defer_embedding_wgrad_compute: the weight-gradient GEMMs of ``limit`` micro-batches (0:
+    all of them) run in the pipeline flush, where the last stage waits for the p - 1
+    stages before it to finish their last backward passes. They leave the steady state
+    (the per-micro-batch rows) as far as they fit in that wait: p - 1 backward passes of
+    one model chunk (the stage's layers over the virtual pipeline)."""
+    fwd, ig, wg = rows["output_layer"]
+    ga = max(1, setup.global_batch // (setup.micro_batch * setup.dp))
+    deferred = ga if limit == 0 else min(limit, ga)
+    layer_bwd = sum(rows[k][1] + rows[k][2] for k in ("attention_qkv", "attention_proj", "mlp_fc1", "mlp_fc2"))
+    wait = (setup.pp - 1) * setup.layers_per_chunk * layer_bwd
+    return fwd, ig, wg - min(deferred * wg, wait) / ga
 
 
 def optimizer_us(setup: TrainingSetup, gpu: GpuSpec, sw: Software, parameters: int) -> float:

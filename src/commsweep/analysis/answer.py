@@ -11,7 +11,10 @@ which ``workflow/report/workflow.rst`` includes as the front page of ``report.ht
    all-reduce of 2P bytes), so that neither error hides the other;
 3. what SimAI does with NONE;
 4. per setting, a verdict per path: its net difference and its largest causes;
-5. the figures (the difference by cause right after the one-line answer).
+5. in a sweep with packet-level points, the same answer under packet-level simulation
+   (``packet_difference_by_cause.csv``): what the dropped all-reduces cost in exposed time
+   when SimAI_simulator runs both workloads, beside the analytical number, and its verdicts;
+6. the figures (the difference by cause right after the one-line answer).
 
 Every number on the page is a sum of rows of ``difference_by_cause.csv`` (bytes, rows,
 exposed time); ``tests/test_answer.py`` checks each one against the table. The page is
@@ -26,11 +29,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..setup.points import PointRow
+from ..setup.points import AICB_AIOB, AICB_DEFAULT, PointRow
 from . import causes as cz
 
 GiB = 2**30
-PATH_NAMES = {"aicb_default": "AICB default path", "aicb_aiob": "AICB AIOB path"}
+PATH_NAMES = {AICB_DEFAULT: "AICB default path", AICB_AIOB: "AICB AIOB path"}
 TOP_CAUSES = 3
 
 
@@ -63,6 +66,11 @@ def gib(n: float) -> str:
         if abs(n) >= size / 10:
             return signed(f"{abs(n) / size:,.2f} {unit}", n)
     return signed(f"{abs(n):,} bytes", n)
+
+
+def size(text: str) -> str:
+    """A signed quantity as a size: '−7.33 ms' -> '7.33 ms'."""
+    return text.lstrip("+\u2212")
 
 
 def ms(us: float | None) -> str:
@@ -124,11 +132,18 @@ def verdict(panel: cz.Panel, path: str) -> str:
     return f"{PATH_NAMES[path]}: net {net}. Largest: {top}{more}."
 
 
+def verdicts(panels: list[cz.Panel]) -> Block:
+    """Per setting, each path's verdict (``verdict``)."""
+    return Block("ul", items=tuple(
+        (f"**{panel.label}**", tuple(verdict(panel, path) for path in PATH_NAMES if path in panel.points))
+        for panel in panels))
+
+
 def headline(panels: list[cz.Panel]) -> cz.Panel | None:
     """The setting the answer quotes: SP off, TP > 1, where the AIOB path drops backward
     all-reduces (the first such in model, SP, TP order)."""
     for panel in panels:
-        rows = panel.rows.get("aicb_aiob", [])
+        rows = panel.rows.get(AICB_AIOB, [])
         if any(r.cause == "missing_bwd_tp_allreduce" for r in rows) and not any(r.sp for r in rows):
             return panel
     return None
@@ -170,12 +185,12 @@ def deepseek_blocks(panels: list[cz.Panel], points: dict[str, PointRow]) -> list
     """What AICB's DeepSeek frame gets wrong (docs/deepseek.md), quoted at the first setting
     whose AIOB path has MLA findings (TP above 1), else the first with a DeepSeek cause; and
     why the default path has no point."""
-    with_mla = [p for p in panels if any(r.cause.startswith("mla_") for r in p.rows.get("aicb_aiob", []))]
-    with_any = [p for p in panels if deepseek(p.rows.get("aicb_aiob", []))]
+    with_mla = [p for p in panels if any(r.cause.startswith("mla_") for r in p.rows.get(AICB_AIOB, []))]
+    with_any = [p for p in panels if deepseek(p.rows.get(AICB_AIOB, []))]
     if not with_any:
         return []
     head = (with_mla or with_any)[0]
-    rows = head.rows["aicb_aiob"]
+    rows = head.rows[AICB_AIOB]
     where = f"{head.label} (network {head.network})"
 
     def cause(slug: str) -> str:
@@ -216,14 +231,70 @@ def _cause_total(rows: list[cz.Row], cause: str) -> tuple[int, int, float | None
     return sum(r.rows for r in mine), sum(r.bytes for r in mine), exposed
 
 
-def page(rows: list[cz.Row], points: dict[str, PointRow], figures: dict[str, str]) -> list[Block]:
-    """The landing page's blocks (``figures``: caption -> path of a PNG, relative to the page)."""
+def packet_blocks(packet_rows: list[cz.Row] | None, points: dict[str, PointRow],
+                  analytical: list[cz.Panel]) -> list[Block]:
+    """The answer under packet-level simulation (``packet_difference_by_cause.csv``; None: the
+    sweep has no packet-level point): what the AIOB path's dropped all-reduces cost in exposed
+    time when SimAI's NS-3 simulator runs both workloads, beside what the analytical model says
+    for the same setting (``analytical``: its panels), then each setting's verdicts."""
+    if packet_rows is None:
+        return []
+    blocks = [Block("h2", "Under packet-level simulation (SimAI_simulator)")]
+    packet = {k: p for k, p in points.items() if p.simulation == "packet"}
+    panels = cz.panels(packet_rows, packet)
+    timed = [r for r in packet_rows if r.exposed_us is not None]
+    if not timed:
+        has = {p.schedule for p in packet.values()}
+        blocks.append(Block("p", (
+            "**This sweep has no packet-level pair to answer with:** the answer under packet-level simulation "
+            "holds each packet-level AICB point against the packet-level Megatron point of its setting; "
+            + ("add `megatron` to `sweep.schedule`." if "megatron" not in has else
+               "add `aicb` to `sweep.schedule`." if "aicb" not in has else
+               "none of its packet-level AICB points has both simulations (`results/status.txt` lists failed "
+               "points).")
+            + " `config/ns3.yaml` is such a sweep.")))
+        return blocks
+    head = headline(panels)
+    if head is not None:
+        aiob = head.rows[AICB_AIOB]
+        n, missing, missing_us = _cause_total(aiob, "missing_bwd_tp_allreduce")
+        twin = next((a for a in analytical if a.setting == head.setting and AICB_AIOB in a.rows), None)
+        _, _, analytical_us = _cause_total(twin.rows[AICB_AIOB], "missing_bwd_tp_allreduce") if twin else (0, 0, None)
+        beside = ""
+        if analytical_us is not None and missing_us is not None:
+            ratio = f", {missing_us / analytical_us:.2f}x as much at packet level" if analytical_us else ""
+            beside = f" (the analytical model: {size(ms(analytical_us))}{ratio})"
+        net, net_analytical = head.total(AICB_AIOB, "exposed"), twin.total(AICB_AIOB, "exposed") if twin else None
+        more = missing_us is not None and analytical_us is not None and abs(missing_us) > abs(analytical_us)
+        blocks.append(Block("p", (
+            f"**At packet level the dropped all-reduces leave out {size(ms(missing_us))} of exposed time.** "
+            f"For {head.label} (network {head.network}) SimAI's packet-level simulator ran the AIOB path's workload "
+            "and Megatron's on the same topology and `SimAI.conf`: the "
+            f"{n} backward TP all-reduces the AIOB path drops (`missing_bwd_tp_allreduce`, {size(gib(missing))}) took "
+            f"{size(ms(missing_us))} of exposed time in Megatron's run{beside}. The AIOB path's net difference from "
+            f"Megatron comes to {ms(net)} of exposed communication"
+            + (f" ({ms(net_analytical)} analytically)" if net_analytical is not None else "")
+            + "."
+            + (" Each ring step of a packet-level all-reduce waits for the send latency and shares the links "
+               "with the other flows, which the analytical model's formula leaves out." if more else ""))))
+    blocks.append(verdicts(panels))
+    blocks.append(Block("p", (
+        "Every row is in `packet_difference_by_cause.csv` (the columns of `difference_by_cause.csv`); per point "
+        "the rows add up exactly to the difference of the two packet-level runs' exposed times. "
+        "`packet_vs_analytical.csv` sets each packet-level point beside its analytical twin.")))
+    return blocks
+
+
+def page(rows: list[cz.Row], points: dict[str, PointRow], figures: dict[str, str],
+         packet_rows: list[cz.Row] | None = None) -> list[Block]:
+    """The landing page's blocks (``figures``: caption -> path of a PNG, relative to the page;
+    ``packet_rows``: the packet-level difference by cause, where the sweep has packet-level points)."""
     panels = cz.panels(rows, points)
     blocks = [Block("h1", "The answer: what each AICB path gets wrong, by cause")]
     head = headline(panels)
     blocks += [Block("p", text) for text in lacks(rows, points, head)]
     if head is not None:
-        aiob = head.rows["aicb_aiob"]
+        aiob = head.rows[AICB_AIOB]
         n, missing, missing_us = _cause_total(aiob, "missing_bwd_tp_allreduce")
         _, layernorm, layernorm_us = _cause_total(aiob, "extra_layernorm_grad_allreduce")
         _, embedding, _ = _cause_total(aiob, "extra_embedding_grad_allreduce")
@@ -267,14 +338,13 @@ def page(rows: list[cz.Row], points: dict[str, PointRow], figures: dict[str, str
         on = f"; exposed time on {panels[0].network}" if timed else ""
         blocks.append(Block("h2", f"Per setting: net difference from Megatron and largest causes "
                                   f"(bytes per iteration{on})"))
-        blocks.append(Block("ul", items=tuple(
-            (f"**{panel.label}**", tuple(verdict(panel, path) for path in PATH_NAMES if path in panel.points))
-            for panel in panels)))
+        blocks.append(verdicts(panels))
     if rows:
         blocks.append(Block("p", (
             "Every row, with its explanation, is in `difference_by_cause.csv`: one row per point, cause, phase, "
             "collective, group and sign; per point the rows add up exactly to its difference from Megatron in "
             f"bytes{' and in exposed time' if timed else ''}.")))
+    blocks += packet_blocks(packet_rows, points, panels)
     rest = list(figures.items())[1:] if head is not None else list(figures.items())
     if rest:
         blocks.append(Block("h2", "Figures"))
@@ -339,16 +409,19 @@ FIGURES = {
 }
 
 
-def write(causes_csv: Path, sweep_csv: Path, markdown: Path, rst: Path | None = None) -> None:
-    """Write answer.md (figures linked relative to it) and, if asked, answer.rst (embedded)."""
+def write(causes_csv: Path, sweep_csv: Path, markdown: Path, rst: Path | None = None,
+          packet_csv: Path | None = None) -> None:
+    """Write answer.md (figures linked relative to it) and, if asked, answer.rst (embedded);
+    ``packet_csv``: packet_difference_by_cause.csv, for a sweep with packet-level points."""
     from ..base.files import write_text
     from ..setup.points import read_points
 
     rows = cz.read_csv(causes_csv)
+    packet_rows = cz.read_csv(packet_csv) if packet_csv is not None else None
     points = {p.point: p for p in read_points(sweep_csv)}
     base = Path(markdown).parent
     figures = {caption: path for caption, path in FIGURES.items() if (base / path).exists()}
-    blocks = page(rows, points, figures)
+    blocks = page(rows, points, figures, packet_rows)
     write_text(markdown, to_markdown(blocks))
     if rst is not None:
         write_text(rst, to_rst(blocks, base))

@@ -617,7 +617,7 @@ def network_from_args(ns, header: wf.Header):
     """The simulation engine's Network from the parsed flags (None without them)."""
     if not _has_network(ns):
         return None
-    from ..simulate.engine import Network
+    from ..setup.network import Network
 
     return Network(gpus=ns.gpus or header.all_gpus, gpus_per_server=ns.gpus_per_server,
                    nics_per_server=ns.nics_per_server, nvlink_gbps=ns.nvlink_gbps, nic_gbps=ns.nic_gbps)
@@ -646,7 +646,8 @@ def collective_time(
     SimAI itself would print an overflowed time. ``gpus`` is SimAI's ``-g`` (default:
     the header's ``all_gpus``).
     """
-    from ..simulate.engine import Network, comm_time_ns
+    from ..setup.network import Network
+    from ..simulate.engine import comm_time_ns
 
     networks: dict[int, Network] = {}
     # A workload repeats the same few collectives thousands of times: time each once.

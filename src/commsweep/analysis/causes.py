@@ -43,7 +43,7 @@ from pathlib import Path
 from ..base import paths
 from ..base.errors import InputError
 from ..base.files import read_text
-from ..setup.points import PointRow, read_points
+from ..setup.points import PointRow, boolean, read_points
 from ..simulate import engine
 from ..simulate import times as sim_times
 from ..workload import format as wf
@@ -519,13 +519,18 @@ class Simulated:
     by_collective: dict[tuple[str, str, str, int], int] = field(default_factory=dict)
     exposed: int = 0  # all collectives' exposed time, plus the exposed pipeline time
     pipeline: int = 0  # the exposed pipeline time
+    # The bytes its simulator times a declared size with (phase, size -> bytes): the
+    # analytical model's, or SimAI_simulator's for a packet-level point.
+    sizing: Callable[[str, int], int] = engine.effective_size
 
     def exposed_of(self, phase: str, collective: str, group: str, size: int) -> int | None:
-        return self.by_collective.get((phase, collective, group, engine.effective_size(phase, size)))
+        return self.by_collective.get((phase, collective, group, self.sizing(phase, size)))
 
 
-def read_simulated(files: paths.PointFiles, point: str) -> Simulated | None:
-    """A point's collectives.csv and times.csv, or None when it has no (complete) simulation."""
+def read_simulated(files: paths.PointFiles, point: str, *, packet: bool = False) -> Simulated | None:
+    """A point's collectives.csv and times.csv, or None when it has no (complete) simulation.
+    ``packet``: a packet-level point's, whose collectives.csv holds the bytes SimAI_simulator
+    moves (the forward bump to 4096 alone, not the analytical model's float32 scaling)."""
     from ..base.status import is_marker
     from ..simulate.collectives import read_exposed
 
@@ -537,7 +542,7 @@ def read_simulated(files: paths.PointFiles, point: str) -> Simulated | None:
     times = sim_times.read(times_path)
     if ("exposed_us", "PP") not in times.iteration:
         return None  # SimAI's summary line is missing: the simulation was cut short
-    sim = Simulated()
+    sim = Simulated(sizing=wf.effective_size) if packet else Simulated()
     sim.pipeline = sim_times.ns(times.iteration[("exposed_us", "PP")])
     sim.exposed = sum(sim_times.ns(exposed) for _, exposed in times.collective.values()) + sim.pipeline
     # Thousands of rows repeat a few dozen collectives: parse each distinct one once.
@@ -746,17 +751,28 @@ class PointCauses:
     total_exposed_ns: int | None
 
 
+def audit_of(files: paths.PointFiles, point: PointRow) -> Path | None:
+    """A point's audit: its own, or for a packet-level point its analytical twin's (the audit
+    is of the workload, which the two share; a packet-level point has its own only in a sweep
+    without its twin)."""
+    own = files.audit(point.point)
+    if point.simulation != "packet" or (own is not None and own.exists()):
+        return own
+    return files.audit(point.point.removesuffix("_packet")) or own
+
+
 def point_causes(files: paths.PointFiles, point: PointRow, partner: PointRow | None) -> PointCauses | None:
     """An AICB point's causes against its Megatron point (None: the point has no audit)."""
     from ..base.status import is_marker
 
-    audit_path = files.audit(point.point)
+    audit_path = audit_of(files, point)
     if audit_path is None or not audit_path.exists() or is_marker(audit_path):
         return None
     items = read_items(audit_path)
     # Times need both simulations; without a Megatron point only bytes are known.
-    found_sim = read_simulated(files, point.point) if partner else None
-    expected_sim = read_simulated(files, partner.point) if partner else None
+    packet = point.simulation == "packet"
+    found_sim = read_simulated(files, point.point, packet=packet) if partner else None
+    expected_sim = read_simulated(files, partner.point, packet=packet) if partner else None
     total_bytes = total_ns = None
     if partner is not None:
         total_bytes = payload_bytes(files, point.workload) - payload_bytes(files, partner.workload)
@@ -767,9 +783,10 @@ def point_causes(files: paths.PointFiles, point: PointRow, partner: PointRow | N
 
 
 def sweep_causes(sweep_csv: Path, files: paths.PointFiles) -> list[PointCauses]:
-    """Every audited AICB point of a finished sweep whose stages succeeded, in table order.
+    """Every audited AICB point of a finished sweep whose stages succeeded, in table order,
+    simulated analytically (the packet-level ones: ``packet_difference_by_cause``).
     ``files``: each point's files (``paths.PointFiles``)."""
-    return points_causes(read_points(sweep_csv), files)
+    return points_causes([p for p in read_points(sweep_csv) if p.simulation != "packet"], files)
 
 
 def points_causes(points: list[PointRow], files: paths.PointFiles) -> list[PointCauses]:
@@ -810,6 +827,16 @@ def to_csv(found: Iterable[PointCauses]) -> str:
 def difference_by_cause(sweep_csv: Path, files: paths.PointFiles) -> str:
     """``results/difference_by_cause.csv`` of a finished sweep."""
     return to_csv(sweep_causes(sweep_csv, files))
+
+
+def packet_difference_by_cause(sweep_csv: Path, files: paths.PointFiles) -> str:
+    """``results/packet_difference_by_cause.csv``: the difference by cause under packet-level
+    simulation. Each packet-level AICB point against its packet-level Megatron point (the
+    simulation is part of a point's setting, so like pairs with like), with each finding's
+    exposed time from the two SimAI_simulator runs; the same columns, writer and reader as
+    ``difference_by_cause.csv``. A sweep-wide step rather than the batches' work: each
+    packet-level point is a batch of its own, so no batch holds a pair."""
+    return to_csv(points_causes([p for p in read_points(sweep_csv) if p.simulation == "packet"], files))
 
 
 def assemble(sweep_csv: Path, parts: Iterable[str | Path]) -> str:
@@ -869,13 +896,13 @@ def read_csv(path: Path) -> list[Row]:
     for n, r in enumerate(reader, start=2):
         try:
             out.append(Row(
-                point=r["point"], model=r["model"], tp=int(r["tp"]), sp=r["sp"] == "True", aiob=r["aiob"] == "True",
+                point=r["point"], model=r["model"], tp=int(r["tp"]), sp=boolean(r["sp"]), aiob=boolean(r["aiob"]),
                 path=r["path"], cause=r["cause"], phase=r["phase"], collective=r["collective"], group=r["group"],
                 rows=int(r["rows"]), bytes=int(r["bytes"]),
                 exposed_us=float(r["exposed_us"]) if r["exposed_us"] else None, explanation=r["explanation"],
             ))
         except ValueError as err:
-            raise InputError(f"bad number ({err})", file=path, line=n) from None
+            raise InputError(f"bad value ({err})", file=path, line=n) from None
     return out
 
 

@@ -41,23 +41,24 @@ from typing import IO
 
 from ..base import paths
 from ..base.errors import InputError
-from ..setup.points import SETTING_AXES, TABLE_COLUMNS, VARIANTS, PointRow, read_points, table_columns
+from ..setup.points import (AICB_AIOB, AICB_DEFAULT, AICB_PATHS, MEGATRON, MEGATRON_AIOB, SETTING_AXES, TABLE_COLUMNS,
+                            VARIANTS, PointRow, read_points, table_columns)
 from ..simulate.collectives import csv_field
-from . import audit
+from . import audit, summary as summary_table
 
 VARIANT_LABELS = {
-    "aicb_default": "the AICB default path",
-    "aicb_aiob": "the AICB AIOB path",
-    "megatron": "the Megatron schedule",
-    "megatron_aiob": "the Megatron schedule (AIOB times)",
+    AICB_DEFAULT: "the AICB default path",
+    AICB_AIOB: "the AICB AIOB path",
+    MEGATRON: "the Megatron schedule",
+    MEGATRON_AIOB: "the Megatron schedule (AIOB times)",
 }
 # (name, minuend, subtrahend). Only COMPUTE_DEPENDENT quantities differ between the two
 # Megatron variants; for the others a missing Megatron variant is stood in for by the other.
 DIFFERENCES = (
-    ("aiob_minus_default", "aicb_aiob", "aicb_default"),
-    ("default_minus_megatron", "aicb_default", "megatron"),
-    ("aiob_minus_megatron", "aicb_aiob", "megatron_aiob"),
-    ("megatron_aiob_minus_megatron", "megatron_aiob", "megatron"),
+    ("aiob_minus_default", AICB_AIOB, AICB_DEFAULT),
+    ("default_minus_megatron", AICB_DEFAULT, MEGATRON),
+    ("aiob_minus_megatron", AICB_AIOB, MEGATRON_AIOB),
+    ("megatron_aiob_minus_megatron", MEGATRON_AIOB, MEGATRON),
 )
 KEY_COLUMNS = ("quantity", "phase", "collective", "group")
 COMPARISON_COLUMNS = (*SETTING_AXES, *KEY_COLUMNS, *VARIANTS, *(d[0] for d in DIFFERENCES))
@@ -102,15 +103,6 @@ BY_KIND_COLUMNS = (*TABLE_COLUMNS, "variant", "kind", "findings", "missing_bytes
 
 
 # -- reading the sweep's outputs ---------------------------------------------------------
-
-
-def read_csv_rows(path: Path, required: Iterable[str]) -> list[dict[str, str]]:
-    with open(path, newline="", encoding="utf-8") as fh:
-        reader = csv.DictReader(fh)
-        missing = [c for c in required if c not in (reader.fieldnames or ())]
-        if missing:
-            raise InputError(f"missing column(s) {', '.join(missing)}", file=path, line=1)
-        return list(reader)
 
 
 @dataclass
@@ -220,13 +212,6 @@ def _write(columns: Iterable[str], rows: Iterable[Iterable]) -> str:
     return buf.getvalue()
 
 
-def _number(value: str) -> float | int | None:
-    if value in ("", None):
-        return None
-    number = float(value)
-    return int(number) if number.is_integer() and "." not in value and "e" not in value.lower() else number
-
-
 def _fmt(value) -> str:
     if value is None:
         return ""
@@ -235,31 +220,33 @@ def _fmt(value) -> str:
     return str(value)
 
 
-def comparison_csv(points: list[PointRow], summary: list[dict[str, str]]) -> str:
-    """Each setting's quantities per variant, with the differences between variants."""
+def comparison_csv(points: list[PointRow], summary: list[summary_table.Row]) -> str:
+    """Each setting's quantities per variant, with the differences between variants
+    (``summary``: the complete points' rows of the summary table)."""
     point_of = {p.point: p for p in points}
     # setting -> variant -> key -> value; and which variants each setting has.
     values: dict[tuple, dict[str, dict[tuple, float]]] = {}
-    columns = time_columns(summary[0] if summary else ())
+    columns = time_columns(summary_table.SIM_COLUMNS)
     seen_time: set[str] = set()
     for r in summary:
-        p = point_of.get(r["point"])
-        if p is None:
+        p = point_of.get(r.point.point)
+        if p is None or r.volume is None:
             continue
         setting, var = p.setting, p.variant
         table = values.setdefault(setting, {}).setdefault(var, {})
+        v = r.volume
         for q in VOLUME_QUANTITIES:
-            key = (q, r["phase"], r["collective"], r["group"])
-            table[key] = table.get(key, 0) + (_number(r[q]) or 0)
+            key = (q, v.phase, v.collective, v.group)
+            table[key] = table.get(key, 0) + getattr(v, q)
         for q in SIM_KEY_QUANTITIES:
-            value = _number(r.get(q) or "")
+            value = getattr(r, q)
             if value is not None:
-                key = (q, r["phase"], r["collective"], r["group"])
+                key = (q, v.phase, v.collective, v.group)
                 table[key] = table.get(key, 0) + value
-        if r["point"] not in seen_time:
-            seen_time.add(r["point"])
+        if r.point.point not in seen_time:
+            seen_time.add(r.point.point)
             for column, (quantity, group) in columns.items():
-                value = _number(r[column])
+                value = r.iteration.get(column)
                 if value is not None:
                     table[(quantity, "", "", group)] = value
     # Points without any volume row (nothing communicated) still exist as a variant.
@@ -292,7 +279,7 @@ def comparison_csv(points: list[PointRow], summary: list[dict[str, str]]) -> str
     return _write(columns, rows)
 
 
-_MEGATRON_PAIR = {"megatron": "megatron_aiob", "megatron_aiob": "megatron"}
+_MEGATRON_PAIR = {MEGATRON: MEGATRON_AIOB, MEGATRON_AIOB: MEGATRON}
 
 
 def _value(row: dict, variant: str, stand_in: bool):
@@ -331,7 +318,7 @@ def _misses(label: str, t: Totals) -> str:
 
 def setting_verdict(variants: dict[str, Totals | None]) -> str:
     """Which AICB path matches Megatron for one setting, and by how many bytes each misses."""
-    aicb = {v: t for v, t in variants.items() if v.startswith("aicb")}
+    aicb = {v: t for v, t in variants.items() if v in AICB_PATHS}
     parts = []
     audited = {v: t for v, t in aicb.items() if t is not None}
     if not aicb:
@@ -348,7 +335,7 @@ def setting_verdict(variants: dict[str, Totals | None]) -> str:
                     else f"no AICB path matches Megatron; closest: {VARIANT_LABELS[closest]}")
             others = "; ".join(_misses(VARIANT_LABELS[v], t) for v, t in audited.items() if not t.matches)
             parts.append(f"{head}; {others}")
-    for v in ("megatron", "megatron_aiob"):
+    for v in (MEGATRON, MEGATRON_AIOB):
         t = variants.get(v)
         if t is not None and not t.matches:
             parts.append(f"{VARIANT_LABELS[v]} has {t.findings} finding(s): a defect of the schedule or the audit")
@@ -388,6 +375,63 @@ def by_kind_csv(points: list[PointRow], point_totals: dict[str, Totals | None]) 
     return _write((*table_columns(points), *BY_KIND_COLUMNS[len(TABLE_COLUMNS):]), rows)
 
 
+@dataclass(frozen=True)
+class KindRow:
+    """A row of findings_by_kind.csv (``by_kind_csv``), typed: the point as the points table
+    gives it back, its variant, and one kind's totals (``delta_us`` None where no finding of
+    the kind has a time)."""
+
+    point: PointRow
+    variant: str
+    kind: str
+    findings: int
+    missing_bytes: int
+    extra_bytes: int
+    delta_us: float | None
+
+    def value(self, column: str):
+        """The row's value in ``column`` of the table."""
+        if column in _KIND_FIELDS:
+            return getattr(self, column)
+        return getattr(self.point, column)
+
+
+_KIND_FIELDS = BY_KIND_COLUMNS[len(TABLE_COLUMNS):]
+
+
+def read_by_kind(path: str | Path) -> tuple[tuple[str, ...], list[KindRow]]:
+    """findings_by_kind.csv as ``by_kind_csv`` wrote it: its columns and its rows; an
+    ``InputError`` naming the file, line and field of anything else."""
+    from ..base.files import read_text
+    from ..setup.points import OPTIONAL_AXES
+
+    reader = csv.reader(io.StringIO(read_text(path)))
+    header = tuple(next(reader, ()))
+    point_columns = header[:len(header) - len(_KIND_FIELDS)]
+    optional = point_columns[len(TABLE_COLUMNS):]
+    if (point_columns[:len(TABLE_COLUMNS)] != TABLE_COLUMNS or header[len(point_columns):] != _KIND_FIELDS
+            or tuple(a for a in OPTIONAL_AXES if a in optional) != optional):
+        raise InputError(f"expected the columns {','.join(BY_KIND_COLUMNS)} (with the sweep's optional axes "
+                         f"after {TABLE_COLUMNS[-1]})", file=path, line=1)
+    rows = []
+    for line, cells in enumerate(reader, start=2):
+        if len(cells) != len(header):
+            raise InputError(f"expected {len(header)} fields, got {len(cells)}", file=path, line=line)
+        point = PointRow.from_cells(dict(zip(point_columns, cells)), file=path, line=line)
+        variant, kind, *numbers = cells[len(point_columns):]
+        column = ""
+        try:
+            counts = []
+            for column, text in zip(("findings", "missing_bytes", "extra_bytes"), numbers):
+                counts.append(int(text))
+            column = "delta_us"
+            delta_us = float(numbers[3]) if numbers[3] else None
+        except ValueError as err:
+            raise InputError(f"expected a number ({err})", file=path, line=line, field=column) from None
+        rows.append(KindRow(point, variant, kind, *counts, delta_us))
+    return header, rows
+
+
 @dataclass
 class Tables:
     """The comparison's small tables (findings.csv is streamed, see ``compare``)."""
@@ -402,20 +446,13 @@ def compare(sweep_csv: Path, summary_csv: Path, files: paths.PointFiles, finding
     (findings.csv: header and rows) as its audit is read, one point at a time. ``files``
     gives each point's audit (``paths.PointFiles``); a point without one is not audited."""
     points = read_points(sweep_csv)
-    summary = read_csv_rows(summary_csv, ("point", "phase", "collective", "group", *VOLUME_QUANTITIES))
+    summary = summary_table.read(summary_csv).rows
     # A point whose stage failed has no numbers (its summary row says why): leave it out.
-    failed = {r["point"] for r in summary if r.get("status", "ok") != "ok"}
+    failed = {r.point.point for r in summary if not r.ok}
     points = [p for p in points if p.point not in failed]
-    summary = [r for r in summary if r["point"] not in failed]
+    summary = [r for r in summary if r.point.point not in failed]
     if findings is not None:
         findings.write(",".join(FINDINGS_COLUMNS) + "\n")
     point_totals = {p.point: stream_audit(files.audit(p.point), p.point, findings) for p in points}
     return Tables(comparison_csv(points, summary), verdicts_csv(points, point_totals),
                   by_kind_csv(points, point_totals))
-
-
-def has_times(summary_csv: Path) -> bool:
-    """Whether the summary table carries simulated times (the simulate stage ran)."""
-    with open(summary_csv, newline="", encoding="utf-8") as fh:
-        header = next(csv.reader(fh), [])
-    return bool(time_columns(header))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..setup.points import AICB_AIOB, AICB_DEFAULT, MEGATRON, MEGATRON_AIOB, VARIANTS, variant_of
+
 PHASE_LABELS = {"fwd": "forward", "ig": "input grad", "wg": "weight grad", "pp": "pipeline"}
 PHASE_COLOURS = {"fwd": "#4c72b0", "ig": "#dd8452", "wg": "#55a868", "pp": "#8172b3"}
 GiB = 2**30
@@ -13,7 +15,9 @@ VARIANT_ORDER = ("AICB default path", "AICB AIOB path", "Megatron")
 VARIANT_COLOURS = {"AICB default path": "#c44e52", "AICB AIOB path": "#dd8452", "Megatron": "#4c72b0"}
 VARIANT_HATCHES = {"AICB default path": "", "AICB AIOB path": "//", "Megatron": ".."}
 # AICB's two paths by the slug of difference_by_cause.csv's ``path`` column.
-PATH_LABELS = {"aicb_default": "AICB default path", "aicb_aiob": "AICB AIOB path"}
+PATH_LABELS = {AICB_DEFAULT: "AICB default path", AICB_AIOB: "AICB AIOB path"}
+# The generator of each variant (``points.VARIANTS``), as the legends name it.
+GENERATORS = {**PATH_LABELS, MEGATRON: "Megatron", MEGATRON_AIOB: "Megatron"}
 
 
 def _pyplot():
@@ -89,26 +93,21 @@ def layout_problems(fig) -> list[str]:
 
 def variant(schedule: str, aiob: bool) -> str:
     """How a workload was made, as a legend label."""
-    if schedule == "megatron":
-        return "Megatron"
-    return "AICB AIOB path" if aiob else "AICB default path"
+    return GENERATORS[variant_of(schedule, aiob)]
 
 
 def sp_label(sp: bool) -> str:
     return "SP on" if sp else "SP off"
 
 
-def read_table(path: Path):
-    """A table that repeats the points' columns (summary.csv, findings_by_kind.csv) as a
-    DataFrame, ``sp`` and ``aiob`` as booleans (the text the points table writes, read
-    back as ``points.PointRow`` reads it)."""
+def frame(columns, rows):
+    """Typed rows of a table (each with ``value(column)``: ``summary.Row``,
+    ``compare.KindRow``) as a DataFrame with the table's ``columns``, an empty cell NaN: the
+    one place the figures turn a table's reader's rows into pandas."""
     import pandas as pd
 
-    df = pd.read_csv(path, dtype={"aiob": str, "sp": str, "status": str})
-    for column in ("aiob", "sp"):
-        if column in df.columns:
-            df[column] = df[column].map({"True": True, "False": False})
-    return df
+    return pd.DataFrame({column: pd.Series([r.value(column) for r in rows], dtype=None if rows else object)
+                         for column in columns})
 
 
 def bar_positions(count: int, k: int, n_variants: int, width: float) -> list[float]:
@@ -140,14 +139,16 @@ _READ: dict[tuple, object] = {}
 
 def read_summary(summary_csv: Path):
     """The summary table's complete points as a DataFrame (a failed point has no numbers:
-    its one row would count as zero bytes; see commsweep.base.status). A copy of the table read
-    before, if the file has not changed since."""
+    its one row would count as zero bytes; see commsweep.base.status), read by the table's
+    reader (``summary.read``): a column per column of the table, an empty cell NaN. A copy
+    of the table read before, if the file has not changed since."""
+    from . import summary
+
     stat = Path(summary_csv).stat()
     key = (str(Path(summary_csv).resolve()), stat.st_size, stat.st_mtime_ns)
     if key not in _READ:
-        df = read_table(summary_csv)
-        if "status" in df.columns:
-            df = df[df["status"] == "ok"]
+        table = summary.read(summary_csv)
+        df = frame(table.columns, [r for r in table.rows if r.ok])
         _READ.clear()
         _READ[key] = df
     return _READ[key].copy()
@@ -295,17 +296,16 @@ def exposed_by_group(summary_csv: Path, output: Path) -> None:
     times; the AIOB path beside the Megatron schedule with them), never an average of the
     two Megatron variants. Panels: one row per model, network and ``aiob`` setting, one
     column per SP setting; x: TP size. With a ``tp_overlap`` axis, its first ratio only.
-    Needs the simulate stage's time columns in the summary table
-    (``compare.TIME_QUANTITIES``); without them the figure says so instead of guessing.
+    Needs the simulate stage's times in the summary table (``compare.TIME_QUANTITIES``);
+    where no point has them the figure says so instead of guessing.
     """
-    from ..setup.points import VARIANTS, variant_of
     from .compare import time_columns
 
     plt = _pyplot()
     df = read_summary(summary_csv)
     group_columns = {group: column for column, (quantity, group) in time_columns(df.columns).items()
                      if quantity == "exposed_us" and group}
-    if not group_columns or df.empty:
+    if not group_columns or df.empty or df[list(group_columns.values())].isna().all(axis=None):
         message_figure(output, "No simulated times in the summary table:\nno point of this sweep was simulated.")
         return
     df = one_tp_overlap(df)
@@ -314,7 +314,7 @@ def exposed_by_group(summary_csv: Path, output: Path) -> None:
     panel_rows = sorted({(m, n, a) for m, n, a in zip(points["model"], points["network"], points["aiob"])})
     sps, tps = sorted(points["sp"].unique()), sorted(points["tp"].unique())
     pairs = {aiob: (variant_of("aicb", aiob), variant_of("megatron", aiob)) for aiob in (False, True)}
-    hatches = {"aicb_default": "", "aicb_aiob": "//", "megatron": "..", "megatron_aiob": ".."}
+    hatches = {AICB_DEFAULT: "", AICB_AIOB: "//", MEGATRON: "..", MEGATRON_AIOB: ".."}
     valid = points[(points[list(group_columns.values())] <= OVERFLOW_US).all(axis=1)]
     groups = [g for g in GROUP_COLOURS if g in group_columns and (valid[group_columns[g]] > 0).any()]
     groups = groups or [g for g in GROUP_COLOURS if g in group_columns][:1]
@@ -356,7 +356,7 @@ def exposed_by_group(summary_csv: Path, output: Path) -> None:
 
     handles = [Patch(facecolor=GROUP_COLOURS[g], edgecolor="black", label=f"{g} group") for g in groups]
     shown = [v for v in VARIANTS if v in set(points["variant"])]
-    labels = {**PATH_LABELS, "megatron": "Megatron", "megatron_aiob": "Megatron (AIOB times)"}
+    labels = {**PATH_LABELS, MEGATRON: "Megatron", MEGATRON_AIOB: "Megatron (AIOB times)"}
     handles += [Patch(facecolor="white", edgecolor="black", hatch=hatches[v], label=labels[v]) for v in shown]
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4), frameon=False, fontsize=8)
     fig.suptitle("Simulated exposed communication time per iteration, by group (like with like)")
@@ -478,8 +478,10 @@ def audit_by_kind(by_kind_csv: Path, output: Path) -> None:
     """
     import pandas as pd
 
+    from .compare import read_by_kind
+
     plt = _pyplot()
-    df = read_table(by_kind_csv)
+    df = frame(*read_by_kind(by_kind_csv))
     fig_rows = sorted(df["model"].unique()) if len(df) else []
     if not fig_rows:
         message_figure(output, "No findings: every audited workload issues what Megatron issues.")
@@ -669,7 +671,7 @@ def difference_by_cause(causes_csv: Path, output: Path, *, sweep_csv: Path | Non
     # About as many characters as fit in a setting's slot of the figure's width at 8 points.
     ticks, common = _tick_labels(shown, width=max(6, int(10 * 110 * 0.88 / len(shown) / 8)))
     width = 0.8 / len(paths)
-    short_names = {"aicb_default": "default", "aicb_aiob": "AIOB"}
+    short_names = {AICB_DEFAULT: "default", AICB_AIOB: "AIOB"}
     value_of = {"GiB": lambda r: r.bytes / GiB, "ms": lambda r: (r.exposed_us or 0.0) / 1000}
     # The question's cause, on its own scale: the settings without SP (with SP there is no
     # backward TP all-reduce to drop; a sweep without such settings has no such panels).
@@ -685,7 +687,7 @@ def difference_by_cause(causes_csv: Path, output: Path, *, sweep_csv: Path | Non
             heights = [sum(value_of[unit](r) for r in panel.rows.get(path, []) if r.cause == QUESTION)
                        for _, panel in question]
             # The AIOB path solid, the default path hatched: the colour is the cause's, as below.
-            solid = path == "aicb_aiob"
+            solid = path == AICB_AIOB
             bars = ax.bar(xs, heights, width * 0.9, color=QUESTION_COLOUR if solid else "white",
                           hatch="" if solid else "////", edgecolor=QUESTION_COLOUR if not solid else "black",
                           linewidth=0.6)
@@ -780,11 +782,9 @@ def exposed_tp_by_overlap(summary_csv: Path, output: Path, *, default_tp_overlap
     One panel per model, TP > 1 and SP setting on the first network; the Megatron line is
     the same for both ``aiob`` settings (exposure does not depend on compute).
     """
-    from ..setup.points import VARIANTS, variant_of
-
     plt = _pyplot()
     df = read_summary(summary_csv)
-    if df.empty or "sim_tp_us" not in df.columns:
+    if df.empty or df["sim_tp_us"].isna().all():
         message_figure(output, "No simulated times in the summary table:\nno point of this sweep was simulated.")
         return
     df = df[df["network"] == df["network"].iloc[0]].copy()
@@ -806,17 +806,17 @@ def exposed_tp_by_overlap(summary_csv: Path, output: Path, *, default_tp_overlap
     ncols = min(4, len(panels))
     nrows = -(-len(panels) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(3.4 * ncols + 0.4, 2.9 * nrows + 1.0), squeeze=False)
-    styles = {"aicb_default": ("#c44e52", "-"), "aicb_aiob": ("#dd8452", "-"), "megatron": ("#4c72b0", "--"),
-              "megatron_aiob": ("#4c72b0", "--")}
+    styles = {AICB_DEFAULT: ("#c44e52", "-"), AICB_AIOB: ("#dd8452", "-"), MEGATRON: ("#4c72b0", "--"),
+              MEGATRON_AIOB: ("#4c72b0", "--")}
     shown = []
     several_ep = len({e for _, e, _, _ in panels}) > 1
     for i, (model, ep, tp, sp) in enumerate(panels):
         ax = axes[i // ncols][i % ncols]
         sub = points[(points["model"] == model) & (points["ep"] == ep) & (points["tp"] == tp) & (points["sp"] == sp)]
         drawn = set()
-        for var in ("aicb_default", "aicb_aiob", "megatron_aiob", "megatron"):
+        for var in (AICB_DEFAULT, AICB_AIOB, MEGATRON_AIOB, MEGATRON):
             mine = sub[sub["variant"] == var]
-            label = "Megatron" if var.startswith("megatron") else PATH_LABELS[var]
+            label = GENERATORS[var]
             if mine.empty or label in drawn:
                 continue
             drawn.add(label)

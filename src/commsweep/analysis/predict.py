@@ -21,8 +21,9 @@ from dataclasses import dataclass, replace
 
 from ..aiob import megatron_kernels as mk
 from ..aiob.gpus import GpuSpec
+from ..setup.network import Network
 from ..setup.training import TrainingSetup
-from ..simulate.engine import Network, Ratios, simulate
+from ..simulate.engine import Ratios, simulate
 from ..simulate.overlap import Overlap, megatron_overlap, pipeline_link_gbps
 from ..workload import megatron
 from ..workload.format import Workload
@@ -102,6 +103,10 @@ def off_the_bubble(workload: Workload) -> Workload:
     return replace(workload, rows=rows)
 
 
+def _fewest_digits(gbps: float) -> float | int:
+    return int(gbps) if gbps.is_integer() else gbps
+
+
 def predict(setup: TrainingSetup, gpu: GpuSpec, sw: mk.Software, cluster: Cluster,
             ratios: Ratios | None = None) -> Prediction:
     """The predicted iteration of ``setup`` (already configured by ``sw.configure``)."""
@@ -111,8 +116,10 @@ def predict(setup: TrainingSetup, gpu: GpuSpec, sw: mk.Software, cluster: Cluste
     as_scheduled = sched.workload()
     workload = off_the_bubble(as_scheduled) if setup.pp > 1 else as_scheduled
     nvlink, nic = (round(x, 3) for x in cluster.simai_gbps())
+    # The flags in the fewest digits (-nv 150, not 150.0), as the validation's commands.sh gives them.
     plain = Network(gpus=setup.world_size, gpus_per_server=cluster.gpus_per_server,
-                    nics_per_server=cluster.nics_per_server, nvlink_gbps=nvlink, nic_gbps=nic)
+                    nics_per_server=cluster.nics_per_server, nvlink_gbps=_fewest_digits(nvlink),
+                    nic_gbps=_fewest_digits(nic))
     overlap = megatron_overlap(
         sched, plain, ratios,
         wgrad_gemm_us={k: w for k, (w, _) in times.gemm_us.items()},
@@ -123,8 +130,7 @@ def predict(setup: TrainingSetup, gpu: GpuSpec, sw: mk.Software, cluster: Cluste
         pp_link_gbps=pipeline_link_gbps(setup, cluster.gpus_per_server, cluster.nics_per_server, nvlink, nic),
         workload=workload,
     )
-    network = Network(gpus=setup.world_size, gpus_per_server=cluster.gpus_per_server,
-                      nics_per_server=cluster.nics_per_server, nvlink_gbps=nvlink, nic_gbps=nic, **overlap.flags())
+    network = replace(plain, **overlap.flags())
     sim = simulate(workload, network, ratios)
     c = sim.components
     assert c is not None  # the engine cuts a file short only in SimAI's bug-reproducing mode

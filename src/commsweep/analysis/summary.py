@@ -14,17 +14,23 @@ SimAI's summary line gives it (whole us): ``sim_total_us``, exposed ``sim_dp_us`
 
 Last, ``run``: the run the table belongs to (``provenance.Run.id``; ``results/run.json``
 says what made it), so a table passed on still names its sweep.
+
+This module is the table's one writer (``summarize``) and its one reader (``read``, typed
+``Row``s): the comparison, the figures and the packet-level comparison all read it here.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..base import paths, status
 from ..base.errors import InputError
-from ..setup.points import MEMORY_COLUMNS, TABLE_COLUMNS, read_points, table_columns
+from ..base.files import read_text
+from ..setup.points import MEMORY_COLUMNS, OPTIONAL_AXES, TABLE_COLUMNS, PointRow, read_points, table_columns
 from ..simulate import times as sim_times
 from . import volumes
 
@@ -83,3 +89,116 @@ def simulated(path: Path | None) -> tuple[dict[tuple[str, str, str], tuple[str, 
     parsed = sim_times.read(path)
     totals = {column: parsed.iteration[key] for column, key in SIM_KEYS.items() if key in parsed.iteration}
     return parsed.collective, totals
+
+
+# -- the reader ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    """A row of the summary table, typed.
+
+    A complete point (``status`` ok) has one row per volume row (``volume``), with its
+    collectives' simulated ``time_us`` and ``exposed_us`` (None where there are none: the
+    ``pp`` row's time, a point not simulated); a failed point has one row, ``volume`` None.
+    ``iteration``: the point's ``SIM_COLUMNS[2:]`` that have a value (the same on each of
+    its rows). Numbers are as written: an int when the text is one (SimAI's whole us), else
+    a float, so the tables made from them print what they printed from the text.
+    """
+
+    point: PointRow
+    status: str = "ok"
+    volume: volumes.Volume | None = None
+    time_us: float | int | None = None
+    exposed_us: float | int | None = None
+    iteration: Mapping[str, float | int] = field(default_factory=dict)
+    run: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def value(self, column: str):
+        """The row's value in ``column`` of the table (None where the cell is empty)."""
+        if column in _POINT_FIELDS:
+            return getattr(self.point, column)
+        if column in volumes.COLUMNS:
+            return None if self.volume is None else getattr(self.volume, column)
+        if column in ("time_us", "exposed_us"):
+            return getattr(self, column)
+        if column in SIM_COLUMNS:
+            return self.iteration.get(column)
+        if column in ("status", "run"):
+            return getattr(self, column)
+        raise KeyError(column)
+
+
+_POINT_FIELDS = frozenset((*TABLE_COLUMNS, *OPTIONAL_AXES, *MEMORY_COLUMNS))
+
+
+def number(text: str) -> float | int | None:
+    """A number cell as written: None when empty, an int when the text is one, else a float
+    (ValueError for anything else)."""
+    if text == "":
+        return None
+    value = float(text)
+    return int(value) if value.is_integer() and "." not in text and "e" not in text.lower() else value
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The summary table: its ``columns`` (the header) and its ``rows``."""
+
+    columns: tuple[str, ...]
+    rows: list[Row]
+
+
+def read(path: str | Path) -> Summary:
+    """A summary table written by ``summarize``; an ``InputError`` naming the file, line and
+    field of anything else."""
+    reader = csv.reader(io.StringIO(read_text(path)))
+    header = tuple(next(reader, ()))
+    optional = header[len(TABLE_COLUMNS):len(header) - len(COLUMNS) + len(TABLE_COLUMNS)]
+    after = header[len(TABLE_COLUMNS) + len(optional):]
+    if (header[:len(TABLE_COLUMNS)] != TABLE_COLUMNS or after != COLUMNS[len(TABLE_COLUMNS):]
+            or tuple(a for a in OPTIONAL_AXES if a in optional) != optional):
+        raise InputError(f"not a summary table: expected the columns {','.join(COLUMNS)} "
+                         f"(with the sweep's optional axes {', '.join(OPTIONAL_AXES)} after {TABLE_COLUMNS[-1]})",
+                         file=path, line=1)
+    point_end = len(TABLE_COLUMNS) + len(optional) + len(MEMORY_COLUMNS)
+    point_columns = header[:point_end]
+    status_at = point_end
+    volume_at = status_at + 1
+    times_at = volume_at + len(volumes.COLUMNS)
+    iteration_columns = SIM_COLUMNS[2:]
+    points: dict[tuple[str, ...], PointRow] = {}
+    rows = []
+    for line, cells in enumerate(reader, start=2):
+        if len(cells) != len(header):
+            raise InputError(f"expected {len(header)} fields, got {len(cells)}", file=path, line=line)
+        key = tuple(cells[:point_end])
+        point = points.get(key)
+        if point is None:
+            point = points[key] = PointRow.from_cells(dict(zip(point_columns, key)), file=path, line=line)
+        status_text = cells[status_at]
+        column = ""
+        try:
+            volume = None
+            if status_text == "ok":
+                ints = []
+                for i, column in enumerate(volumes.COLUMNS[3:], start=volume_at + 3):
+                    ints.append(int(cells[i]))
+                volume = volumes.Volume(cells[volume_at], cells[volume_at + 1], cells[volume_at + 2], *ints)
+            column = "time_us"
+            time_us = number(cells[times_at])
+            column = "exposed_us"
+            exposed_us = number(cells[times_at + 1])
+            iteration = {}
+            for i, column in enumerate(iteration_columns, start=times_at + 2):
+                value = number(cells[i])
+                if value is not None:
+                    iteration[column] = value
+        except ValueError as err:
+            raise InputError(f"expected a number ({err})", file=path, line=line, field=column) from None
+        rows.append(Row(point, status_text, volume, time_us, exposed_us, iteration, cells[-1]))
+    return Summary(header, rows)

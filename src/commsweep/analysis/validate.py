@@ -14,7 +14,10 @@ with biases, tied embeddings), the architecture of the published Megatron-LM run
 Llama-style (``architecture`` llama). The four network columns are the datasheets' figures;
 ``predict.Cluster.simai_gbps`` turns the bandwidths into SimAI's flags. Each
 run is predicted by ``analysis.predict`` under one Megatron-LM version
-(``aiob.megatron_kernels.SOFTWARE``). The output is the runs with ``predicted_s``,
+(``aiob.megatron_kernels.SOFTWARE``) and, where its ``recipe`` column names one, the
+settings of that training recipe (``recipes.csv`` beside the tables: dropout, the cross
+entropy's kernels, deferred embedding weight gradients, the gradients' precision, vboost, each
+recipe with the repository and tag it was read from). The output is the runs with ``predicted_s``,
 ``error_pct`` (predicted over measured, minus 1, in percent), the breakdown
 (``predict.BREAKDOWN``: they sum to ``predicted_s``) and the memory per GPU with its
 verdict (``memory.py``).
@@ -23,6 +26,7 @@ verdict (``memory.py``).
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import math
 import re
@@ -49,7 +53,8 @@ RUN_COLUMNS = (
 # the 2021-2022 Megatron-LM runs; ``llama``: RoPE, RMSNorm, SwiGLU, no biases, untied
 # embeddings), its key/value groups (empty: one per head) and the GEMMs' precision
 # (``bf16``, or ``fp8``: Transformer Engine's FP8 GEMMs, as NVIDIA's published H100 runs).
-OPTIONAL_COLUMNS = {"architecture": "gpt", "num_query_groups": "", "precision": "bf16"}
+# ``recipe``: a training recipe of ``RECIPES`` (empty: the Megatron-LM version's own settings).
+OPTIONAL_COLUMNS = {"architecture": "gpt", "num_query_groups": "", "precision": "bf16", "recipe": ""}
 ARCHITECTURES = ("gpt", "llama")
 PRECISIONS = ("bf16", "fp8")
 RESULT_COLUMNS = ("predicted_s", "error_pct", *BREAKDOWN, "memory_gib", "fits")
@@ -59,8 +64,12 @@ _FLOATS = ("nvlink_gbps", "nic_gbps")
 RECOMPUTE = ("none", "selective", "full")
 # The published tables shipped with the package, and the Megatron-LM each was measured with.
 DATA = Path(__file__).resolve().parents[1] / "data" / "validation"
+# What NVIDIA's recipes set beyond the runs file's columns, per release, with their sources
+# (the file's comment header): ``recipes()``.
+RECIPES = DATA / "recipes.csv"
 PUBLISHED = {"korthikanti2022_table5.csv": "2022", "narayanan2021_table1.csv": "2021",
-             "nemo2407_h100.csv": "nemo", "nemo2409_h100.csv": "nemo", "nemo_later_h100.csv": "nemo"}
+             "nemo2407_h100.csv": "nemo", "nemo2407_vboost_h100.csv": "nemo", "nemo2409_h100.csv": "nemo",
+             "nemo_later_h100.csv": "nemo"}
 
 
 @dataclass(frozen=True)
@@ -74,6 +83,7 @@ class Run:
     cluster: Cluster
     measured_s: float | None
     fp8: bool = False  # the precision column: FP8 GEMMs
+    recipe: dict[str, object] | None = None  # the recipe column's settings (Software fields)
 
     @property
     def name(self) -> str:
@@ -152,6 +162,9 @@ def _run(values: dict[str, str], path: str | Path, line: int) -> Run:
         raise bad("architecture", " or ".join(ARCHITECTURES))
     if values["precision"] not in PRECISIONS:
         raise bad("precision", " or ".join(PRECISIONS))
+    known = recipes()
+    if values["recipe"] and values["recipe"] not in known:
+        raise bad("recipe", "empty or one of " + ", ".join(known))
     groups = values["num_query_groups"]
     if groups and (not groups.isdigit() or int(groups) < 1 or ints["num_attention_heads"] % int(groups)):
         raise bad("num_query_groups", "empty or a positive divisor of num_attention_heads")
@@ -184,7 +197,39 @@ def _run(values: dict[str, str], path: str | Path, line: int) -> Run:
     cluster = Cluster(gpus_per_server=ints["gpus_per_server"], nics_per_server=ints["nics_per_server"],
                       nvlink_gbps=floats["nvlink_gbps"], nic_gbps=floats["nic_gbps"])
     return Run(line=line, values=values, setup=setup, gpu=gpu, cluster=cluster, measured_s=floats.get("measured_s"),
-               fp8=values["precision"] == "fp8")
+               fp8=values["precision"] == "fp8", recipe=known.get(values["recipe"]))
+
+
+RECIPE_COLUMNS = ("recipe", "dropout", "cross_entropy", "defer_embedding_wgrad", "grad_reduce_in_fp32", "vboost")
+
+
+@functools.lru_cache(maxsize=None)
+def recipes(path: str | Path = RECIPES) -> dict[str, dict[str, object]]:
+    """The recipes file: per recipe name, the ``Software`` fields it sets (``dropout``,
+    ``cross_entropy``, ``defer_embedding_wgrad``, ``grad_reduce_in_fp32``, ``vboost``)."""
+    lines = [line for line in read_text(path).splitlines() if line.strip()]
+    skip = next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))
+    reader = csv.DictReader(io.StringIO("\n".join(lines[skip:])))
+    if tuple(reader.fieldnames or ()) != RECIPE_COLUMNS:
+        raise InputError(f"expected the columns {', '.join(RECIPE_COLUMNS)}", file=path, line=skip + 1)
+    out: dict[str, dict[str, object]] = {}
+    for number, row in enumerate(reader, start=skip + 2):
+        def flag(column: str) -> bool:
+            if row[column] not in ("true", "false"):
+                raise InputError(f"expected true or false, got {row[column]!r}", file=path, line=number, field=column)
+            return row[column] == "true"
+
+        if row["cross_entropy"] not in ("megatron", "te"):
+            raise InputError(f"expected megatron or te, got {row['cross_entropy']!r}", file=path, line=number,
+                             field="cross_entropy")
+        limit = row["defer_embedding_wgrad"]
+        if limit and not limit.isdigit():
+            raise InputError(f"expected empty or a count, got {limit!r}", file=path, line=number,
+                             field="defer_embedding_wgrad")
+        out[row["recipe"]] = {"dropout": flag("dropout"), "cross_entropy": row["cross_entropy"],
+                              "defer_embedding_wgrad": int(limit) if limit else None,
+                              "grad_reduce_in_fp32": flag("grad_reduce_in_fp32"), "vboost": flag("vboost")}
+    return out
 
 
 @dataclass(frozen=True)
@@ -213,14 +258,16 @@ def validate(runs: list[Run], sw: mk.Software, *, ratios=None, source: str | Pat
     """Predict every run under Megatron-LM ``sw``."""
     out = []
     for run in runs:
-        run_sw = replace(sw, fp8=run.fp8)
+        run_sw = replace(sw, fp8=run.fp8, **(run.recipe or {}))
         setup = run_sw.configure(run.setup)
+        gpu = run.gpu.vboosted() if run_sw.vboost else run.gpu
         try:
-            p = predict(setup, run.gpu, run_sw, run.cluster, ratios)
+            p = predict(setup, gpu, run_sw, run.cluster, ratios)
         except CommsweepError as err:
             raise InputError(f"cannot predict this run: {err}", file=source, line=run.line) from None
         params = {stage: local_parameters(setup, stage) for stage in {0, setup.pp - 1}}
-        mem = memory.estimate(setup, params, flash_attention=sw.attention in ("flash", "cudnn"), dropout=sw.dropout)
+        mem = memory.estimate(setup, params, flash_attention=sw.attention in ("flash", "cudnn"),
+                              dropout=run_sw.dropout)
         out.append(Result(run=run, prediction=p, memory=mem, fits=mem.fits(run.gpu.memory_gib)))
     return out
 
@@ -323,7 +370,7 @@ def plot(groups: dict[str, list[Result]], output: str | Path, *, title: str | No
     res.axhspan(-10, 10, color="0.88")
     res.axhspan(-5, 5, color="0.78")
     res.axhline(0, color="black", linewidth=1)
-    for (label, rs), marker in zip(measured.items(), "os^vD"):
+    for (label, rs), marker in zip(measured.items(), "os^vDP"):
         if not rs:
             continue
         s = summary(rs)

@@ -114,8 +114,12 @@ class Layout:
         return f"{self.point_dir(point)}/ns3.csv"
 
     def packet_comparison(self) -> str:
-        """Each packet-level point beside its analytical twin (``simulate.ns3.compare``)."""
+        """Each packet-level point beside its analytical twin (``analysis.packet``)."""
         return self._at("packet_vs_analytical.csv")
+
+    def packet_causes(self) -> str:
+        """The difference by cause under packet-level simulation (``analysis.causes``)."""
+        return self._at("packet_difference_by_cause.csv")
 
     def audit(self, point: str = "{point}") -> str:
         """The point's audit findings (``analysis.audit`` columns)."""

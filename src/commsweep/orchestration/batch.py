@@ -5,8 +5,9 @@ simulation, its audit), but a Snakemake job per stage and point costs a Python p
 (start-up and imports, about 60 ms) and Snakemake's bookkeeping per job and per declared
 file: a 1,024-point sweep spent nearly all of its five minutes on those. So the pipeline
 declares one job per *batch* of points (rule ``batch``), and that job runs each stage of
-each of its points in-process, through the same command line the per-stage commands take
-(``commsweep guard -- COMMAND ...``: the same parser, the same guard, the same bytes).
+each of its points in-process: each task is a stage's typed job (its contract in the stage
+table, ``stages.STAGES``), run as the stage's command would run it (``commsweep guard --
+COMMAND ...``, which parses back to the same job: the same guard, the same bytes).
 
 What the thin per-stage jobs gave is kept here, task by task (a task is one guarded
 command: a profile, a workload, its volumes, a point's simulation or audit):
@@ -53,6 +54,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 # Points per batch, as a target (``batch.points`` in the config), and the fewest batches a
 # sweep is cut into: enough for every core of a workstation to have work and for the
@@ -68,123 +70,15 @@ KILLED = "killed by signal"
 FILE_KINDS = ("status", "volumes", "times", "collectives", "audits", "workloads", "endtoend", "causes")
 
 
-# -- the command line of each stage of a point ------------------------------------------------
-
-
-def ratio_dir(config: Mapping) -> str | None:
-    """The ratio tables of the simulation (None: the engine's default)."""
-    from ..simulate.run import ratio_dir_for
-
-    sim = config["simulator"]
-    return ratio_dir_for(sim["ratio_dir"], sim["root"])
-
-
-def megatron_version(config: Mapping) -> str:
-    """The megatron-core release the megatron schedule and the audit follow
-    (``generator.megatron_version``, default the newest traced: ``sweep.megatron_version``)."""
-    from .sweep import megatron_version as version
-
-    return version(dict(config))
-
-
-def torch_on_gpu() -> bool:
-    """Whether the torch AIOB backend runs on CUDA here (then a batch with a torch profile asks for a GPU)."""
-    return shutil.which("nvidia-smi") is not None
-
-
-def network_flags(net) -> list[str]:
-    """SimAI's four network flags of a network."""
-    return ["-g_p_s", str(net.gpus_per_server), "-n_p_s", str(net.nics_per_server),
-            "-nv", str(net.nvlink_gbps), "-nic", str(net.nic_gbps)]
-
-
-def network_argv(point, config: Mapping) -> list[str]:
-    """SimAI's network flags of a point, and the ratio tables the simulation uses."""
-    argv = network_flags(point.net)
-    ratios = ratio_dir(config)
-    return argv + (["--ratio-dir", ratios] if ratios else [])
+# -- the stages of a point, through the stage table ----------------------------------------------
 
 
 def point_argv(point, config: Mapping) -> list[str]:
-    """The point's setup as commsweep arguments, and the pipeline stage its workload holds."""
+    """The point's setup as commsweep arguments, and the pipeline stage its workload holds
+    (the timeline's command: a sweep-wide step, not a stage)."""
     from ..setup.arguments import to_commsweep_argv
 
     return to_commsweep_argv(point.setup) + ["--pp-stage", config["generator"]["megatron_pp_stage"]]
-
-
-def profile_command(point, config: Mapping, profile: str, table: str) -> list[str]:
-    """``commsweep profile`` of a point's AIOB profile: its shard, its GPU, the backend."""
-    from ..aiob.backends import profile_setup, user_file
-    from ..setup.arguments import to_commsweep_argv
-
-    backend = config["aiob"]["backend"]
-    argv = ["profile", "--backend", backend]
-    if backend == "torch":
-        argv += ["--threads", str(1 if torch_on_gpu() else 2)]
-    if backend == "file":
-        argv += ["--file", user_file(config["aiob"]["file"], point.profile_key)]
-    return argv + to_commsweep_argv(profile_setup(point.setup)) + ["--gpu", point.gpu, "-o", profile, "--csv", table]
-
-
-def generate_command(point, config: Mapping, workload: str, profile: str | None) -> list[str]:
-    """``commsweep generate`` of a point's workload: its setup, schedule and AIOB profile."""
-    from ..setup.arguments import to_commsweep_argv
-
-    argv = ["generate", *to_commsweep_argv(point.setup), "--schedule", point.schedule]
-    if point.schedule == "megatron":
-        argv += ["--pp-stage", config["generator"]["megatron_pp_stage"], "--megatron-version", megatron_version(config)]
-    if point.schedule == "aicb" and config["generator"].get("aicb_root"):
-        # The user's AICB writes the file instead of the emulation (aicb_runner.py).
-        argv += ["--aicb-root", config["generator"]["aicb_root"]]
-    if profile is not None:
-        argv += ["--aiob_enable", f"--comp_filepath={profile}"]
-    return argv + ["-o", workload]
-
-
-def packet_command(point, config: Mapping, workload: str, endtoend: str, collectives: str, times: str,
-                   record: str) -> list[str]:
-    """``commsweep simulate --backend ns3`` of a packet-level point: ``simulator.ns3``'s binary,
-    topology template and parameters (the GPU count is the point's world size), settings, limits."""
-    from ..simulate.ns3.runner import configured_root
-
-    ns3 = config["simulator"]["ns3"]
-    argv = ["simulate", "--backend", "ns3", "-w", workload, "-g", str(point.world_size), "-r", f"{point.point_key}-",
-            "--strict", "--ns3-root", configured_root(config), "--topology", ns3["topology"]["template"]]
-    if ns3.get("build"):
-        argv += ["--ns3-build", ns3["build"]]
-    for key, value in ns3["topology"].items():
-        if key != "template" and value is not None:
-            argv += ["--topology-param", f"{key}={value}"]
-    for key, value in ns3["settings"].items():
-        argv += ["--ns3-set", f"{key}={int(value) if isinstance(value, bool) else value}"]
-    argv += ["--threads", str(ns3["threads"]), "--stall", str(ns3["stall_s"])]
-    if ns3.get("timeout_s"):
-        argv += ["--timeout", str(ns3["timeout_s"])]
-    return argv + ["--endtoend", endtoend, "--collectives", collectives, "--times", times, "--record", record]
-
-
-def simulate_command(point, config: Mapping, workload: str, endtoend: str, collectives: str, times: str) -> list[str]:
-    """``commsweep simulate`` of a point: SimAI's network flags and the simulator config."""
-    sim = config["simulator"]
-    argv = ["simulate", "-w", workload, "-g", str(point.world_size), *network_flags(point.net),
-            "-r", f"{point.point_key}-"]
-    for name, value in sim["overlap"].items():
-        if name == "tp" and point.tp_overlap is not None:  # the sweep's tp_overlap axis
-            value = point.tp_overlap
-        argv += [f"-{name}_o", str(value)]
-    argv += ["--simai-bugs", sim["simai_bugs"], "--backend", sim["backend"], "--strict"]
-    if sim["root"]:
-        argv += ["--simai-root", sim["root"]]
-    ratios = ratio_dir(config)
-    if ratios:
-        argv += ["--ratio-dir", ratios]
-    return argv + ["--endtoend", endtoend, "--collectives", collectives, "--times", times]
-
-
-def audit_command(point, config: Mapping, workload: str, audit: str) -> list[str]:
-    """``commsweep audit`` of a point's workload against Megatron's schedule."""
-    return ["audit", workload, *point_argv(point, config), "--megatron-version", megatron_version(config),
-            *network_argv(point, config), "--format", "csv", "-o", audit]
 
 
 # -- tasks and batches ------------------------------------------------------------------------
@@ -196,7 +90,9 @@ def _digest(value) -> str:
 
 @dataclass(frozen=True)
 class Task:
-    """One guarded command of a point's stage: what ``commsweep guard -- COMMAND`` runs."""
+    """One guarded task of a point's stage: its typed job, which a batch runs in-process
+    (``Stage.run``), and the same job as a command line (``Stage.argv``), which its digest is
+    made of and which ``commsweep guard -- COMMAND`` runs in a process of its own."""
 
     rule: str  # the stage: profile_<backend>, generate, volumes, simulate, audit
     key: str  # the profile, workload or point it is made for
@@ -214,6 +110,11 @@ class Task:
     runtime: float = 0.1
     # Threads its command runs (SimAI_simulator's -t for a packet-level point).
     threads: int = 1
+    # Its stage in the stage table (``stages.STAGES``) and its job there (None: run the command).
+    stage: str = ""
+    job: Any = None
+    # GPUs it asks for (a torch profile where torch runs on CUDA).
+    gpu: int = 0
 
     def guard_argv(self, attempt: int) -> list[str]:
         """The same task as a ``commsweep guard`` command line (a process of its own)."""
@@ -224,11 +125,26 @@ class Task:
 
 def make_task(rule: str, key: str, command: Sequence[str], status: str, outputs: Sequence[str], *,
               upstream: Sequence[Task] = (), provenance: Sequence[str] = (), memory_mb: int = 512,
-              runtime: float = 0.1, threads: int = 1) -> Task:
+              runtime: float = 0.1, threads: int = 1, stage: str = "", job: Any = None, gpu: int = 0) -> Task:
     digest = _digest({"command": list(command), "provenance": list(provenance),
                       "upstream": [t.digest for t in upstream]})
     return Task(rule, key, tuple(command), status, tuple(outputs), tuple(t.status for t in upstream),
-                tuple(provenance), digest, memory_mb, runtime, threads)
+                tuple(provenance), digest, memory_mb, runtime, threads, stage, job, gpu)
+
+
+def stage_task(stage: str, key: str, job, status: str, outputs: Sequence[str], *, config: Mapping, point, run,
+               upstream: Sequence[Task] = (), workload_mb: int = 512, rule: str | None = None) -> Task:
+    """A task of a stage of the table (``stages.STAGES``): its job, its command (the job's
+    argv), the provenance of the external inputs the stage reads for the point, its resources."""
+    from .stages import STAGES
+
+    contract = STAGES[stage]
+    reads = contract.reads(point, config)
+    profile = {"profile": point.profile_key} if "aiob.file" in reads else {}
+    res = contract.resources(config, workload_mb)
+    return make_task(rule or contract.name, key, contract.argv(job), status, outputs, upstream=upstream,
+                     provenance=run.job_provenance(*reads, **profile), memory_mb=res.memory_mb, runtime=res.runtime,
+                     threads=res.threads, stage=stage, job=job, gpu=res.gpu)
 
 
 @dataclass(frozen=True)
@@ -273,13 +189,11 @@ class Batch:
         return max([1, *(t.threads for t in self.tasks)])
 
     def resources(self, config: Mapping) -> dict[str, int]:
-        """What its job asks for: the most memory any task needs, the sum of their run times,
-        and, for a torch AIOB profile, a GPU where the torch backend runs on CUDA
-        (``torch_on_gpu``) or else two threads (what its ``--threads`` gives torch)."""
-        torch = config["aiob"]["backend"] == "torch" and any(t.rule == "profile_torch" for t in self.tasks)
+        """What its job asks for: the most memory and threads any task needs, the sum of their
+        run times, and a GPU if a task asks for one (a torch AIOB profile where torch runs on
+        CUDA; elsewhere it asks for the two threads its ``--threads`` gives torch)."""
         return {"mem_mb": self.memory_mb(), "runtime": self.runtime(),
-                "gpu": 1 if torch and torch_on_gpu() else 0,
-                "threads": max(self.threads(), 2 if torch and not torch_on_gpu() else 1)}
+                "gpu": max([0, *(t.gpu for t in self.tasks)]), "threads": self.threads()}
 
 
 def unit_of(point) -> str:
@@ -321,26 +235,23 @@ def count_of(name: str) -> int:
 def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | None = None) -> dict[str, Batch]:
     """Every point's tasks, in batches (name -> Batch; batches without a point are left out).
 
-    ``layout``: the results layout (``paths.Layout``); ``run``: the run's external inputs
-    (``provenance.Run``); ``audited``: the points that get an audit (default: those
-    Megatron's schedule describes).
+    Each task is a stage of the stage table (``stages.STAGES``): its contract gives the job,
+    its command, the external inputs it reads and its resources. ``layout``: the results
+    layout (``paths.Layout``); ``run``: the run's external inputs (``provenance.Run``);
+    ``audited``: the points that get an audit (default: those Megatron's schedule describes).
     """
-    from ..aiob.backends import user_file
-    from ..simulate.ratio import table_files
     from . import limits
+    from .stages import STAGES
 
     points = list(points)
     if audited is None:
-        from .sweep import audited_points
+        from .sweep import audited_points, megatron_version as sweep_megatron_version
 
-        audited = audited_points(points, megatron_version(config))
+        audited = audited_points(points, sweep_megatron_version(config))
     audited_keys = {p.point_key for p in audited}
     per_batch = int((config.get("batch") or {}).get("points") or DEFAULT_POINTS)
     count = batch_count(len(points), per_batch)
     backend = config["aiob"]["backend"]
-    simai = config["simulator"]["backend"] == "simai"
-    ratios = ratio_dir(config)
-    ratio_files = table_files(ratios) if ratios else []
 
     members: dict[int, list] = {}
     for p in points:
@@ -353,7 +264,9 @@ def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | 
         profiles: dict[str, Task] = {}
         workloads: dict[str, Task] = {}
         point_files: dict[str, tuple[list[str], list[str], str | None]] = {}
+        packet_audits: list[Task] = []
         files: dict[str, list[str]] = {kind: [] for kind in FILE_KINDS}
+        inputs: list[str] = []
         group = sorted(members[index], key=lambda p: p.point_key)
         on_workload: dict[str, list] = {}
         for p in group:
@@ -366,12 +279,11 @@ def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | 
             if p.aiob and p.profile_key not in profiles:
                 key = p.profile_key
                 out = layout.profile(backend, key), layout.profile_table(backend, key)
-                words = run.job_provenance(*(["aiob.file"] if backend == "file" else []), profile=key)
-                profiles[key] = make_task(
-                    f"profile_{backend}", key, profile_command(p, config, *out), layout.profile_status(backend, key),
-                    out, provenance=words, memory_mb=16384 if backend == "torch" else 512,
-                    runtime=30 if backend == "torch" else 0.1)
+                profiles[key] = stage_task(
+                    "profile", key, STAGES["profile"].job(p, config, *out), layout.profile_status(backend, key), out,
+                    config=config, point=p, run=run, rule=f"profile_{backend}")
                 tasks.append(profiles[key])
+                inputs += STAGES["profile"].input_files(config, p)
         for p in group + packet_points:
             if p.workload_key in workloads:
                 continue
@@ -379,15 +291,14 @@ def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | 
             memory = max(512, limits.job_memory_mb(limits.workload_rows(p.setup)))
             workload = layout.workload(key)
             profile = profiles.get(p.profile_key) if p.aiob else None
-            words = run.job_provenance(*(["generator.aicb_root"] if p.schedule == "aicb" else []))
-            generate = make_task(
-                "generate", key, generate_command(p, config, workload, profile.outputs[0] if profile else None),
+            generate = stage_task(
+                "generate", key, STAGES["generate"].job(p, config, workload, profile.outputs[0] if profile else None),
                 layout.workload_status("workload", key), [workload], upstream=[profile] if profile else [],
-                provenance=words, memory_mb=memory)
-            volumes = make_task(
-                "volumes", key, ["volumes", workload, "--format", "csv", "-o", layout.volumes(key)],
+                config=config, point=p, run=run, workload_mb=memory)
+            volumes = stage_task(
+                "volumes", key, STAGES["volumes"].job(p, config, workload, layout.volumes(key)),
                 layout.workload_status("volumes", key), [layout.volumes(key)], upstream=[generate],
-                provenance=run.job_provenance(), memory_mb=memory)
+                config=config, point=p, run=run, workload_mb=memory)
             tasks += [generate, volumes]
             workloads[key] = generate
             files["status"] += [generate.status, volumes.status]
@@ -396,21 +307,22 @@ def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | 
             # Its points next, while the workload is fresh (format.reuse_parsed).
             for q in on_workload[key]:
                 if q.packet:
+                    # Simulated in a batch of its own; audited here, with its workload, where
+                    # the sweep has no analytical twin to audit it (sweep.audited_points).
+                    if q.point_key in audited_keys:
+                        audit = audit_task(q, config, layout, run, generate, memory)
+                        tasks.append(audit)
+                        packet_audits.append(audit)
                     continue
                 point = q.point_key
                 out = layout.endtoend(point), layout.collectives(point), layout.times(point)
-                simulate = make_task(
-                    "simulate", point, simulate_command(q, config, workload, *out),
-                    layout.point_status("simulate", point), out, upstream=[generate],
-                    provenance=run.job_provenance("simulator.root", "simulator.ratio_dir"),
-                    memory_mb=max(4096 if simai else 0, memory), runtime=10 if simai else 0.1)
+                simulate = stage_task(
+                    "simulate", point, STAGES["simulate"].job(q, config, workload, *out), layout.point_status("simulate", point),
+                    out, upstream=[generate], config=config, point=q, run=run, workload_mb=memory)
                 tasks.append(simulate)
                 point_files[point] = [simulate.status], list(out), None
                 if point in audited_keys:
-                    audit = make_task(
-                        "audit", point, audit_command(q, config, workload, layout.audit(point)),
-                        layout.point_status("audit", point), [layout.audit(point)], upstream=[generate],
-                        provenance=run.job_provenance("simulator.ratio_dir"), memory_mb=memory)
+                    audit = audit_task(q, config, layout, run, generate, memory)
                     tasks.append(audit)
                     point_files[point] = [simulate.status, audit.status], list(out), layout.audit(point)
         for p in group:  # the points' files in point order, as the steps list them
@@ -421,27 +333,40 @@ def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | 
             files["times"].append(times)
             if audit_file:
                 files["audits"].append(audit_file)
-        inputs = [user_file(config["aiob"]["file"], key) for key in profiles] if backend == "file" else []
+        for audit in packet_audits:
+            files["status"].append(audit.status)
+            files["audits"] += audit.outputs
+        inputs += STAGES["simulate"].input_files(config, None)
         files["causes"] = [layout.batch_causes(name)]
         rows = tuple({k: str(v) for k, v in p.row().items()} for p in group)
         batches[name] = Batch(name, tuple(p.point_key for p in group), tuple(tasks),
-                              {kind: tuple(v) for kind, v in files.items()}, tuple(inputs + ratio_files), rows)
+                              {kind: tuple(v) for kind, v in files.items()}, tuple(inputs), rows)
         for p in packet_points:
             own = packet_batch(p, config, layout, run, workloads[p.workload_key], after=name)
             batches[own.name] = own
     return batches
 
 
+def audit_task(point, config: Mapping, layout, run, generate: Task, memory_mb: int) -> Task:
+    """A point's audit: its workload (``generate``'s output) against Megatron's schedule."""
+    from .stages import STAGES
+
+    key = point.point_key
+    return stage_task("audit", key, STAGES["audit"].job(point, config, generate.outputs[0], layout.audit(key)),
+                      layout.point_status("audit", key), [layout.audit(key)], upstream=[generate], config=config,
+                      point=point, run=run, workload_mb=memory_mb)
+
+
 def packet_batch(point, config: Mapping, layout, run, generate: Task, *, after: str) -> Batch:
     """A packet-level point's simulation as a batch of its own: one job, with the memory,
     run time and threads ``simulator.ns3`` gives it, after the batch that makes its workload."""
-    ns3 = config["simulator"]["ns3"]
+    from .stages import STAGES
+
     key = point.point_key
     out = layout.endtoend(key), layout.collectives(key), layout.times(key), layout.packet_record(key)
-    simulate = make_task(
-        "simulate", key, packet_command(point, config, generate.outputs[0], *out), layout.point_status("simulate", key),
-        out, upstream=[generate], provenance=run.job_provenance("simulator.ns3.root"),
-        memory_mb=int(ns3["memory_mb"]), runtime=float(ns3["runtime_min"]), threads=int(ns3["threads"]))
+    simulate = stage_task("packet", key, STAGES["packet"].job(point, config, generate.outputs[0], *out),
+                          layout.point_status("simulate", key), out, upstream=[generate], config=config, point=point,
+                          run=run)
     files = {kind: () for kind in FILE_KINDS}
     files.update(status=(simulate.status,), endtoend=(out[0],), collectives=(out[1],), times=(out[2],))
     return Batch(f"{PACKET_PREFIX}{key}", (key,), (simulate,), files, (), ({k: str(v) for k, v in point.row().items()},),
@@ -588,7 +513,8 @@ class Outcome:
 
 
 class _Parsers:
-    """One parser per stage command, built once (``stages.build_parser``)."""
+    """One parser per stage command, built once (``stages.build_parser``): for a task without
+    a typed job (one made from a command line alone, ``make_task``)."""
 
     def __init__(self) -> None:
         self._built: dict[str, object] = {}
@@ -602,13 +528,22 @@ class _Parsers:
 
 
 def _run_in_process(task: Task, attempt_: int, parsers: _Parsers):
+    """The task in this process: its stage's ``run`` on its typed job (what its command
+    would parse back to), or, without a job, its command line parsed."""
     from ..base import status
+    from .stages import STAGES
 
-    parser = parsers(task.command[0])
+    if task.job is not None:
+        contract = STAGES[task.stage]
 
-    def run() -> None:
-        ns = status.parse_quietly(lambda: parser.parse_args(list(task.command)))
-        ns.func(ns)
+        def run() -> None:
+            contract.run(task.job)
+    else:
+        parser = parsers(task.command[0])
+
+        def run() -> None:
+            ns = status.parse_quietly(lambda: parser.parse_args(list(task.command)))
+            ns.func(ns)
 
     return status.guard(task.command[0], run, status_path=task.status, outputs=task.outputs, after=task.after,
                         attempt=attempt_, provenance=status.job_provenance(task.provenance), job=task.digest)

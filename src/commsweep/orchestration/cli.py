@@ -25,7 +25,7 @@ def cmd_sweep(ns: argparse.Namespace) -> None:
     from . import sweep
 
     config = sweep.load_config(ns.config)
-    if ns.check or ns.todo:
+    if ns.check or ns.todo or ns.run_unless_current:
         _check_sweep(ns, config)
         return
     if ns.table:
@@ -64,7 +64,8 @@ def _check_sweep(ns: argparse.Namespace, config: dict) -> None:
     from . import provenance, sweep
 
     points, invalid = sweep.points_from_config(config)
-    run = provenance.Run(config=config, inputs=provenance.check_external(config, points))
+    run = provenance.Run(config=config, inputs=provenance.check_external(config, points),
+                         config_files=(provenance.relative_to_cwd(ns.config),))
     if ns.made is not None:
         try:
             record = provenance.read_record(ns.made)
@@ -95,6 +96,10 @@ def _check_sweep(ns: argparse.Namespace, config: dict) -> None:
         from . import batch
 
         print(batch.describe_pending(batch.plan(points, config, Layout(), run)))
+    if ns.run_unless_current:
+        from . import current
+
+        sys.exit(current.run(ns.run_unless_current, run, ns.config))
 
 
 def cmd_summarize(ns: argparse.Namespace) -> None:
@@ -121,13 +126,15 @@ def cmd_causes(ns: argparse.Namespace) -> None:
         emit(causes.assemble(Path(ns.sweep), ns.parts), ns.output)
         return
     files = _point_files(ns, ("status", "volumes", "times", "collectives", "audits"))
-    emit(causes.difference_by_cause(Path(ns.sweep), files), ns.output)
+    table = causes.packet_difference_by_cause if ns.simulation == "packet" else causes.difference_by_cause
+    emit(table(Path(ns.sweep), files), ns.output)
 
 
 def cmd_answer(ns: argparse.Namespace) -> None:
     from ..analysis import answer
 
-    answer.write(Path(ns.causes), Path(ns.sweep), Path(ns.output), Path(ns.rst) if ns.rst else None)
+    answer.write(Path(ns.causes), Path(ns.sweep), Path(ns.output), Path(ns.rst) if ns.rst else None,
+                 Path(ns.packet) if ns.packet else None)
 
 
 def cmd_trace(ns: argparse.Namespace) -> None:
@@ -314,11 +321,22 @@ def add_sweep_parser(sub) -> None:
     p.add_argument("--todo", action="store_true",
                    help="with --check: also say which per-point tasks a run in this folder would do now, per stage "
                         "(those whose outputs under results/ are not current)")
+    p.add_argument("--run-unless-current", nargs=argparse.REMAINDER, metavar="COMMAND",
+                   help="with --check, last: then run COMMAND (make run: Snakemake) unless nothing it reads or "
+                        "writes changed since it last exited 0 in this folder, which it would find has nothing "
+                        "to do (commsweep.orchestration.current)")
     p.set_defaults(func=cmd_sweep)
 
 
-def _add_file_lists(p: argparse.ArgumentParser, **lists: str) -> None:
-    """Options that each take a list of per-point files (``paths.PointFiles.given``)."""
+SWEEP_HELP = "the points table (results/sweep.csv)"
+
+
+def _add_point_files(p: argparse.ArgumentParser, *, results: str = "the results directory (when no files are given)",
+                     **lists: str) -> None:
+    """A sweep-wide command's points (``--sweep``) and their files: options that each take a
+    list of per-point files (``paths.PointFiles.given``), else found under ``--results``."""
+    p.add_argument("--sweep", required=True, help=SWEEP_HELP)
+    p.add_argument("--results", default="results", help=results)
     for name, help_text in lists.items():
         p.add_argument(f"--{name}", nargs="*", metavar="FILE", help=help_text)
 
@@ -330,10 +348,8 @@ def add_summarize_parser(sub) -> None:
                     "one table. Each point's files are those given (--status, --volumes, --times: what the "
                     "pipeline does), else found under --results by the results layout.",
     )
-    p.add_argument("--sweep", required=True, help="the points table (results/sweep.csv)")
-    p.add_argument("--results", default="results", help="the results directory (when no files are given)")
-    _add_file_lists(p, status="the points' status files (<workload or point>/<stage>.status)",
-                    volumes="the workloads' volumes.csv files", times="the points' times.csv files")
+    _add_point_files(p, status="the points' status files (<workload or point>/<stage>.status)",
+                     volumes="the workloads' volumes.csv files", times="the points' times.csv files")
     p.add_argument("--run", help="the run the table belongs to, for its run column (results/run.json's run)")
     p.add_argument("-o", "--output", help="output CSV (default: stdout)")
     p.set_defaults(func=cmd_summarize)
@@ -366,9 +382,7 @@ def add_check_parser(sub) -> None:
                     "with their errors (exit status 2). Each point's status files are those given "
                     "(--status), else found under --results.",
     )
-    p.add_argument("--sweep", required=True, help="the points table (results/sweep.csv)")
-    p.add_argument("--results", default="results", help="the results directory (when no files are given)")
-    _add_file_lists(p, status="the points' status files (<workload or point>/<stage>.status)")
+    _add_point_files(p, status="the points' status files (<workload or point>/<stage>.status)")
     p.add_argument("--steps", nargs="*", metavar="FILE", help="the sweep-wide steps' status files")
     p.add_argument("--run", help="the run to name in the verdict (results/run.json's run)")
     p.add_argument("--ignored", nargs="*", metavar="PATH",
@@ -398,15 +412,17 @@ def add_plot_parser(sub) -> None:
 
 def add_causes_parser(sub) -> None:
     p = sub.add_parser("causes", help="each AICB point's difference from its Megatron point, by cause")
-    p.add_argument("--sweep", required=True, help="the points table (results/sweep.csv)")
-    p.add_argument("--results", default="results",
-                   help="the results directory (audits, simulations, volumes), when no files are given")
-    _add_file_lists(p, status="the points' status files", volumes="the workloads' volumes.csv files",
-                    times="the points' times.csv files", collectives="the points' collectives.csv files",
-                    audits="the AICB points' audit.csv files")
+    _add_point_files(p, results="the results directory (audits, simulations, volumes), when no files are given",
+                     status="the points' status files", volumes="the workloads' volumes.csv files",
+                     times="the points' times.csv files", collectives="the points' collectives.csv files",
+                     audits="the AICB points' audit.csv files")
     p.add_argument("--parts", nargs="*", metavar="FILE",
                    help="instead: the tables of parts of the sweep to put together in its order (what the "
                         "pipeline's batches write, results/batches/<batch>.causes.csv)")
+    p.add_argument("--simulation", choices=("analytical", "packet"), default="analytical",
+                   help="the points whose differences to work out: those simulated analytically (default), or "
+                        "by SimAI's packet-level simulator, each against its packet-level Megatron point "
+                        "(results/packet_difference_by_cause.csv)")
     p.add_argument("-o", "--output", help="output CSV (results/difference_by_cause.csv; default: stdout)")
     p.set_defaults(func=cmd_causes)
 
@@ -414,20 +430,20 @@ def add_causes_parser(sub) -> None:
 def add_answer_parser(sub) -> None:
     p = sub.add_parser("answer", help="the landing page: the sweep's answer in words, from difference_by_cause.csv")
     p.add_argument("causes", help="results/difference_by_cause.csv")
-    p.add_argument("--sweep", required=True, help="the points table (results/sweep.csv)")
+    p.add_argument("--sweep", required=True, help=SWEEP_HELP)
     p.add_argument("-o", "--output", required=True,
                    help="the page in Markdown (results/answer.md; figures linked relative to it, from plots/)")
     p.add_argument("--rst", help="also the page in reStructuredText, figures embedded (the report's front page)")
+    p.add_argument("--packet", help="results/packet_difference_by_cause.csv: the answer under packet-level "
+                                    "simulation too (a sweep with packet-level points)")
     p.set_defaults(func=cmd_answer)
 
 
 def add_compare_parser(sub) -> None:
     p = sub.add_parser("compare", help="sweep-wide findings, comparison of the generators, and verdicts")
-    p.add_argument("--sweep", required=True, help="the points table (results/sweep.csv)")
+    _add_point_files(p, results="the results directory, where the points' audits are found (when --audits is not "
+                                "given)", audits="the points' audit.csv files (a point without one is not audited)")
     p.add_argument("--summary", required=True, help="the summary table (results/summary.csv)")
-    p.add_argument("--results", default="results",
-                   help="the results directory, where the points' audits are found (when --audits is not given)")
-    _add_file_lists(p, audits="the points' audit.csv files (a point without one is not audited)")
     p.add_argument("--findings", required=True,
                    help="output: every point's findings, after the point's key (CSV; join results/sweep.csv on point)")
     p.add_argument("--comparison", required=True, help="output: the generators compared per setting (CSV)")
@@ -438,8 +454,7 @@ def add_compare_parser(sub) -> None:
 
 
 def add_timeline_parser(sub) -> None:
-    from ..setup.arguments import add_aiob_arguments, add_stage_argument, add_training_arguments
-    from ..simulate.run import add_gpus_argument, add_network_arguments
+    from ..simulate.stage import add_point_arguments
 
     p = sub.add_parser(
         "timeline", allow_abbrev=False,
@@ -448,12 +463,8 @@ def add_timeline_parser(sub) -> None:
     p.add_argument("workload", help="a SimAI workload file")
     p.add_argument("simulation", nargs="?",
                    help="its simulation, as SimAI's EndToEnd.csv (default: simulate it with the network flags)")
-    add_training_arguments(p)
-    add_aiob_arguments(p)
-    add_stage_argument(p)
-    add_gpus_argument(p, required=False)
-    add_network_arguments(p, required=False, title="network, to simulate the workload without a simulation "
-                                                   "(SimAI's flags, all four)")
+    add_point_arguments(p, schedule=False, network_title="network, to simulate the workload without a simulation "
+                                                         "(SimAI's flags, all four)")
     p.add_argument("--audit", help="the workload's audit CSV (commsweep audit --format csv)")
     p.add_argument("--title", help="the figure's title (default: the workload's folder name)")
     p.add_argument("-o", "--output", required=True, help="output PNG")
@@ -484,9 +495,9 @@ def add_validate_parser(sub) -> None:
 
 
 def cmd_packet_compare(ns: argparse.Namespace) -> None:
-    from ..simulate.ns3 import compare
+    from ..analysis import packet, summary
 
-    emit(compare.table(compare.read_summary(ns.summary), compare.read_records(ns.records)), ns.output)
+    emit(packet.table(summary.read(ns.summary).rows, packet.read_records(ns.records)), ns.output)
 
 
 def add_packet_compare_parser(sub) -> None:

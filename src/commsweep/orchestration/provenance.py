@@ -32,12 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import __version__
-from ..base.errors import ConfigError
+from ..base.external import External, file_digest, files_digest, source_files  # noqa: F401 - provenance's names too
 
-RATIO_FILES = ("nvlink_ratio.csv", "nic_ratio.csv", "ata_ratio.csv")
-# Files of an AICB checkout that can change what it writes (its Python sources).
-AICB_SOURCES = "*.py"
-_SKIP_DIRS = {".git", "__pycache__", "results", ".venv"}
 
 
 def canonical_json(value) -> str:
@@ -59,120 +55,17 @@ def config_digest(config: Mapping) -> str:
     return sha256_text(canonical_json({k: v for k, v in config.items() if k not in EXECUTION_KEYS}))
 
 
-def file_digest(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return "sha256:" + h.hexdigest()
-
-
-def files_digest(root: Path, files: Iterable[Path]) -> str:
-    """One digest of several files: their paths relative to ``root`` and their contents."""
-    h = hashlib.sha256()
-    for path in sorted(files):
-        h.update(str(path.relative_to(root)).encode() + b"\0" + file_digest(path).encode() + b"\n")
-    return "sha256:" + h.hexdigest()
-
-
-def source_files(root: Path, pattern: str) -> list[Path]:
-    """The files under ``root`` matching ``pattern``, skipping VCS, cache and results folders."""
-    found = []
-    for folder, dirs, names in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith("."))
-        found += [Path(folder) / n for n in names if Path(n).match(pattern)]
-    return found
-
-
-@dataclass(frozen=True)
-class External:
-    """One external input of the sweep: its config key, where it is, and its checksum."""
-
-    key: str
-    path: str
-    digest: str
-    # What it stands for, when the path is not the file itself (a folder, a build).
-    what: str = ""
-
-    def record(self) -> dict:
-        out = {"path": self.path, "sha256": self.digest.removeprefix("sha256:")}
-        if self.what:
-            out["of"] = self.what
-        return out
-
-
-def _missing(key: str, path: str | Path, what: str) -> ConfigError:
-    return ConfigError(f"{path}: {what} not found (set {key} to where it is, or remove the key)", key=key)
-
-
 def check_external(config: Mapping, points: Iterable) -> dict[str, External | dict[str, External]]:
-    """Every external input the sweep's ``points`` use, checked and checksummed.
+    """Every external input the sweep's ``points`` use, checked and checksummed: each stage's
+    contract checks its own (``stages.check_external``).
 
     Returns config key -> External; for ``aiob.file`` (one file per AIOB profile), profile
     key -> External. Raises ConfigError naming the key and the path of the first missing
     input (all missing AIOB files at once), before any job runs.
     """
-    from ..simulate.run import ratio_dir_for
+    from . import stages
 
-    points = list(points)
-    out: dict[str, External | dict[str, External]] = {}
-    aiob = config.get("aiob") or {}
-    profiles = sorted({p.profile_key for p in points if p.aiob})
-    if profiles and aiob.get("backend") == "file" and aiob.get("file"):
-        from ..aiob.backends import user_file
-
-        files = {key: user_file(aiob["file"], key) for key in profiles}
-        missing = [path for path in files.values() if not Path(path).is_file()]
-        if missing:
-            shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-            raise ConfigError(f"{len(missing)} of {len(files)} AIOB file(s) not found: {shown} "
-                              f"({{profile}} in {aiob['file']!r} stands for the profile key of "
-                              "results/sweep.csv)", key="aiob.file")
-        out["aiob.file"] = {key: External("aiob.file", path, file_digest(path)) for key, path in files.items()}
-
-    generator = config.get("generator") or {}
-    if generator.get("aicb_root") and any(p.schedule == "aicb" for p in points):
-        from ..workload.aicb_runner import _SCRIPT
-
-        root = Path(generator["aicb_root"]).expanduser()
-        if not root.is_dir():
-            raise _missing("generator.aicb_root", root, "AICB checkout")
-        if not (root / _SCRIPT).is_file():
-            raise ConfigError(f"{root} is not an AICB checkout (no {_SCRIPT})", key="generator.aicb_root")
-        digest = files_digest(root, source_files(root, AICB_SOURCES))
-        out["generator.aicb_root"] = External("generator.aicb_root", str(root), digest, f"its {AICB_SOURCES} files")
-
-    sim = config.get("simulator") or {}
-    root = sim.get("root")
-    if sim.get("backend") == "simai":
-        from ..simulate.simai import BINARY
-
-        if not root:
-            raise ConfigError("the simai backend needs the root of a built SimAI", key="simulator.root")
-        if not Path(root).expanduser().is_dir():
-            raise _missing("simulator.root", root, "SimAI checkout")
-        binary = Path(root).expanduser() / BINARY
-        if not binary.is_file():
-            raise _missing("simulator.root", binary, "SimAI_analytical (build SimAI first)")
-        out["simulator.root"] = External("simulator.root", str(root), file_digest(binary), str(BINARY))
-    from ..simulate.ns3.runner import configured_root, find_binary
-
-    ns3_root = configured_root(config)
-    if ns3_root and "packet" in ((config.get("sweep") or {}).get("simulation") or ()):
-        binary = find_binary(Path(ns3_root).expanduser())
-        out["simulator.ns3.root"] = External("simulator.ns3.root", str(ns3_root), file_digest(binary),
-                                             str(binary.resolve()))
-    ratio_dir = ratio_dir_for(sim.get("ratio_dir"), root)
-    if ratio_dir:
-        key = "simulator.ratio_dir" if sim.get("ratio_dir") else "simulator.root"
-        folder = Path(ratio_dir).expanduser()
-        missing = [name for name in RATIO_FILES if not (folder / name).is_file()]
-        if missing:
-            raise _missing(key, folder / missing[0], "ratio table")
-        out["simulator.ratio_dir"] = External(key, str(ratio_dir),
-                                              files_digest(folder, [folder / n for n in RATIO_FILES]),
-                                              ", ".join(RATIO_FILES))
-    return out
+    return stages.check_external(config, points)
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,10 @@ def table(tp_overlap: float | int = 0) -> tuple[Step, ...]:
         # The MoE view (docs/moe.md): bytes per group, EP and DP_EP beside TP and DP.
         _figure("volume_by_group", ("plot", "volume-by-group", "<input.summary>"), "summarize",
                 "Communication volumes", when="moe"),
+        # The answer under packet-level simulation: each packet-level AICB point against its
+        # packet-level Megatron point (no batch holds both: each packet point is a batch of its own).
+        Step("packet_difference_by_cause", ("causes", "--simulation", "packet"), (), "1. The answer", when="packet",
+             mem_mb=1024, runtime=5),
         Step("answer", ("answer",), ("difference_by_cause",), "1. The answer", mem_mb=1024, runtime=5),
         Step("packet_vs_analytical", ("packet-compare",), ("summarize",), "Packet-level simulation", when="packet",
              mem_mb=512, runtime=5),

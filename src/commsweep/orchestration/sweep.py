@@ -18,7 +18,8 @@ from typing import Any
 
 from ..base.errors import ConfigError
 from ..setup.models import ModelSpec, model_from_dict, resolve_model
-from ..setup.points import AXES, NETWORK_FIELDS, SIMULATIONS, Invalid, Network, Point, to_csv
+from ..setup.network import NETWORK_FIELDS, Network
+from ..setup.points import AXES, SIMULATIONS, Invalid, Point, to_csv
 from ..setup.training import TrainingSetup
 from ..workload.generate import schedule_problems
 
@@ -50,7 +51,10 @@ def networks_from_config(config: dict) -> dict[str, Network]:
         for f in ("gpus_per_server", "nics_per_server"):
             if not isinstance(values[f], int):
                 raise ConfigError(f"must be an integer, got {values[f]!r}", key=f"networks.{name}.{f}")
-        out[name] = Network(name=name, **{f: values[f] for f in NETWORK_FIELDS})
+        try:
+            out[name] = Network(name=name, **{f: values[f] for f in NETWORK_FIELDS})
+        except ConfigError as err:  # what SimAI cannot read as float32 (1e-50 GB/s is 0)
+            raise ConfigError(err.message, key=f"networks.{name}.{err.key}") from None
     return out
 
 
@@ -251,11 +255,15 @@ def load_config(path: str | Path) -> dict:
 
 def audited_points(points: list[Point], megatron_version: str | None = None) -> list[Point]:
     """The points that get an audit: those the Megatron schedule (of megatron-core
-    ``megatron_version``) can describe. A packet-level point's workload is audited with its
-    analytical twin, when the sweep has one."""
+    ``megatron_version``) can describe. The audit is of the workload, not of its simulation:
+    a packet-level point's workload is audited with its analytical twin, and a packet-level
+    point gets an audit of its own only where the sweep has no such twin (``simulation:
+    [packet]``)."""
     from ..workload import megatron
 
-    return [p for p in points if not p.packet and not megatron.unsupported(p.setup, megatron_version)]
+    analytical = {p.point_key for p in points if not p.packet}
+    return [p for p in points if not (p.packet and p.analytical_key in analytical)
+            and not megatron.unsupported(p.setup, megatron_version)]
 
 
 def timeline_point(points: list[Point], audited: list[Point], config: dict, table: str = "results/sweep.csv") -> Point:

@@ -386,6 +386,24 @@ def to_commsweep_argv(setup: TrainingSetup) -> list[str]:
     return argv
 
 
+def as_commanded(setup: TrainingSetup) -> TrainingSetup:
+    """The setup its command line (``to_commsweep_argv``) stands for: what parsing that line
+    gives back (``setup_from_args``), without writing and parsing it.
+
+    A stage run in-process (a batch's task) must compute what its command computes, and the
+    command line does not carry everything: the model is named by its AICB name, a tied
+    llama-like (SwiGLU) model reads back untied (no flag says tied, and untied is a
+    llama-like model's default), the schedule's interleaving and recompute granularity take
+    their defaults, and an expert TP equal to TP is no expert TP. tests/test_stages.py checks
+    this against the parser for every preset and every point of the sweeps.
+    """
+    m = setup.model
+    label = m.aicb_name or m.name
+    model = dataclasses.replace(m, name=label, aicb_name=label, tie_embeddings=m.tie_embeddings and not m.swiglu)
+    return dataclasses.replace(setup, model=model, virtual_pipeline=1, recompute_granularity="selective",
+                               etp=None if setup.etp in (None, setup.tp) else setup.etp)
+
+
 def same_setup(a: TrainingSetup, b: TrainingSetup) -> bool:
     """Equal apart from labels (the model's name and AICB name)."""
     strip = {"name": "", "aicb_name": None}

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .network import NETWORK_FIELDS, Network
 from .training import TrainingSetup
 
 AXES = (
@@ -30,22 +31,12 @@ AXES = (
 # point's key is that of a sweep without the axis.
 OPTIONAL_AXES = ("tp_overlap", "simulation")
 SIMULATIONS = ("analytical", "packet")
-NETWORK_FIELDS = ("gpus_per_server", "nics_per_server", "nvlink_gbps", "nic_gbps")
 TABLE_COLUMNS = (
     "point", "workload", "profile", *AXES, "dp", "ga", *NETWORK_FIELDS,
 )
 # The point's peak memory per GPU and whether it fits the sweep's GPU (``memory.py``);
 # in sweep.csv and summary.csv after the point's columns.
 MEMORY_COLUMNS = ("memory_gib", "fits")
-
-
-@dataclass(frozen=True)
-class Network:
-    name: str
-    gpus_per_server: int
-    nics_per_server: int
-    nvlink_gbps: float
-    nic_gbps: float
 
 
 @dataclass(frozen=True)
@@ -152,8 +143,12 @@ def table_columns(points: Sequence[Point] | Sequence[PointRow]) -> tuple[str, ..
 # -- the points table, sweep.csv: its writer and its reader --------------------------------
 
 # How a point's workload was made: one name per schedule and AIOB setting (the "variants"
-# of a setting that the comparison and the figures set side by side).
-VARIANTS = ("aicb_default", "aicb_aiob", "megatron", "megatron_aiob")
+# of a setting that the comparison and the figures set side by side). Spelled here only:
+# the tables and figures name them by these constants.
+AICB_DEFAULT, AICB_AIOB, MEGATRON, MEGATRON_AIOB = "aicb_default", "aicb_aiob", "megatron", "megatron_aiob"
+VARIANTS = (AICB_DEFAULT, AICB_AIOB, MEGATRON, MEGATRON_AIOB)
+# AICB's two paths (the variants difference_by_cause.csv explains against Megatron's).
+AICB_PATHS = (AICB_DEFAULT, AICB_AIOB)
 # The axes a point shares with its other variants: all but the schedule and aiob.
 SETTING_AXES = tuple(a for a in AXES if a not in ("schedule", "aiob"))
 
@@ -161,8 +156,8 @@ SETTING_AXES = tuple(a for a in AXES if a not in ("schedule", "aiob"))
 def variant_of(schedule: str, aiob: bool) -> str:
     """The variant (``VARIANTS``) of a point made by ``schedule`` with AIOB on or off."""
     if schedule == "megatron":
-        return "megatron_aiob" if aiob else "megatron"
-    return "aicb_aiob" if aiob else "aicb_default"
+        return MEGATRON_AIOB if aiob else MEGATRON
+    return AICB_AIOB if aiob else AICB_DEFAULT
 
 
 def to_csv(points: Sequence[Point], invalid: Sequence[Invalid] = (),
@@ -177,6 +172,13 @@ def to_csv(points: Sequence[Point], invalid: Sequence[Invalid] = (),
     for bad in invalid:
         writer.writerow({**bad.values, "status": "skipped: " + "; ".join(bad.reasons)})
     return buf.getvalue()
+
+
+def boolean(text: str) -> bool:
+    """A yes/no cell as the tables write it (``True``, ``False``); ValueError for anything else."""
+    if text not in ("True", "False"):
+        raise ValueError(f"expected True or False, got {text!r}")
+    return text == "True"
 
 
 _INTS = ("world_size", "tp", "pp", "ep", "micro_batch", "global_batch", "seq_length", "dp", "ga",
@@ -250,12 +252,7 @@ class PointRow:
                 elif name in _INTS:
                     values[name] = int(text)
                 elif name in _BOOLS or name == "fits":
-                    if name == "fits" and text == "":
-                        values[name] = None
-                    elif text in ("True", "False"):
-                        values[name] = text == "True"
-                    else:
-                        raise ValueError(f"expected True or False, got {text!r}")
+                    values[name] = None if name == "fits" and text == "" else boolean(text)
                 else:
                     values[name] = None if text == "" and name in (*OPTIONAL_AXES, *MEMORY_COLUMNS) else float(text)
             except ValueError as err:

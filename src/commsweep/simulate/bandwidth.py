@@ -37,7 +37,7 @@ t >= g_p_s, else t*n / g_p_s. Everything else: 1.
 
 from __future__ import annotations
 
-from .cfloat import div, f32, u64
+from ..base.cfloat import div, f32, u64
 from .ratio import MULTI_COLUMN_NODES, Ratios
 
 SMALL_MESSAGE_MAX = 1048576  # exclusive upper bound of the fixed-latency range

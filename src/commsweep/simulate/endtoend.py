@@ -18,9 +18,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from ..base.cfloat import fixed
 from ..base.errors import InputError
 from ..base.files import read_text
-from .cfloat import fixed
 
 SUMMARY_HEADER = (
     "File name, Expose DP comm, Expose DP_EP comm, Expose TP comm, Expose_EP_comm, Expose_PP_comm, "

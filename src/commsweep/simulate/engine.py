@@ -45,16 +45,18 @@ pp-overlap-zero    ``-pp_o 0``: the PP formula divides by 0:    PP comm 0 us (wh
 ``reproduce`` gives SimAI's output exactly; ``error`` raises :class:`SimaiBugError`
 listing every affected row.
 
-Public API (used by the audit): :class:`Network`, :class:`Ratios`, :func:`load_ratios`,
-:func:`comm_time_ns` (one collective) and :func:`simulate` (a whole workload).
+Public API (used by the audit): :class:`Ratios`, :func:`load_ratios`, :func:`comm_time_ns`
+(one collective) and :func:`simulate` (a whole workload), on a ``setup.network.Network``
+with its GPU count and overlap ratios.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 
+from ..base.cfloat import U64_MASK, div, f32, f32_of_int, fixed, u64
 from ..base.errors import CommsweepError, ConfigError, InputError
+from ..setup.network import Network
 from ..workload import format as wformat
 from ..workload.format import Header, Workload
 from . import endtoend
@@ -62,12 +64,11 @@ from .bandwidth import (
     ALLGATHER, ALLREDUCE, ALLTOALL, GIB, NO_NIC, ONE_GPU, REDUCESCATTER, NetParams, bus_bandwidth, efficiency,
     formula_ns, group_arguments, ratio_case, reported_bandwidths, small_message_ns,
 )
-from .cfloat import U64_MASK, div, f32, f32_from_str, f32_of_int, fixed, u64
 from .collectives import COLUMNS, csv_field, ns_text
 from .ratio import Ratios, RatioOutOfRange, load_ratios
 
 __all__ = [
-    "BUG_MODES", "Network", "Ratios", "Simulation", "SimaiBugError", "comm_time_ns", "load_ratios", "simulate",
+    "BUG_MODES", "Ratios", "Simulation", "SimaiBugError", "comm_time_ns", "load_ratios", "simulate",
 ]
 
 BUG_MODES = ("fix", "reproduce", "error")
@@ -107,65 +108,15 @@ def _int32(n: int) -> int:
 # -- inputs -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Network:
-    """SimAI's command-line network: ``-g -g_p_s -n_p_s -nv -nic`` and the overlap ratios.
-
-    Bandwidths (GB/s) and ratios may be given as text, as on SimAI's command line; SimAI
-    reads them with ``std::stof`` into float32, and so does the engine.
-    """
-
-    gpus: int
-    gpus_per_server: int
-    nics_per_server: int
-    nvlink_gbps: float | str
-    nic_gbps: float | str
-    tp_overlap: float | str = 0.0
-    dp_overlap: float | str = 0.0
-    ep_overlap: float | str = 0.0
-    pp_overlap: float | str = 1.0
-
-    def __post_init__(self) -> None:
-        for name in ("gpus", "gpus_per_server", "nics_per_server"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"must be a positive integer, got {value!r}", key=name)
-        for name in ("nvlink_gbps", "nic_gbps"):
-            if not self._float(name) > 0:
-                raise ConfigError(f"must be a positive number, got {getattr(self, name)!r}", key=name)
-        for name in ("tp_overlap", "dp_overlap", "ep_overlap", "pp_overlap"):
-            if not 0 <= self._float(name) <= 1:
-                raise ConfigError(f"must be between 0 and 1, got {getattr(self, name)!r}", key=name)
-
-    def _float(self, name: str) -> float:
-        value = getattr(self, name)
-        try:
-            return f32_from_str(value if isinstance(value, str) else repr(float(value)))
-        except (TypeError, ValueError):
-            raise ConfigError(f"must be a number, got {value!r}", key=name) from None
-
-    @cached_property
-    def params(self) -> NetParams:
-        return NetParams(self.gpus_per_server, self.nics_per_server, self._float("nvlink_gbps"), self._float("nic_gbps"))
-
-    def keep(self, name: str) -> float:
-        """float32(1 - overlap): the share of a collective's time left exposed."""
-        return f32(1 - self._float(f"{name}_overlap"))
-
-    def flags(self) -> list[str]:
-        """SimAI's command-line flags for this network (without -w and -r)."""
-        out = ["-g", str(self.gpus), "-g_p_s", str(self.gpus_per_server), "-n_p_s", str(self.nics_per_server),
-               "-nv", _flag_text(self.nvlink_gbps), "-nic", _flag_text(self.nic_gbps)]
-        for name, default in (("tp", 0.0), ("dp", 0.0), ("ep", 0.0), ("pp", 1.0)):
-            if self._float(f"{name}_overlap") != default:
-                out += [f"-{name}_o", _flag_text(getattr(self, f"{name}_overlap"))]
-        return out
+def _params(network: Network) -> NetParams:
+    return NetParams(network.gpus_per_server, network.nics_per_server, *network.bandwidths)
 
 
-def _flag_text(value: float | str) -> str:
-    if isinstance(value, str):
-        return value
-    return str(int(value)) if float(value).is_integer() else repr(float(value))
+def _gpus(network: Network) -> int:
+    """SimAI's ``-g``: a simulation's network gives it (a sweep's named network does not)."""
+    if network.gpus is None:
+        raise ConfigError("the simulation's network needs its GPU count (-g)", key="gpus")
+    return network.gpus
 
 
 def check_mode(simai_bugs: str) -> None:
@@ -306,9 +257,9 @@ def comm_time_ns(comm_type: str, phase: str, size: int, header: Header, network:
         raise ConfigError(f"must be fwd, ig or wg, got {phase!r}", key="phase")
     ratios = ratios if ratios is not None else Ratios()
     coll, group = parse_comm_type(comm_type, phase)
-    nranks = _nranks(phase, group, wformat.group_sizes(header, network.gpus))
+    nranks = _nranks(phase, group, wformat.group_sizes(header, _gpus(network)))
     ticks, problems = _phase_ticks(coll, group, nranks, effective_size(phase, size), header.tp, header.ep,
-                                   network.params, ratios, simai_bugs == "fix")
+                                   _params(network), ratios, simai_bugs == "fix")
     if problems and simai_bugs == "error" or ticks is None:
         what = "; ".join(BUG_TEXT[p] for p in problems)
         raise SimaiBugError(f"{comm_type} ({phase}, {size} bytes, group of {nranks}): {what}")
@@ -419,8 +370,8 @@ def simulate(workload: Workload, network: Network, ratios: Ratios | None = None,
     if not rows:
         raise InputError("the workload has no rows; SimAI aborts on it", line=2, field="row_count")
     tp, ep = header.tp, header.ep
-    sizes = wformat.group_sizes(header, network.gpus)
-    net = network.params
+    sizes = wformat.group_sizes(header, _gpus(network))
+    net = _params(network)
     keep_tp, keep_dp, keep_ep = network.keep("tp"), network.keep("dp"), network.keep("ep")
     rerun = recompute_rows(header, len(rows))
     bugs: list[BugHit] = []
@@ -538,7 +489,7 @@ def _pp_ticks(header: Header, network: Network, bugs: list[BugHit], simai_bugs: 
         bugs.append(BugHit(PP_COMM_RANGE, None))
         if simai_bugs == "reproduce":
             raise SimaiBugError(f"pp_comm {header.pp_comm}: {BUG_TEXT[PP_COMM_RANGE]} (std::out_of_range)")
-    pp_o = network._float("pp_overlap")
+    pp_o = network.number("pp_overlap")
     if pp_o == 0:
         bugs.append(BugHit(PP_OVERLAP_ZERO, None))
         if simai_bugs == "fix":

@@ -37,10 +37,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..setup.network import Network
 from ..setup.training import TrainingSetup
 from ..workload.format import Workload
 from ..workload.megatron import Schedule
-from .engine import Network, Ratios, comm_time_ns
+from .engine import Ratios, comm_time_ns
 
 # The schedule's column-parallel rows (their input-gradient collective is asynchronous).
 COLUMN_KINDS = ("attention_qkv", "mlp_fc1", "output_layer")

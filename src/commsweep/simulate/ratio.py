@@ -26,9 +26,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..base.cfloat import div, f32
 from ..base.errors import InputError
 from ..base.files import read_text
-from .cfloat import div, f32
 
 TABLES = ("nvlink", "nic", "ata")
 

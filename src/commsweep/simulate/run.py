@@ -47,7 +47,9 @@ def number_text(text: str) -> str:
 
 def add_gpus_argument(parser, *, required: bool) -> None:
     """SimAI's ``-g``: the GPUs of the run, which set the DP group size."""
-    parser.add_argument("-g", "--gpus", type=int, required=required, default=None,
+    from ..setup.network import GPUS_FLAG
+
+    parser.add_argument(GPUS_FLAG, "--gpus", type=int, required=required, default=None,
                         help="SimAI's -g: GPUs (sets DP = g / (tp * pp))" + ("" if required else "; default: the header's all_gpus"))
 
 
@@ -59,28 +61,20 @@ def add_network_arguments(parser, *, required: bool, title: str = "network (SimA
     The bandwidths stay text, as typed: SimAI reads them with ``std::stof``, and so does the engine.
     """
     from ..base.flags import add_flag
+    from ..setup.network import SERVER_FLAGS as FLAG
 
     n = parser.add_argument_group(title)
-    add_flag(n, "-g_p_s", "--gpus-per-server", dest="gpus_per_server", type=int, required=required, default=None,
-             help="GPUs per server (per NVLink domain)")
-    add_flag(n, "-n_p_s", "--nic_per_server", dest="nics_per_server", type=int, required=required, default=None,
-             aliases=("--nics_per_server",), help="NICs per server")
-    add_flag(n, "-nv", "--nvlink", dest="nvlink_gbps", type=number_text, required=required, default=None,
+    add_flag(n, FLAG["gpus_per_server"], "--gpus-per-server", dest="gpus_per_server", type=int, required=required,
+             default=None, help="GPUs per server (per NVLink domain)")
+    add_flag(n, FLAG["nics_per_server"], "--nic_per_server", dest="nics_per_server", type=int, required=required,
+             default=None, aliases=("--nics_per_server",), help="NICs per server")
+    add_flag(n, FLAG["nvlink_gbps"], "--nvlink", dest="nvlink_gbps", type=number_text, required=required, default=None,
              aliases=("--nvlink_gbps",), help="NVLink bandwidth per GPU, GB/s")
-    add_flag(n, "-nic", "--nic_busbw", dest="nic_gbps", type=number_text, required=required, default=None,
+    add_flag(n, FLAG["nic_gbps"], "--nic_busbw", dest="nic_gbps", type=number_text, required=required, default=None,
              aliases=("--nic_gbps",), help="bandwidth per NIC, GB/s")
     add_flag(n, "--ratio-dir", metavar="DIR", default=None,
              help="SimAI's ratio tables ({nvlink,nic,ata}_ratio.csv); default: a SimAI root's (simulate "
                   "--simai-root), else the engine's default (efficiency 1.0)")
-
-
-def options_from_args(ns) -> "Options":
-    """The parsed ``commsweep simulate`` arguments as Options."""
-    return Options(
-        workload=ns.workload, gpus=ns.gpus, gpus_per_server=ns.gpus_per_server, nics_per_server=ns.nics_per_server,
-        nvlink=ns.nvlink_gbps, nic=ns.nic_gbps, prefix=ns.prefix,
-        **{name: getattr(ns, name) for name in Options.DEFAULTS if name != "ns3"}, ns3=ns,
-    )
 
 
 def ratio_dir_for(ratio_dir: str | None, simai_root: str | None) -> str | None:
@@ -117,9 +111,7 @@ def gpu_mismatch(gpus: int, header) -> str | None:
 def _check_gpus(opts: Options) -> None:
     from ..workload import format as wformat
 
-    with open(opts.workload, encoding="utf-8", errors="replace") as fh:
-        first = fh.readline().rstrip("\n")
-    problem = gpu_mismatch(opts.gpus, wformat.parse_header(first, source=opts.workload))
+    problem = gpu_mismatch(opts.gpus, wformat.read_header(opts.workload))
     if problem is None:
         return
     if opts.strict:
@@ -138,7 +130,7 @@ def run(opts: Options) -> None:
         _check_gpus(opts)
         command.run(opts)
         return
-    from .engine import Network
+    from ..setup.network import Network
 
     network = Network(
         gpus=opts.gpus, gpus_per_server=opts.gpus_per_server, nics_per_server=opts.nics_per_server,

@@ -44,10 +44,11 @@ from pathlib import Path
 from typing import IO
 
 from ..base.errors import CommsweepError, ConfigError
+from ..setup.network import Network
 from ..workload import format as wformat
 from . import endtoend as e2e
 from .collectives import CollectiveTime
-from .engine import Network, collective_rows, effective_size, parse_comm_type
+from .engine import collective_rows, effective_size, parse_comm_type
 from .ratio import RATIO_SUBDIR, table_files
 
 BINARY = Path("bin") / "SimAI_analytical"

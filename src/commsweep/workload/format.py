@@ -150,6 +150,14 @@ def read(path: str | Path) -> Workload:
     return _PARSED[key]
 
 
+def read_header(path: str | Path) -> Header:
+    """A workload file's header alone (its first line; the rows are not read): what a command
+    checks before it runs (InputError naming the file and field)."""
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        first = fh.readline().rstrip("\n")
+    return parse_header(first, source=path)
+
+
 # The last workload parsed, by path and text (see ``reuse_parsed``); None: no reuse.
 _PARSED: dict[tuple[str, str], Workload] | None = None
 

@@ -4,7 +4,7 @@ What a point's packet-level simulation adds to the analytical tables (which it a
 writes: EndToEnd.csv, collectives.csv, times.csv): the settings it ran with (the send
 latency in SimAI's real unit, the network's knobs, the topology file), the build profile of
 the binary, the flow-completion-time spread, PFC pauses, link utilisation, and what the run
-cost (wall seconds, peak memory). ``wall_s`` and ``build`` always travel together: a time
+cost (wall and CPU seconds, peak memory). ``wall_s`` and ``build`` always travel together: a time
 from a debug build is not a time from an optimised one.
 """
 
@@ -25,10 +25,10 @@ COLUMNS = (
     "packet_payload", "nvls", "pxn", "topology", "total_us", "compute_us", "exposed_us", "exposed_dp_us",
     "exposed_dp_ep_us", "exposed_tp_us", "exposed_ep_us", "exposed_pp_us", "flows", "flow_bytes", "fct_p50_us",
     "fct_p99_us", "fct_max_us", "slowdown_p50", "slowdown_p99", "slowdown_max", "pfc_pauses", "pfc_resumes",
-    "utilization_pct", "wall_s", "peak_rss_kb", "warnings", "command",
+    "utilization_pct", "wall_s", "cpu_s", "peak_rss_kb", "warnings", "command",
 )
 NUMBERS = ("total_us", "compute_us", "exposed_us", "fct_p50_us", "fct_p99_us", "fct_max_us", "slowdown_p50",
-           "slowdown_p99", "slowdown_max", "wall_s")
+           "slowdown_p99", "slowdown_max", "wall_s", "cpu_s")
 INTEGERS = ("threads", "send_latency_us", "cc_mode", "buffer_mb", "packet_payload", "flows", "flow_bytes", "pfc_pauses",
             "pfc_resumes")
 
@@ -56,7 +56,8 @@ def row(result: Ns3Run, settings: conf.Settings, *, threads: int, topology: str)
         "slowdown_p50": _g(f.slowdown_p50), "slowdown_p99": _g(f.slowdown_p99), "slowdown_max": _g(f.slowdown_max),
         "pfc_pauses": str(result.pfc_pauses), "pfc_resumes": str(result.pfc_resumes),
         "utilization_pct": ";".join(f"{u:.2f}" for u in result.utilization),
-        "wall_s": f"{result.wall_s:.3f}", "peak_rss_kb": "" if result.peak_rss_kb is None else str(result.peak_rss_kb),
+        "wall_s": f"{result.wall_s:.3f}", "cpu_s": "nan" if result.cpu_s is None else f"{result.cpu_s:.3f}",
+        "peak_rss_kb": "" if result.peak_rss_kb is None else str(result.peak_rss_kb),
         "warnings": " | ".join(result.warnings), "command": result.command,
     }
 

@@ -96,6 +96,8 @@ class Ns3Run:
     utilization: tuple[float, ...]
     warnings: list[str] = field(default_factory=list)
     wall_s: float = 0.0
+    # The simulator's CPU seconds (user + system, from os.wait4): what it cost whatever the load.
+    cpu_s: float | None = None
     peak_rss_kb: int | None = None
     build: str = ""
     command: str = ""
@@ -145,7 +147,7 @@ def run(binary: str | Path, workload_path: str | Path, topo_name: str, topo_text
     write_text(workdir / COMMAND_FILE, f"cd {shlex.quote(str(workdir))} && {command}\n")
     argv = [str(binary.resolve()), "-t", str(threads), "-w", f"./{WORKLOAD_FILE}", "-n", f"./{topo_name}",
             "-c", f"./{conf.CONF_FILE}"]
-    returncode, wall, rss, stopped = _watch(argv, workdir, conf.environment(settings), timeout=timeout, stall=stall,
+    returncode, wall, rss, cpu, stopped = _watch(argv, workdir, conf.environment(settings), timeout=timeout, stall=stall,
                                            poll=poll)
     stdout = read_text(workdir / "stdout.log") if (workdir / "stdout.log").exists() else ""
     stderr = (workdir / "stderr.log").read_text(errors="replace") if (workdir / "stderr.log").exists() else ""
@@ -160,7 +162,7 @@ def run(binary: str | Path, workload_path: str | Path, topo_name: str, topo_text
     except Ns3RunError as err:
         raise Ns3RunError(f"{err}{where}") from None
     result.warnings[:0] = prepared.warnings
-    result.wall_s, result.peak_rss_kb = wall, rss
+    result.wall_s, result.peak_rss_kb, result.cpu_s = wall, rss, cpu
     result.build = build_profile(binary, build)
     result.command = command
     if keep:
@@ -178,10 +180,10 @@ def _size(path: Path) -> int:
 
 
 def _watch(argv: list[str], workdir: Path, env: dict[str, str], *, timeout: float | None, stall: float | None,
-           poll: float) -> tuple[int, float, int | None, str | None]:
-    """Run and watch: (exit status or -signal, wall s, peak RSS KB, why it was stopped or None).
+           poll: float) -> tuple[int, float, int | None, float, str | None]:
+    """Run and watch: (exit status or -signal, wall s, peak RSS KB, CPU s, why it was stopped or None).
 
-    A thread waits for the process (``os.wait4``: its exit status and peak memory), so its end
+    A thread waits for the process (``os.wait4``: its exit status, peak memory and CPU time), so its end
     is seen at once; every ``poll`` seconds the watcher checks the time limit and progress.
     """
     start = time.monotonic()
@@ -192,11 +194,12 @@ def _watch(argv: list[str], workdir: Path, env: dict[str, str], *, timeout: floa
         except OSError as e:
             raise Ns3RunError(f"cannot run {argv[0]}: {e.strerror}") from None
         ended = threading.Event()
-        reaped: dict[str, int] = {}
+        reaped: dict[str, float] = {}
 
         def reap() -> None:
             _, wait_status, usage = os.wait4(proc.pid, 0)
-            reaped.update(status=wait_status, rss=usage.ru_maxrss, end=time.monotonic())
+            reaped.update(status=wait_status, rss=usage.ru_maxrss, cpu=usage.ru_utime + usage.ru_stime,
+                          end=time.monotonic())
             ended.set()
 
         threading.Thread(target=reap, daemon=True).start()
@@ -223,8 +226,8 @@ def _watch(argv: list[str], workdir: Path, env: dict[str, str], *, timeout: floa
         except BaseException:
             _kill(proc)
             raise
-        proc.returncode = os.waitstatus_to_exitcode(reaped["status"])
-    return proc.returncode, reaped["end"] - start, reaped["rss"], stopped
+        proc.returncode = os.waitstatus_to_exitcode(int(reaped["status"]))
+    return proc.returncode, reaped["end"] - start, int(reaped["rss"]), reaped["cpu"], stopped
 
 
 def _kill(proc: subprocess.Popen) -> None:

@@ -6,6 +6,9 @@ each ring step pays a send latency, the packet-level time is the longer; this ta
 two side by side per point (totals, exposed communication by group), with what only the
 packet-level run knows (flow-completion-time spread, PFC pauses) and what its times rest on
 (the send latency, the binary's build, the wall time it took).
+
+It reads the summary table (``summary.read``) and each packet-level point's run record
+(``simulate.ns3.record``), so it sits with the sweep-wide tables, above the simulators.
 """
 
 from __future__ import annotations
@@ -14,8 +17,8 @@ import csv
 import io
 from pathlib import Path
 
-from ...base.errors import InputError
-from . import record
+from ..simulate.ns3 import record
+from . import summary
 
 QUANTITIES = (("total_us", "sim_total_us"), ("exposed_us", "sim_exposed_us"), ("dp_us", "sim_dp_us"),
               ("tp_us", "sim_tp_us"), ("ep_us", "sim_ep_us"), ("dp_ep_us", "sim_dp_ep_us"), ("pp_us", "sim_pp_us"))
@@ -33,27 +36,33 @@ def _ratio(a: str, b: str) -> str:
         return ""
 
 
-def table(summary_rows: list[dict[str, str]], records: dict[str, dict[str, str]]) -> str:
+def _text(value: float | int | None) -> str:
+    """A summary number as the summary table writes it (SimAI's whole us: ints; nan, inf)."""
+    return "" if value is None else str(value)
+
+
+def table(summary_rows: list[summary.Row], records: dict[str, dict[str, str]]) -> str:
     """The comparison CSV: one line per packet-level point of the summary, in its order (the
     summary has a line per point and collective; the per-point columns repeat on each)."""
-    by_key: dict[str, dict[str, str]] = {}
+    by_key: dict[str, summary.Row] = {}
     for r in summary_rows:
-        by_key.setdefault(r["point"], r)
+        by_key.setdefault(r.point.point, r)
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(COLUMNS)
     for row in by_key.values():
-        if row.get("simulation") != "packet":
+        if row.point.simulation != "packet":
             continue
-        twin_key = row["point"].removesuffix("_packet")
-        twin = by_key.get(twin_key, {})
-        rec = records.get(row["point"], {})
-        values = [row["point"], twin_key if twin else "", row.get("workload", ""), row.get("network", "")]
+        twin_key = row.point.point.removesuffix("_packet")
+        twin = by_key.get(twin_key)
+        mine, theirs = row.iteration, twin.iteration if twin is not None else {}
+        rec = records.get(row.point.point, {})
+        values = [row.point.point, twin_key if twin else "", row.point.workload, row.point.network]
         for _, column in QUANTITIES:
-            values += [twin.get(column, ""), row.get(column, "")]
-        values.append(_ratio(twin.get("sim_total_us", ""), row.get("sim_total_us", "")))
+            values += [_text(theirs.get(column)), _text(mine.get(column))]
+        values.append(_ratio(_text(theirs.get("sim_total_us")), _text(mine.get("sim_total_us"))))
         values += [rec.get(f, "") for f in RECORD_FIELDS]
-        values.append(row.get("status", ""))
+        values.append(row.status)
         writer.writerow(values)
     return buf.getvalue()
 
@@ -66,11 +75,3 @@ def read_records(paths: list[str | Path]) -> dict[str, dict[str, str]]:
         if path.exists():
             out[path.parent.name] = record.read(path)
     return out
-
-
-def read_summary(path: str | Path) -> list[dict[str, str]]:
-    with open(path, newline="", encoding="utf-8") as fh:
-        rows = list(csv.DictReader(fh))
-    if rows and "point" not in rows[0]:
-        raise InputError("not a summary (no 'point' column)", file=path, line=1)
-    return rows
