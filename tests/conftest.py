@@ -41,8 +41,11 @@ def reference():
 # those fixtures are the suite's most expensive setups (traces, a Slurm cluster, whole sweeps),
 # so every test that uses one is grouped with its module: the fixture is made once, as in a
 # serial run. Tests that share other state (the pages of tests/test_doc_examples.py) name
-# their group themselves.
+# their group themselves. xdist hands out the groups first, largest first, then the other tests
+# in the order of the collection: on a worker, the ``slow`` and ``trace`` ones are moved to
+# the front of it, so that no minute-long test starts last while the other worker is idle.
 SHARED_SCOPES = ("class", "module", "package")
+LONG = ("slow", "trace")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its hook of the same name)
@@ -54,3 +57,8 @@ def pytest_collection_modifyitems(config, items):
         defs = info.name2fixturedefs.values() if info is not None else ()
         if any(chain[-1].scope in SHARED_SCOPES for chain in defs if chain):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    if hasattr(config, "workerinput"):  # an xdist worker (a serial run keeps the files' order)
+        def long_and_alone(item) -> bool:
+            return item.get_closest_marker("xdist_group") is None and any(item.get_closest_marker(m) for m in LONG)
+
+        items.sort(key=lambda item: not long_and_alone(item))  # stable: a group's order is kept
