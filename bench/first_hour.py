@@ -6,7 +6,8 @@ venv linked, as tests/sweeps.py's ``project`` makes one), in three steps:
 
 * ``sweep``: ``snakemake --cores 2 --configfile CONFIG``, the README's command, from scratch;
 * ``report``: then ``make run CONFIG=CONFIG``: Snakemake has nothing to do, the report is made;
-* ``no-op``: then ``make run CONFIG=CONFIG`` again: nothing to do, not even the report.
+* ``no-op``: then ``make run CONFIG=CONFIG`` again: nothing changed, so it starts no Snakemake
+  (``commsweep.orchestration.current``) and makes no report.
 
 It prints each step's median wall time (and CPU time, of every process it started) over the
 repeats, ``sweep + report`` (a ``make run`` from scratch), and the 1-minute load average
@@ -91,16 +92,17 @@ def main() -> None:
                                                                           "snakemake_executor_plugin_*-*.dist-info"))
     print(f"{os.cpu_count()} CPUs, load {load_before:.1f}; Snakemake executor plugins installed: "
           f"{', '.join(plugins) or 'none'} (each is imported at every Snakemake start)")
+    summary = []
     for name in args.sweeps:
         runs = []
         for _ in range(args.repeats):
             with tempfile.TemporaryDirectory(prefix="commsweep-bench-") as tmp:
                 runs.append(one_repeat(name, Path(tmp)))
         print(f"\n{name} ({SWEEPS[name].relative_to(REPO)}), median of {args.repeats}:")
-        medians = {}
+        medians, cpu = {}, {}
         for step in ("sweep", "report", "no-op"):
             walls, cpus = [r[step][0] for r in runs], [r[step][1] for r in runs]
-            medians[step] = statistics.median(walls)
+            medians[step], cpu[step] = statistics.median(walls), statistics.median(cpus)
             print(f"  {step:<8} {medians[step]:6.2f} s wall  {statistics.median(cpus):6.2f} s CPU"
                   f"   (each: {', '.join(f'{w:.2f}' for w in walls)})")
         total = statistics.median([r["sweep"][0] + r["report"][0] for r in runs])
@@ -108,6 +110,12 @@ def main() -> None:
         step, goal = GOALS[name]
         print(f"  goal: {step} under {goal:.0f} s: {medians[step]:.2f} s ({medians[step] / goal:.2f} of it); "
               f"no-op under {NOOP_GOAL} s: {medians['no-op']:.2f} s ({medians['no-op'] / NOOP_GOAL:.2f} of it)")
+        summary.append((f"{name} sweep", medians[step], cpu[step], goal))
+        summary.append((f"no-op make run (after {name})", medians["no-op"], cpu["no-op"], NOOP_GOAL))
+    print("\nthe goals (wall time; CPU seconds, of every process, for a loaded machine):")
+    for what, wall, cpu_s, goal in summary:
+        print(f"  {what:<32} {wall:6.2f} s wall ({wall / goal:.2f} of {goal} s)   {cpu_s:6.2f} s CPU "
+              f"({cpu_s / goal:.2f} of it)")
     print(f"\nload {load_before:.1f} before, {os.getloadavg()[0]:.1f} after")
 
 

@@ -575,6 +575,13 @@ def test_a_packet_only_sweep_is_audited_and_says_it_has_no_pair(stand_in, refere
     assert causes.read_csv(Path("results/difference_by_cause.csv")) == []  # no analytical point
     packet_rows = causes.read_csv(Path("results/packet_difference_by_cause.csv"))
     assert {r.point for r in packet_rows} == {point.point_key}
+    # The comparison with Megatron has the point, from its audit.
+    assert cli.main(["summarize", "--sweep", "results/sweep.csv", "-o", "results/summary.csv"]) == 0
+    assert cli.main(["compare", "--sweep", "results/sweep.csv", "--summary", "results/summary.csv",
+                     "--findings", "results/findings.csv", "--comparison", "results/comparison.csv",
+                     "--verdicts", "results/verdicts.csv"]) == 0
+    with open("results/verdicts.csv", newline="") as fh:
+        assert [r["point"] for r in csv.DictReader(fh)] == [point.point_key]
     page = answer.to_markdown(answer.page([], {row.point: row}, {}, packet_rows))
     assert "## Under packet-level simulation (SimAI_simulator)" in page
     assert "no packet-level pair to answer with" in page and "add `megatron` to `sweep.schedule`" in page

@@ -77,11 +77,51 @@ def test_every_stage_in_the_table_has_its_contract_filled_in():
         assert isinstance(stage, Stage), name
         assert stage.summary and stage.per in ("profile", "workload", "point"), name
         assert stage.outputs and all(hasattr(Layout(), f) for f in stage.inputs + stage.outputs), name
-        for function in (stage.from_args, stage.job, stage.argv, stage.run, stage.check_external, stage.reads,
-                         stage.resources, stage.input_files):
+        assert len(stage.kinds) == len(stage.outputs) and set(stage.kinds) <= {None, *batch.FILE_KINDS}, name
+        assert all(up in stages.STAGES and list(stages.STAGES).index(up) < list(stages.STAGES).index(name)
+                   for up in stage.upstream), f"{name}: its upstream stages come before it in the table"
+        for function in (stage.from_args, stage.job, stage.argv, stage.run, stage.applies, stage.files, stage.status,
+                         stage.check_external, stage.reads, stage.resources, stage.input_files):
             assert callable(function), name
         # Its command is in the table: its own parser, or that of the stage whose command it shares.
         assert stage.name in stages.STAGE_COMMANDS, name
+
+
+def test_a_new_stage_is_its_contract_and_a_line_in_the_table(tmp_path, monkeypatch):
+    """A stage added to the table alone (here: each workload's volumes as JSON too) is planned,
+    run in-process by the batches and checked by provenance, with no other change."""
+    from commsweep.analysis import volumes
+    from commsweep.analysis.stage import VOLUMES, VolumesJob
+    from commsweep.workload import format as wformat
+
+    asked = []
+
+    def check_external(config, points):
+        asked.append(len(list(points)))
+        return {}
+
+    json_volumes = dataclasses.replace(
+        VOLUMES, summary="a workload's volumes as JSON", kinds=(None,), check_external=check_external,
+        job=lambda point, config, inputs, outputs: VolumesJob(workload=inputs[0], output=outputs[0], format="json"),
+        files=lambda layout, key, config: (layout.volumes(key).removesuffix(".csv") + ".json",),
+        status=lambda layout, key, config: layout.workload_status("volumes_json", key))
+    monkeypatch.setitem(stages.STAGES, "volumes_json", json_volumes)
+    monkeypatch.chdir(tmp_path)
+    config = sweep.load_config(str(ROOT / "tests" / "sweeps" / "two-points.yaml"))
+    points, _ = sweep.points_from_config(config)
+    run = provenance.Run(config=config, inputs=provenance.check_external(config, points))
+    assert asked == [len(points)]
+    plans = batch.plan(points, config, Layout(), run)
+    added = [t for b in plans.values() for t in b.tasks if t.stage == "volumes_json"]
+    assert sorted(t.key for t in added) == sorted({p.workload_key for p in points})
+    for name, b in plans.items():
+        outcome = batch.run(b, 1, Layout().batch_manifest(name), running_dir=".running")
+        assert not outcome.failed, [t.status for t in outcome.failed]
+    for task in added:
+        [generate] = [t for b in plans.values() for t in b.tasks if t.status in task.after]
+        assert generate.stage == "generate"
+        written = Path(task.outputs[0]).read_text(encoding="utf-8")
+        assert written == volumes.to_json(volumes.tally(wformat.read(generate.outputs[0])))
 
 
 @pytest.mark.parametrize("path", SWEEPS, ids=lambda p: p.name)

@@ -28,11 +28,13 @@ A100_TABLES = ("korthikanti2022_table5.csv", "narayanan2021_table1.csv")
 # Issue 26's goal for every shipped table: mean absolute error at most 5%, no run beyond 15%.
 GOAL = (5.0, 15.0)
 # The tables that miss it, with the bound they do keep (docs/validation.md says why): the
-# later NeMo releases run GPT-3 175B's 512-GPU layout 11% faster than 24.07, on which the FP8
-# GEMM efficiency is fitted; their recipes (recipes.csv: no dropout, deferred embedding
-# wgrads, vboost with its gain fitted on the 24.07 table's vboost edition) take its error
-# from 17.5% to 12.9%. Its mean is 8.90%, its largest error 12.9% (within the goal's 15%).
-SHORT_OF_GOAL = {"nemo_later_h100.csv": (9.0, 15.0)}
+# later NeMo releases run every layout of theirs about 7% faster than the model fitted on
+# 24.07 predicts, beyond what their recipes set (recipes.csv: no dropout, deferred embedding
+# wgrads in 25.02's GPT-3 and 25.09's Llama 3, vboost with its gain fitted on the 24.07
+# table's vboost edition; the Llama 3 recipes split the pipeline evenly, the last stage
+# holding the output layer): Llama 3 70B +7.0 to +7.2%, GPT-3 175B +12.9% (+5.5% in 24.07
+# on the same layout). Its mean is 8.56%, its largest error 12.9% (within the goal's 15%).
+SHORT_OF_GOAL = {"nemo_later_h100.csv": (8.6, 15.0)}
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
@@ -323,6 +325,9 @@ def test_nvidias_runs_name_their_release_recipe_and_each_recipe_its_source():
         assert "tag" in source or "commit" in source, recipe
     assert known["megatron-bridge-llama3"] == {"dropout": False, "cross_entropy": "te", "defer_embedding_wgrad": None,
                                                "grad_reduce_in_fp32": False, "vboost": False}
+    # 25.09's Llama 3 70B recipe (Megatron-Bridge v0.1.0rc4, recipes/llama/llama3_70b.py) defers
+    # the output layer's wgrads of 22 micro-batches; 25.11's and 26.02's do not
+    assert known["megatron-bridge-25.09-llama3"] == {**known["megatron-bridge-llama3"], "defer_embedding_wgrad": 22}
     assert known["nemo-25.02-gpt3"]["vboost"] and not known["nemo-24.07-gpt3"]["vboost"]
 
 
@@ -378,6 +383,21 @@ def test_deferred_embedding_wgrads_leave_the_steady_state_as_far_as_the_flush_ho
                 k: v for k, v in base.items() if k != "output_layer"}
         waits.append(wait / (ga * wg))
     assert waits[0] > 1 > waits[1]  # 175B's every deferred wgrad fits the flush; Llama 3's do not
+
+
+def test_llama3_25_09_is_faster_than_25_11_by_its_deferred_wgrads_as_measured():
+    """The same Llama 3 70B layout and batch in 25.09 and 25.11: 25.09's recipe defers the
+    output layer's wgrads of 22 micro-batches into the flush, 25.11's not; NVIDIA measured
+    25.09 1% faster (1619 against 1602 tokens/s per GPU), and only the recipes tell the
+    two predictions apart."""
+    runs = {r.name: r for r in validate.read_runs(LATER)}
+    early, late = runs["LLAMA3-70B-25.09"], runs["LLAMA3-70B-25.11"]
+    unnamed = dataclasses.replace(early.setup, model=dataclasses.replace(early.setup.model, name=late.setup.model.name))
+    assert unnamed == late.setup and early.recipe != late.recipe
+    a, b = validate.validate([early, late], mk.software("nemo"))
+    assert early.measured_s < late.measured_s
+    assert a.predicted_s < b.predicted_s
+    assert 1 - a.predicted_s / b.predicted_s == pytest.approx(1 - early.measured_s / late.measured_s, abs=0.005)
 
 
 def test_a_recipe_with_bf16_gradients_reduces_half_the_bytes():

@@ -126,6 +126,27 @@ def test_formats_render(fmt, tmp_path):
         assert body.splitlines()[-1].split() == ["fwd", "allreduce", "TP", "4", "1", "0.01", "0.01"]
 
 
+def test_the_table_reads_back_and_names_a_bad_cell(tmp_path):
+    """volumes.read, the summary's and the causes' reader, gives back what to_csv wrote; a cell it
+    would not write is an InputError naming the file, line and field."""
+    from commsweep.base.errors import InputError
+
+    table = [volumes.Volume("fwd", "allreduce", "TP", 4, 1, 8192, 12288),
+             volumes.Volume("wg", "allgather", "DP", 2, 3, 6, 3)]
+    path = tmp_path / "volumes.csv"
+    path.write_text(volumes.to_csv(table))
+    assert volumes.read(path) == table
+    lines = path.read_text().splitlines(keepends=True)
+    cells = lines[1].rstrip("\n").split(",")
+    cells[volumes.COLUMNS.index("payload_bytes")] = "8k"
+    path.write_text(lines[0] + ",".join(cells) + "\n" + "".join(lines[2:]))
+    with pytest.raises(InputError, match=rf"^{path}:2: field 'payload_bytes': expected an integer, got '8k'$"):
+        volumes.read(path)
+    path.write_text("phase,collective\nfwd,allreduce\n")
+    with pytest.raises(InputError, match=rf"^{path}:1: expected the columns phase,collective,group,"):
+        volumes.read(path)
+
+
 def test_malformed_workload_is_a_clean_cli_error(tmp_path):
     path = tmp_path / "w.txt"
     path.write_text("HYBRID_TRANSFORMER_FWD_IN_BCKWD model_parallel_NPU_group: 4 ep: 1 pp: 1 vpp: 1 ga: 1\n0\n")

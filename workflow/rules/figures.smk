@@ -33,6 +33,8 @@ rule figures:
         L.benchmark("figures")
     resources:
         **steps.resources("figures"),
-    threads: 1
+    # Drawn side by side in two processes forked after the imports (commsweep.orchestration.commands):
+    # the steps after it wait for every figure.
+    threads: 2
     script:
         "../scripts/commsweep.py"

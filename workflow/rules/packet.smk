@@ -1,5 +1,5 @@
 # Packet-level points (the sweep's `simulation` axis, docs/ns3.md): each is simulated by
-# SimAI_simulator in a batch of its own (rule batch, commsweep.orchestration.batch.packet_batch); this
+# SimAI_simulator in a batch of its own (rule batch, commsweep.orchestration.batch.own_batch); this
 # step sets each beside its analytical twin. Asked for by final_outputs() only then.
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..base.stage import Resources, Stage
+from ..setup.arguments import as_commanded, to_commsweep_argv
 from ..setup.training import TrainingSetup
 
 
@@ -40,10 +41,12 @@ def torch_on_gpu() -> bool:
     return shutil.which("nvidia-smi") is not None
 
 
-def job(point, config: Mapping, output: str, table: str) -> ProfileJob:
-    """The profile of a point's shard, as ``aiob:`` in the config asks (``backends.profile_setup``)."""
+def job(point, config: Mapping, inputs: tuple, outputs: tuple) -> ProfileJob:
+    """The profile of a point's shard, as ``aiob:`` in the config asks (``backends.profile_setup``):
+    the AIOB file and its CSV (``outputs``)."""
     from .backends import profile_setup, user_file
 
+    output, table = outputs
     backend = config["aiob"]["backend"]
     return ProfileJob(
         setup=profile_setup(point.setup), backend=backend, gpu=point.gpu, output=output, table=table,
@@ -52,8 +55,6 @@ def job(point, config: Mapping, output: str, table: str) -> ProfileJob:
 
 
 def argv(job: ProfileJob) -> list[str]:
-    from ..setup.arguments import to_commsweep_argv
-
     out = ["profile", "--backend", job.backend]
     if job.threads is not None:
         out += ["--threads", str(job.threads)]
@@ -88,7 +89,6 @@ def from_args(ns: argparse.Namespace) -> ProfileJob:
 
 
 def run(job: ProfileJob) -> None:
-    from ..setup.arguments import as_commanded
     from . import backends
 
     efficiency = {name: getattr(job, name) for name in
@@ -180,7 +180,13 @@ def input_files(config: Mapping, point) -> tuple[str, ...]:
 
 PROFILE = Stage(
     name="profile", summary="the AIOB compute-time profile of a model shard (AICB's --comp_filepath format)",
-    per="profile", inputs=(), outputs=("profile", "profile_table"), external=("aiob.file",),
-    add_parser=add_parser, from_args=from_args, job=job, argv=argv, run=run, check_external=check_external,
+    per="profile", inputs=(), outputs=("profile", "profile_table"), kinds=(None, None), upstream=(),
+    external=("aiob.file",), add_parser=add_parser, from_args=from_args, job=job, argv=argv, run=run,
+    applies=lambda point, audited: point.aiob,
+    files=lambda layout, key, config: (layout.profile(config["aiob"]["backend"], key),
+                                       layout.profile_table(config["aiob"]["backend"], key)),
+    status=lambda layout, key, config: layout.profile_status(config["aiob"]["backend"], key),
+    check_external=check_external,
     reads=lambda point, config: ("aiob.file",) if config["aiob"]["backend"] == "file" else (),
+    resources=resources, input_files=input_files, rule=lambda config: f"profile_{config['aiob']['backend']}",
 )

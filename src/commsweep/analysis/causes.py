@@ -561,7 +561,7 @@ def payload_bytes(files: paths.PointFiles, workload: str) -> int:
     path = files.volumes(workload)
     if path is None:
         raise InputError(f"no volumes file given for workload {workload}")
-    return sum(v.payload_bytes for v in volumes.read_csv(read_text(path)))
+    return sum(v.payload_bytes for v in volumes.read(path))
 
 
 # -- one point's causes ----------------------------------------------------------------------

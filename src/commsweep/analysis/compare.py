@@ -36,6 +36,7 @@ import csv
 import io
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import IO
 
@@ -391,9 +392,12 @@ class KindRow:
 
     def value(self, column: str):
         """The row's value in ``column`` of the table."""
-        if column in _KIND_FIELDS:
-            return getattr(self, column)
-        return getattr(self.point, column)
+        return self.getter(column)(self)
+
+    @staticmethod
+    def getter(column: str):
+        """What ``value(column)`` reads, as one function (to read a column of many rows)."""
+        return attrgetter(column if column in _KIND_FIELDS else f"point.{column}")
 
 
 _KIND_FIELDS = BY_KIND_COLUMNS[len(TABLE_COLUMNS):]

@@ -23,7 +23,7 @@ from . import summary
 QUANTITIES = (("total_us", "sim_total_us"), ("exposed_us", "sim_exposed_us"), ("dp_us", "sim_dp_us"),
               ("tp_us", "sim_tp_us"), ("ep_us", "sim_ep_us"), ("dp_ep_us", "sim_dp_ep_us"), ("pp_us", "sim_pp_us"))
 RECORD_FIELDS = ("flows", "fct_p50_us", "fct_p99_us", "fct_max_us", "slowdown_p99", "pfc_pauses", "send_latency_us",
-                 "cc_mode", "topology", "build", "wall_s", "peak_rss_kb")
+                 "cc_mode", "topology", "build", "wall_s", "cpu_s", "peak_rss_kb")
 COLUMNS = ("point", "analytical_point", "workload", "network",
            *(f"{side}_{name}" for name, _ in QUANTITIES for side in ("analytical", "packet")),
            "packet_over_analytical", *RECORD_FIELDS, "status")

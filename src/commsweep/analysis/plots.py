@@ -101,13 +101,18 @@ def sp_label(sp: bool) -> str:
 
 
 def frame(columns, rows):
-    """Typed rows of a table (each with ``value(column)``: ``summary.Row``,
+    """Typed rows of a table (each type with ``getter(column)``: ``summary.Row``,
     ``compare.KindRow``) as a DataFrame with the table's ``columns``, an empty cell NaN: the
     one place the figures turn a table's reader's rows into pandas."""
     import pandas as pd
 
-    return pd.DataFrame({column: pd.Series([r.value(column) for r in rows], dtype=None if rows else object)
-                         for column in columns})
+    def cells(column: str) -> list:
+        if not rows:
+            return []
+        values = list(map(type(rows[0]).getter(column), rows))
+        return [None if v == "" else v for v in values] if isinstance(values[0], str) else values
+
+    return pd.DataFrame({column: pd.Series(cells(column), dtype=None if rows else object) for column in columns})
 
 
 def bar_positions(count: int, k: int, n_variants: int, width: float) -> list[float]:
@@ -386,6 +391,7 @@ def timeline(
     its right. Right (with an audit): per lane, the bytes the workload is short of
     Megatron (red) and in excess (orange), in MiB per iteration.
     """
+    from ..base.files import read_text
     from ..workload import format as wf
     from . import audit as audit_mod
     from . import timeline as tl
@@ -396,7 +402,7 @@ def timeline(
     events = tl.events(workload, times, units)
     by_lane = None
     if audit_csv is not None:
-        by_lane = tl.audit_by_lane(audit_mod.read_csv(Path(audit_csv).read_text(encoding="utf-8"), source=audit_csv))
+        by_lane = tl.audit_by_lane(audit_mod.read_csv(read_text(audit_csv), source=audit_csv))
     lanes = tl.lanes(units, by_lane or ())
     row_of = {lane: i for i, lane in enumerate(lanes)}
     height = 0.17 * len(lanes) + 1.9

@@ -8,9 +8,12 @@ import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..base.stage import Resources, Stage
+from ..base.stage import Resources, Stage, nothing
 from ..setup.training import TrainingSetup
+from ..setup.arguments import as_commanded, to_commsweep_argv
 from ..setup.network import Network
+from ..simulate.stage import ratio_dir
+from ..workload.stage import megatron_version
 
 
 @dataclass(frozen=True)
@@ -23,7 +26,9 @@ class VolumesJob:
     gpus: int | None = None
 
 
-def volumes_job(point, config: Mapping, workload: str, output: str) -> VolumesJob:
+def volumes_job(point, config: Mapping, inputs: tuple, outputs: tuple) -> VolumesJob:
+    """A workload's volumes (``inputs``: the workload) as the sweep-wide steps read them: CSV."""
+    (workload,), (output,) = inputs, outputs
     return VolumesJob(workload=workload, output=output, format="csv")
 
 
@@ -65,9 +70,11 @@ def add_volumes_parser(sub) -> None:
 
 VOLUMES = Stage(
     name="volumes", summary="a workload's communication volumes per phase, collective and group",
-    per="workload", inputs=("workload",), outputs=("volumes",), external=(),
-    add_parser=add_volumes_parser, from_args=volumes_from_args, job=volumes_job, argv=volumes_argv, run=run_volumes,
-    resources=lambda config, workload_mb: Resources(memory_mb=workload_mb),
+    per="workload", inputs=("workload",), outputs=("volumes",), kinds=("volumes",), upstream=("generate",),
+    external=(), add_parser=add_volumes_parser, from_args=volumes_from_args, job=volumes_job, argv=volumes_argv,
+    run=run_volumes, applies=lambda point, audited: True, files=lambda layout, key, config: (layout.volumes(key),),
+    status=lambda layout, key, config: layout.workload_status("volumes", key), check_external=nothing,
+    reads=nothing, resources=lambda config, workload_mb: Resources(memory_mb=workload_mb), input_files=nothing,
 )
 
 
@@ -87,18 +94,16 @@ class AuditJob:
     format: str = "table"
 
 
-def audit_job(point, config: Mapping, workload: str, output: str) -> AuditJob:
-    from ..simulate.stage import ratio_dir
-    from ..workload.stage import megatron_version
-
+def audit_job(point, config: Mapping, inputs: tuple, outputs: tuple) -> AuditJob:
+    """A point's audit (``inputs``: its workload) against the release the sweep follows, costed
+    on its network with the simulation's ratio tables."""
+    (workload,), (output,) = inputs, outputs
     return AuditJob(workload=workload, setup=point.setup, output=output,
                     pp_stage=config["generator"]["megatron_pp_stage"], megatron_version=megatron_version(config),
                     network=point.net, ratio_dir=ratio_dir(config), format="csv")
 
 
 def audit_argv(job: AuditJob) -> list[str]:
-    from ..setup.arguments import to_commsweep_argv
-
     out = ["audit", job.workload, *to_commsweep_argv(job.setup), "--pp-stage", job.pp_stage]
     if job.megatron_version is not None:
         out += ["--megatron-version", job.megatron_version]
@@ -124,7 +129,6 @@ def audit_from_args(ns: argparse.Namespace) -> AuditJob:
 
 def run_audit(job: AuditJob) -> None:
     from ..base.files import emit
-    from ..setup.arguments import as_commanded
     from ..workload import format as wformat
     from ..workload.generate import pipeline_stage
     from . import audit, causes
@@ -170,8 +174,11 @@ def add_audit_parser(sub) -> None:
 
 AUDIT = Stage(
     name="audit", summary="a point's workload against the collectives Megatron really issues, each with its cost",
-    per="point", inputs=("workload",), outputs=("audit",), external=("simulator.ratio_dir",),
-    add_parser=add_audit_parser, from_args=audit_from_args, job=audit_job, argv=audit_argv, run=run_audit,
+    per="point", inputs=("workload",), outputs=("audit",), kinds=("audits",), upstream=("generate",),
+    external=("simulator.ratio_dir",), add_parser=add_audit_parser, from_args=audit_from_args, job=audit_job,
+    argv=audit_argv, run=run_audit, applies=lambda point, audited: audited,
+    files=lambda layout, key, config: (layout.audit(key),),
+    status=lambda layout, key, config: layout.point_status("audit", key), check_external=nothing,
     reads=lambda point, config: ("simulator.ratio_dir",),
-    resources=lambda config, workload_mb: Resources(memory_mb=workload_mb),
+    resources=lambda config, workload_mb: Resources(memory_mb=workload_mb), input_files=nothing,
 )

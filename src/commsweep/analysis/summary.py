@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 from ..base import paths, status
 from ..base.errors import InputError
@@ -65,7 +68,7 @@ def summarize(sweep_csv: Path, files: paths.PointFiles, run: str = "") -> str:
         path = files.volumes(point.workload)
         if path is None:
             raise InputError(f"no volumes file given for workload {point.workload}", file=sweep_csv)
-        table = volumes.read_csv(path.read_text(encoding="utf-8"))
+        table = volumes.read(path)
         times, totals = simulated(files.times(point.point))
         for v in table:
             if v.phase == "pp":
@@ -94,9 +97,8 @@ def simulated(path: Path | None) -> tuple[dict[tuple[str, str, str], tuple[str, 
 # -- the reader ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Row:
-    """A row of the summary table, typed.
+class Row(NamedTuple):
+    """A row of the summary table, typed (a tuple: a sweep's table has tens of thousands).
 
     A complete point (``status`` ok) has one row per volume row (``volume``), with its
     collectives' simulated ``time_us`` and ``exposed_us`` (None where there are none: the
@@ -111,7 +113,7 @@ class Row:
     volume: volumes.Volume | None = None
     time_us: float | int | None = None
     exposed_us: float | int | None = None
-    iteration: Mapping[str, float | int] = field(default_factory=dict)
+    iteration: Mapping[str, float | int] = MappingProxyType({})
     run: str = ""
 
     @property
@@ -120,16 +122,22 @@ class Row:
 
     def value(self, column: str):
         """The row's value in ``column`` of the table (None where the cell is empty)."""
+        if self.volume is None and column in volumes.COLUMNS:
+            return None
+        return self.getter(column)(self)
+
+    @staticmethod
+    def getter(column: str) -> Callable[[Row], Any]:
+        """What ``value(column)`` reads, as one function, to read a column of a complete
+        point's rows (a failed point's row has no volume to read)."""
         if column in _POINT_FIELDS:
-            return getattr(self.point, column)
+            return attrgetter(f"point.{column}")
         if column in volumes.COLUMNS:
-            return None if self.volume is None else getattr(self.volume, column)
-        if column in ("time_us", "exposed_us"):
-            return getattr(self, column)
-        if column in SIM_COLUMNS:
-            return self.iteration.get(column)
-        if column in ("status", "run"):
-            return getattr(self, column)
+            return attrgetter(f"volume.{column}")
+        if column in SIM_COLUMNS[2:]:
+            return lambda row: row.iteration.get(column)
+        if column in ("time_us", "exposed_us", "status", "run"):
+            return attrgetter(column)
         raise KeyError(column)
 
 
@@ -172,6 +180,8 @@ def read(path: str | Path) -> Summary:
     times_at = volume_at + len(volumes.COLUMNS)
     iteration_columns = SIM_COLUMNS[2:]
     points: dict[tuple[str, ...], PointRow] = {}
+    # A point's iteration repeats on each of its rows: parsed once per distinct text.
+    iterations: dict[tuple[str, ...], dict[str, float | int]] = {}
     rows = []
     for line, cells in enumerate(reader, start=2):
         if len(cells) != len(header):
@@ -193,11 +203,15 @@ def read(path: str | Path) -> Summary:
             time_us = number(cells[times_at])
             column = "exposed_us"
             exposed_us = number(cells[times_at + 1])
-            iteration = {}
-            for i, column in enumerate(iteration_columns, start=times_at + 2):
-                value = number(cells[i])
-                if value is not None:
-                    iteration[column] = value
+            text = tuple(cells[times_at + 2:times_at + 2 + len(iteration_columns)])
+            iteration = iterations.get(text)
+            if iteration is None:
+                iteration = {}
+                for column, cell in zip(iteration_columns, text):
+                    value = number(cell)
+                    if value is not None:
+                        iteration[column] = value
+                iterations[text] = iteration
         except ValueError as err:
             raise InputError(f"expected a number ({err})", file=path, line=line, field=column) from None
         rows.append(Row(point, status_text, volume, time_us, exposed_us, iteration, cells[-1]))

@@ -21,7 +21,10 @@ import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from fractions import Fraction
+from pathlib import Path
 
+from ..base.errors import InputError
+from ..base.files import read_text
 from ..workload.format import Workload, collectives, group_sizes
 
 COLUMNS = ("phase", "collective", "group", "group_size", "count", "payload_bytes", "wire_bytes_per_rank")
@@ -109,14 +112,26 @@ def to_table(volumes: Iterable[Volume]) -> str:
     return "\n".join([line(head), line(["-" * w for w in widths]), *(line(r) for r in rows)]) + "\n"
 
 
-def read_csv(text: str) -> list[Volume]:
-    """Parse a volumes CSV this module wrote."""
-    reader = csv.DictReader(io.StringIO(text))
-    return [
-        Volume(
-            phase=r["phase"], collective=r["collective"], group=r["group"], group_size=int(r["group_size"]),
-            count=int(r["count"]), payload_bytes=int(r["payload_bytes"]),
-            wire_bytes_per_rank=int(r["wire_bytes_per_rank"]),
-        )
-        for r in reader
-    ]
+def read_csv(text: str, *, source: str | Path = "<volumes.csv>") -> list[Volume]:
+    """Parse a volumes CSV this module wrote (``to_csv``); an ``InputError`` naming the line and
+    field of anything else."""
+    reader = csv.reader(io.StringIO(text))
+    if tuple(next(reader, ())) != COLUMNS:
+        raise InputError(f"expected the columns {','.join(COLUMNS)}", file=source, line=1)
+    out = []
+    for line, cells in enumerate(reader, start=2):
+        if len(cells) != len(COLUMNS):
+            raise InputError(f"expected {len(COLUMNS)} fields, got {len(cells)}", file=source, line=line)
+        numbers = []
+        for name, text in zip(COLUMNS[3:], cells[3:]):
+            try:
+                numbers.append(int(text))
+            except ValueError:
+                raise InputError(f"expected an integer, got {text!r}", file=source, line=line, field=name) from None
+        out.append(Volume(*cells[:3], *numbers))
+    return out
+
+
+def read(path: str | Path) -> list[Volume]:
+    """A workload's volumes file (checked UTF-8; errors name the file)."""
+    return read_csv(read_text(path), source=path)

@@ -47,7 +47,6 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -55,6 +54,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .stages import STAGES
 
 # Points per batch, as a target (``batch.points`` in the config), and the fewest batches a
 # sweep is cut into: enough for every core of a workstation to have work and for the
@@ -136,8 +137,6 @@ def stage_task(stage: str, key: str, job, status: str, outputs: Sequence[str], *
                upstream: Sequence[Task] = (), workload_mb: int = 512, rule: str | None = None) -> Task:
     """A task of a stage of the table (``stages.STAGES``): its job, its command (the job's
     argv), the provenance of the external inputs the stage reads for the point, its resources."""
-    from .stages import STAGES
-
     contract = STAGES[stage]
     reads = contract.reads(point, config)
     profile = {"profile": point.profile_key} if "aiob.file" in reads else {}
@@ -221,13 +220,11 @@ def batch_name(index: int, count: int) -> str:
     return f"{index:0{len(str(count - 1))}d}-of-{count}"
 
 
-PACKET_PREFIX = "packet-"
-
-
 def count_of(name: str) -> int:
     """The number of batches the sweep is cut into, from a batch's name (``batch_name``); 0
-    for a packet-level point's batch of its own (``packet_batch``), which is not one of them."""
-    if name.startswith(PACKET_PREFIX):
+    for a task's batch of its own (``<stage>-<key>``, e.g. a packet-level simulation's), which
+    is not one of them."""
+    if "-of-" not in name:
         return 0
     return int(name.rsplit("-of-", 1)[1])
 
@@ -235,23 +232,38 @@ def count_of(name: str) -> int:
 def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | None = None) -> dict[str, Batch]:
     """Every point's tasks, in batches (name -> Batch; batches without a point are left out).
 
-    Each task is a stage of the stage table (``stages.STAGES``): its contract gives the job,
-    its command, the external inputs it reads and its resources. ``layout``: the results
-    layout (``paths.Layout``); ``run``: the run's external inputs (``provenance.Run``);
-    ``audited``: the points that get an audit (default: those Megatron's schedule describes).
+    The tasks are those of the stage table (``stages.STAGES``), each placed from its contract
+    alone: a batch runs its points' profiles first, then each workload's tasks followed by
+    those of the points on it (a workload is made once, and read while fresh:
+    ``format.reuse_parsed``), each stage in the table's order; a stage whose tasks are
+    batches of their own (``Stage.own_batch``) gets one per point, after this batch. The
+    manifest lists the workloads' files, then the points' in point order.
+
+    ``layout``: the results layout (``paths.Layout``); ``run``: the run's external inputs
+    (``provenance.Run``); ``audited``: the points that get an audit (default: those
+    Megatron's schedule describes).
     """
     from . import limits
-    from .stages import STAGES
-
     points = list(points)
     if audited is None:
-        from .sweep import audited_points, megatron_version as sweep_megatron_version
+        from .sweep import audited_points, megatron_version
 
-        audited = audited_points(points, sweep_megatron_version(config))
+        audited = audited_points(points, megatron_version(config))
     audited_keys = {p.point_key for p in audited}
     per_batch = int((config.get("batch") or {}).get("points") or DEFAULT_POINTS)
     count = batch_count(len(points), per_batch)
-    backend = config["aiob"]["backend"]
+    by_level = {per: [(name, stage) for name, stage in STAGES.items() if stage.per == per]
+                for per in ("profile", "workload", "point")}
+
+    # Each point's keys, worked out once (a key is a string built from the whole setup).
+    keys = {id(p): {"profile": p.profile_key, "workload": p.workload_key, "point": p.point_key} for p in points}
+    is_audited = {id(p): keys[id(p)]["point"] in audited_keys for p in points}
+
+    def key_of(stage, p) -> str:
+        return keys[id(p)][stage.per]
+
+    def applies(stage, p) -> bool:
+        return stage.applies(p, is_audited[id(p)])
 
     members: dict[int, list] = {}
     for p in points:
@@ -260,117 +272,96 @@ def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | 
     batches = {}
     for index in sorted(members):
         name = batch_name(index, count)
-        tasks: list[Task] = []
-        profiles: dict[str, Task] = {}
-        workloads: dict[str, Task] = {}
-        point_files: dict[str, tuple[list[str], list[str], str | None]] = {}
-        packet_audits: list[Task] = []
-        files: dict[str, list[str]] = {kind: [] for kind in FILE_KINDS}
-        inputs: list[str] = []
-        group = sorted(members[index], key=lambda p: p.point_key)
+        group = sorted(members[index], key=lambda p: keys[id(p)]["point"])
+        # The points a stage simulates in batches of their own (packet-level points) last:
+        # their workloads are made here, and listed here, but not their points.
+        away = {id(p) for p in group if any(stage.own_batch and applies(stage, p) for _, stage in by_level["point"])}
+        own = [p for p in group if id(p) not in away]
+        ordered = own + [p for p in group if id(p) in away]
         on_workload: dict[str, list] = {}
         for p in group:
-            on_workload.setdefault(p.workload_key, []).append(p)
-        # Packet-level points: their workload is made here, their simulation is a batch (a
-        # job) of its own (below).
-        packet_points = [p for p in group if p.packet]
-        group = [p for p in group if not p.packet]
-        for p in group + packet_points:  # the profiles first, then each workload and the points on it
-            if p.aiob and p.profile_key not in profiles:
-                key = p.profile_key
-                out = layout.profile(backend, key), layout.profile_table(backend, key)
-                profiles[key] = stage_task(
-                    "profile", key, STAGES["profile"].job(p, config, *out), layout.profile_status(backend, key), out,
-                    config=config, point=p, run=run, rule=f"profile_{backend}")
-                tasks.append(profiles[key])
-                inputs += STAGES["profile"].input_files(config, p)
-        for p in group + packet_points:
-            if p.workload_key in workloads:
+            on_workload.setdefault(keys[id(p)]["workload"], []).append(p)
+        made: dict[tuple[str, str], Task] = {}
+        workloads: set[str] = set()
+        tasks: list[Task] = []
+        inputs: list[str] = []
+        files: dict[str, list[str]] = {kind: [] for kind in FILE_KINDS}
+        of_point: dict[str, list[Task]] = {}
+
+        def upstream_of(stage_name: str, p) -> list[Task | None]:
+            """The tasks whose outputs a stage's task for ``p`` reads (None: the point has none)."""
+            return [made.get((up, key_of(STAGES[up], p))) if applies(STAGES[up], p) else None
+                    for up in STAGES[stage_name].upstream]
+
+        def make(stage_name: str, p, memory: int = 512) -> Task:
+            """The task of a stage for point ``p``, after the tasks of its upstream stages."""
+            stage = STAGES[stage_name]
+            key = key_of(stage, p)
+            upstream = upstream_of(stage_name, p)
+            outputs = stage.files(layout, key, config)
+            job = stage.job(p, config, tuple(t.outputs[0] if t else None for t in upstream), outputs)
+            task = stage_task(stage_name, key, job, stage.status(layout, key, config), outputs,
+                              upstream=[t for t in upstream if t], config=config, point=p, run=run,
+                              workload_mb=memory, rule=stage.rule_of(config))
+            if not stage.own_batch:
+                made[(stage_name, key)] = task
+                tasks.append(task)
+                inputs.extend(f for f in stage.input_files(config, p) if f not in inputs)
+            return task
+
+        def listed(task: Task) -> None:
+            files["status"].append(task.status)
+            for kind, path in zip(STAGES[task.stage].kinds, task.outputs):
+                if kind:
+                    files[kind].append(path)
+
+        for p in ordered:
+            for stage_name, stage in by_level["profile"]:
+                if applies(stage, p) and (stage_name, key_of(stage, p)) not in made:
+                    make(stage_name, p)
+        for p in ordered:
+            workload = keys[id(p)]["workload"]
+            if workload in workloads:
                 continue
-            key = p.workload_key
+            workloads.add(workload)
             memory = max(512, limits.job_memory_mb(limits.workload_rows(p.setup)))
-            workload = layout.workload(key)
-            profile = profiles.get(p.profile_key) if p.aiob else None
-            generate = stage_task(
-                "generate", key, STAGES["generate"].job(p, config, workload, profile.outputs[0] if profile else None),
-                layout.workload_status("workload", key), [workload], upstream=[profile] if profile else [],
-                config=config, point=p, run=run, workload_mb=memory)
-            volumes = stage_task(
-                "volumes", key, STAGES["volumes"].job(p, config, workload, layout.volumes(key)),
-                layout.workload_status("volumes", key), [layout.volumes(key)], upstream=[generate],
-                config=config, point=p, run=run, workload_mb=memory)
-            tasks += [generate, volumes]
-            workloads[key] = generate
-            files["status"] += [generate.status, volumes.status]
-            files["volumes"].append(layout.volumes(key))
-            files["workloads"].append(workload)
-            # Its points next, while the workload is fresh (format.reuse_parsed).
-            for q in on_workload[key]:
-                if q.packet:
-                    # Simulated in a batch of its own; audited here, with its workload, where
-                    # the sweep has no analytical twin to audit it (sweep.audited_points).
-                    if q.point_key in audited_keys:
-                        audit = audit_task(q, config, layout, run, generate, memory)
-                        tasks.append(audit)
-                        packet_audits.append(audit)
-                    continue
-                point = q.point_key
-                out = layout.endtoend(point), layout.collectives(point), layout.times(point)
-                simulate = stage_task(
-                    "simulate", point, STAGES["simulate"].job(q, config, workload, *out), layout.point_status("simulate", point),
-                    out, upstream=[generate], config=config, point=q, run=run, workload_mb=memory)
-                tasks.append(simulate)
-                point_files[point] = [simulate.status], list(out), None
-                if point in audited_keys:
-                    audit = audit_task(q, config, layout, run, generate, memory)
-                    tasks.append(audit)
-                    point_files[point] = [simulate.status, audit.status], list(out), layout.audit(point)
-        for p in group:  # the points' files in point order, as the steps list them
-            statuses, (endtoend, collectives, times), audit_file = point_files[p.point_key]
-            files["status"] += statuses
-            files["endtoend"].append(endtoend)
-            files["collectives"].append(collectives)
-            files["times"].append(times)
-            if audit_file:
-                files["audits"].append(audit_file)
-        for audit in packet_audits:
-            files["status"].append(audit.status)
-            files["audits"] += audit.outputs
-        inputs += STAGES["simulate"].input_files(config, None)
+            for stage_name, stage in by_level["workload"]:
+                if applies(stage, p):
+                    listed(make(stage_name, p, memory))
+            for q in on_workload[workload]:
+                for stage_name, stage in by_level["point"]:
+                    if not stage.own_batch and applies(stage, q):
+                        of_point.setdefault(keys[id(q)]["point"], []).append(make(stage_name, q, memory))
+        # The points' files in point order, as the steps list them; those of points simulated
+        # in batches of their own (audited here, with their workload) after.
+        in_order = [keys[id(p)]["point"] for p in own]
+        here = set(in_order)
+        for key in in_order + [k for k in of_point if k not in here]:
+            for task in of_point.get(key, ()):
+                listed(task)
         files["causes"] = [layout.batch_causes(name)]
-        rows = tuple({k: str(v) for k, v in p.row().items()} for p in group)
-        batches[name] = Batch(name, tuple(p.point_key for p in group), tuple(tasks),
+        rows = tuple({k: str(v) for k, v in p.row().items()} for p in own)
+        batches[name] = Batch(name, tuple(in_order), tuple(tasks),
                               {kind: tuple(v) for kind, v in files.items()}, tuple(inputs), rows)
-        for p in packet_points:
-            own = packet_batch(p, config, layout, run, workloads[p.workload_key], after=name)
-            batches[own.name] = own
+        for p in ordered:
+            for stage_name, stage in by_level["point"]:
+                if stage.own_batch and applies(stage, p):
+                    reads = tuple(t.outputs[0] for t in upstream_of(stage_name, p) if t)
+                    alone = own_batch(stage_name, make(stage_name, p), p, after=name, reads=reads)
+                    batches[alone.name] = alone
     return batches
 
 
-def audit_task(point, config: Mapping, layout, run, generate: Task, memory_mb: int) -> Task:
-    """A point's audit: its workload (``generate``'s output) against Megatron's schedule."""
-    from .stages import STAGES
-
-    key = point.point_key
-    return stage_task("audit", key, STAGES["audit"].job(point, config, generate.outputs[0], layout.audit(key)),
-                      layout.point_status("audit", key), [layout.audit(key)], upstream=[generate], config=config,
-                      point=point, run=run, workload_mb=memory_mb)
-
-
-def packet_batch(point, config: Mapping, layout, run, generate: Task, *, after: str) -> Batch:
-    """A packet-level point's simulation as a batch of its own: one job, with the memory,
-    run time and threads ``simulator.ns3`` gives it, after the batch that makes its workload."""
-    from .stages import STAGES
-
-    key = point.point_key
-    out = layout.endtoend(key), layout.collectives(key), layout.times(key), layout.packet_record(key)
-    simulate = stage_task("packet", key, STAGES["packet"].job(point, config, generate.outputs[0], *out),
-                          layout.point_status("simulate", key), out, upstream=[generate], config=config, point=point,
-                          run=run)
-    files = {kind: () for kind in FILE_KINDS}
-    files.update(status=(simulate.status,), endtoend=(out[0],), collectives=(out[1],), times=(out[2],))
-    return Batch(f"{PACKET_PREFIX}{key}", (key,), (simulate,), files, (), ({k: str(v) for k, v in point.row().items()},),
-                 after=(after,), reads=(generate.outputs[0],))
+def own_batch(stage: str, task: Task, point, *, after: str, reads: tuple[str, ...]) -> Batch:
+    """A task as a batch of its own (``<stage>-<key>``: one job, with what its task asks for),
+    after the batch that makes what it reads, whose files it lists as inputs of its job."""
+    files: dict[str, list[str]] = {kind: [] for kind in FILE_KINDS}
+    files["status"].append(task.status)
+    for kind, path in zip(STAGES[stage].kinds, task.outputs):
+        if kind:
+            files[kind].append(path)
+    return Batch(f"{stage}-{task.key}", (task.key,), (task,), {kind: tuple(v) for kind, v in files.items()}, (),
+                 ({k: str(v) for k, v in point.row().items()},), after=(after,), reads=reads)
 
 
 def batch_of_points(batches: Mapping[str, Batch]) -> dict[str, str]:
@@ -531,8 +522,6 @@ def _run_in_process(task: Task, attempt_: int, parsers: _Parsers):
     """The task in this process: its stage's ``run`` on its typed job (what its command
     would parse back to), or, without a job, its command line parsed."""
     from ..base import status
-    from .stages import STAGES
-
     if task.job is not None:
         contract = STAGES[task.stage]
 

@@ -65,27 +65,26 @@ def expand_command(template: Sequence[str], namespaces: Mapping[str, object]) ->
 
 def run_rule(smk) -> None:
     """Run ``smk.params.command`` (see ``expand_command``) as ``commsweep`` in this process,
-    or each of ``smk.params.commands`` in turn (rule figures: one process draws every figure,
-    each its own guarded step, so matplotlib and pandas are imported once).
+    or each of ``smk.params.commands`` (rule figures: one job draws every figure, each its own
+    guarded step, so matplotlib and pandas are imported once; in the job's threads, forked
+    after those imports: ``commands.run_all``).
 
     ``smk`` is the ``snakemake`` object of a ``script:`` rule. The commands' stdout and
     stderr go to the rule's log; a non-zero exit status of any fails the job (after the
     others ran).
     """
     from . import storage
-    from .cli import main
+    from .commands import run_all
 
     spaces = {"input": smk.input, "output": smk.output, "params": smk.params}
     templates = smk.params.commands if hasattr(smk.params, "commands") else [smk.params.command]
     argvs = [expand_command(template, spaces) for template in templates]
-    failed = 0
     with open(smk.log[0], "w", encoding="utf-8") as log, contextlib.redirect_stdout(log), \
             contextlib.redirect_stderr(log):
         # Without a shared filesystem: into the job's root once, every command's paths relative to it.
         words = iter(storage.enter([word for argv in argvs for word in argv]))
-        for argv in [[next(words) for _ in argv] for argv in argvs]:
-            print("$ commsweep " + " ".join(argv[:40]) + (f" ... ({len(argv)} arguments)" if len(argv) > 40 else ""))
-            failed = failed or main(argv)
+        # Several commands (rule figures): side by side in the job's threads (commands.run_all).
+        failed = run_all([[next(words) for _ in argv] for argv in argvs], processes=smk.threads)
     if failed:
         raise SystemExit(failed)
 

@@ -47,6 +47,6 @@ def check_external(config, points) -> dict:
     points = list(points)
     out: dict = {}
     for stage in STAGES.values():
-        for key, value in stage.check_external(config, points).items():
+        for key, value in dict(stage.check_external(config, points)).items():
             out.setdefault(key, value)
     return out

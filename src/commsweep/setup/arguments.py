@@ -3,7 +3,9 @@
 ``commsweep generate``, ``audit``, ``profile`` and ``trace`` take AICB's own argument names
 (``--world_size=16 --tensor_model_parallel_size=2 ...``) with AICB's defaults, so an AICB
 command line works unchanged. A few extensions describe what AICB cannot (GQA, RoPE,
-norms, tied embeddings) for the Megatron schedule; ``--model NAME`` fills every model
+norms, tied or untied embeddings) for the Megatron schedule; AICB's own command line
+(``to_aicb_argv``, what a real AICB is given) never has them, as AICB's parser rejects
+flags it does not know; ``--model NAME`` fills every model
 field from a preset. ``to_aicb_argv`` and ``to_commsweep_argv`` go the other way.
 """
 
@@ -90,7 +92,13 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     add_flag(x, "--num-query-groups", type=int, default=None, help="GQA key/value heads")
     add_flag(x, "--position-embedding", choices=("learned", "rope"), default=None)
     x.add_argument("--normalization", choices=("layernorm", "rmsnorm"), default=None)
-    add_flag(x, "--untie-embeddings", action="store_true", default=None)
+    # Either way: a SwiGLU model's default is untied (as LLaMA's), any other's tied (as GPT's),
+    # and ``to_commsweep_argv`` writes whichever differs from that default.
+    tie = x.add_mutually_exclusive_group()
+    add_flag(tie, "--untie-embeddings", action="store_true", default=None,
+             help="an output layer of its own (default with --swiglu)")
+    add_flag(tie, "--tie-embeddings", dest="untie_embeddings", action="store_false", default=None,
+             help="the output layer shares the input embedding's weights (default without --swiglu)")
     add_flag(x, "--add-qkv-bias", action="store_true", default=None, help="biases on q, k and v only (Qwen)")
     e = parser.add_argument_group("MoE beyond AICB's arguments (Megatron's spellings; docs/moe.md)")
     add_flag(e, "--expert-tensor-parallel-size", type=int, default=None, help="expert TP (default: TP)")
@@ -367,6 +375,8 @@ def to_commsweep_argv(setup: TrainingSetup) -> list[str]:
     argv.append(f"--normalization={m.normalization}")
     if not m.tie_embeddings:
         argv.append("--untie-embeddings")
+    elif m.swiglu:  # tied, where the parser's default is untied (model_from_args)
+        argv.append("--tie-embeddings")
     if m.add_qkv_bias:
         argv.append("--add-qkv-bias")
     if setup.etp is not None:
@@ -391,15 +401,15 @@ def as_commanded(setup: TrainingSetup) -> TrainingSetup:
     gives back (``setup_from_args``), without writing and parsing it.
 
     A stage run in-process (a batch's task) must compute what its command computes, and the
-    command line does not carry everything: the model is named by its AICB name, a tied
-    llama-like (SwiGLU) model reads back untied (no flag says tied, and untied is a
-    llama-like model's default), the schedule's interleaving and recompute granularity take
-    their defaults, and an expert TP equal to TP is no expert TP. tests/test_stages.py checks
-    this against the parser for every preset and every point of the sweeps.
+    command line carries every model field (tests/test_arguments.py round-trips each one) but
+    the labels: the model is named by its AICB name. The schedule's interleaving and recompute
+    granularity take their defaults (a sweep sets neither), and an expert TP equal to TP is no
+    expert TP. tests/test_stages.py checks this against the parser for every preset and every
+    point of the sweeps.
     """
     m = setup.model
     label = m.aicb_name or m.name
-    model = dataclasses.replace(m, name=label, aicb_name=label, tie_embeddings=m.tie_embeddings and not m.swiglu)
+    model = dataclasses.replace(m, name=label, aicb_name=label)
     return dataclasses.replace(setup, model=model, virtual_pipeline=1, recompute_granularity="selective",
                                etp=None if setup.etp in (None, setup.tp) else setup.etp)
 

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..base.stage import Resources, Stage
-from ..setup.network import Network
+from ..setup.network import GPUS_FLAG, Network, overlap_flag
+from .run import ratio_dir_for
 
 # SimAI's overlap ratios and their defaults as its command line writes them, in its flags' order.
 OVERLAPS = (("tp", "0"), ("dp", "0"), ("ep", "0"), ("pp", "1"))
@@ -40,8 +41,6 @@ def as_commanded(net: Network) -> Network:
 
 def ratio_dir(config: Mapping) -> str | None:
     """The ratio tables of the simulation (None: the engine's default)."""
-    from .run import ratio_dir_for
-
     sim = config["simulator"]
     return ratio_dir_for(sim["ratio_dir"], sim["root"])
 
@@ -74,10 +73,10 @@ class SimulateJob:
         return {**dict(OVERLAPS), **dict(self.overlap)}
 
 
-def job(point, config: Mapping, workload: str, endtoend: str, collectives: str, times: str) -> SimulateJob:
-    """A point's simulation as ``simulator:`` in the config asks."""
-    from ..setup.network import overlap_flag
-
+def job(point, config: Mapping, inputs: tuple, outputs: tuple) -> SimulateJob:
+    """A point's simulation (``inputs``: its workload) as ``simulator:`` in the config asks,
+    into its EndToEnd.csv, collectives and times (``outputs``)."""
+    (workload,), (endtoend, collectives, times) = inputs, outputs
     sim = config["simulator"]
     # The sweep's tp_overlap axis first, as its flag writes it (``overlap_flag``).
     overlap = tuple((name, overlap_flag(name, point.tp_overlap if name == "tp" and point.tp_overlap is not None
@@ -90,8 +89,6 @@ def job(point, config: Mapping, workload: str, endtoend: str, collectives: str, 
 
 
 def argv(job: SimulateJob) -> list[str]:
-    from ..setup.network import GPUS_FLAG, overlap_flag
-
     out = ["simulate", "-w", job.workload, GPUS_FLAG, str(job.gpus), *job.network.server_flags(), "-r", job.prefix]
     for name, value in job.overlap:
         out += overlap_flag(name, value)
@@ -218,7 +215,6 @@ def check_external(config: Mapping, points: Sequence) -> dict:
     (``simulator.ratio_dir``, or the SimAI root's), there and checksummed."""
     from ..base.errors import ConfigError
     from ..base.external import External, file_digest, files_digest, missing
-    from .run import ratio_dir_for
     from .simai import BINARY
 
     out = {}
@@ -262,8 +258,11 @@ def resources(config: Mapping, workload_mb: int) -> Resources:
 SIMULATE = Stage(
     name="simulate", summary="a point's iteration through SimAI's analytical model (engine or a user's SimAI)",
     per="point", inputs=("workload",), outputs=("endtoend", "collectives", "times"),
-    external=("simulator.root", "simulator.ratio_dir"),
-    add_parser=add_parser, from_args=from_args, job=job, argv=argv, run=run, check_external=check_external,
+    kinds=("endtoend", "collectives", "times"), upstream=("generate",),
+    external=("simulator.root", "simulator.ratio_dir"), add_parser=add_parser, from_args=from_args, job=job,
+    argv=argv, run=run, applies=lambda point, audited: not point.packet,
+    files=lambda layout, key, config: (layout.endtoend(key), layout.collectives(key), layout.times(key)),
+    status=lambda layout, key, config: layout.point_status("simulate", key), check_external=check_external,
     reads=lambda point, config: ("simulator.root", "simulator.ratio_dir"), resources=resources,
     input_files=input_files,
 )

@@ -4,12 +4,14 @@ workload per setup, schedule and AIOB choice (a point's ``workload_key``)."""
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..base.stage import Resources, Stage
+from ..base.stage import Resources, Stage, nothing
+from ..setup.arguments import as_commanded, to_commsweep_argv
 from ..setup.training import TrainingSetup
 
 # Files of an AICB checkout that can change what it writes (its Python sources).
@@ -43,14 +45,21 @@ class GenerateJob:
 def megatron_version(config: Mapping) -> str:
     """``generator.megatron_version``: the megatron-core release the megatron schedule and
     the audit follow (default the newest traced; a ConfigError naming the key for another)."""
+    return _release((config.get("generator") or {}).get("megatron_version"))
+
+
+@functools.lru_cache(maxsize=None)
+def _release(given: str | None) -> str:
+    """A sweep plans thousands of tasks on one release: looked up once."""
     from . import megatron_releases
 
-    given = (config.get("generator") or {}).get("megatron_version")
     return megatron_releases.release(given, key="generator.megatron_version").version
 
 
-def job(point, config: Mapping, output: str, profile: str | None) -> GenerateJob:
-    """A point's workload: its setup and schedule, ``generator:``'s options, its profile."""
+def job(point, config: Mapping, inputs: tuple, outputs: tuple) -> GenerateJob:
+    """A point's workload: its setup and schedule, ``generator:``'s options, its profile
+    (``inputs``: the AIOB file, or None without AIOB) and the file (``outputs``)."""
+    (profile,), (output,) = inputs, outputs
     megatron = point.schedule == "megatron"
     aicb_root = config["generator"].get("aicb_root") if point.schedule == "aicb" else None
     m = point.setup.model
@@ -62,8 +71,6 @@ def job(point, config: Mapping, output: str, profile: str | None) -> GenerateJob
 
 
 def argv(job: GenerateJob) -> list[str]:
-    from ..setup.arguments import to_commsweep_argv
-
     out = ["generate", *to_commsweep_argv(job.setup), "--schedule", job.schedule]
     if job.schedule == "megatron" or job.pp_stage != "first" or job.megatron_version is not None:
         out += ["--pp-stage", job.pp_stage]
@@ -127,7 +134,6 @@ def from_args(ns: argparse.Namespace) -> GenerateJob:
 
 def workload_text(job: GenerateJob) -> str:
     """The workload file of a job: the emulation of its schedule, or the user's AICB."""
-    from ..setup.arguments import as_commanded
     from .generate import build
 
     setup = as_commanded(job.setup)
@@ -219,8 +225,10 @@ def check_external(config: Mapping, points: Sequence) -> dict:
 
 GENERATE = Stage(
     name="generate", summary="the SimAI workload of a setup, schedule and AIOB choice",
-    per="workload", inputs=("profile",), outputs=("workload",), external=("generator.aicb_root",),
-    add_parser=add_parser, from_args=from_args, job=job, argv=argv, run=run, check_external=check_external,
+    per="workload", inputs=("profile",), outputs=("workload",), kinds=("workloads",), upstream=("profile",),
+    external=("generator.aicb_root",), add_parser=add_parser, from_args=from_args, job=job, argv=argv, run=run,
+    applies=lambda point, audited: True, files=lambda layout, key, config: (layout.workload(key),),
+    status=lambda layout, key, config: layout.workload_status("workload", key), check_external=check_external,
     reads=lambda point, config: ("generator.aicb_root",) if point.schedule == "aicb" else (),
-    resources=lambda config, workload_mb: Resources(memory_mb=workload_mb),
+    resources=lambda config, workload_mb: Resources(memory_mb=workload_mb), input_files=nothing,
 )

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
-from ...base.stage import Resources, Stage
+from ...base.stage import Resources, Stage, nothing
 
 
 @dataclass(frozen=True)
@@ -38,9 +38,11 @@ class PacketJob:
     out_dir: str = "results"
 
 
-def job(point, config: Mapping, workload: str, endtoend: str, collectives: str, times: str, record: str) -> PacketJob:
-    """A packet-level point as ``simulator.ns3`` asks: its binary, topology template and
-    parameters (the GPU count is the point's world size), settings and limits."""
+def job(point, config: Mapping, inputs: tuple, outputs: tuple) -> PacketJob:
+    """A packet-level point (``inputs``: its workload) as ``simulator.ns3`` asks: its binary,
+    topology template and parameters (the GPU count is the point's world size), settings and
+    limits; into the analytical backend's three files and its run record (``outputs``)."""
+    (workload,), (endtoend, collectives, times, record) = inputs, outputs
     from .runner import configured_root
 
     ns3 = config["simulator"]["ns3"]
@@ -127,6 +129,11 @@ def resources(config: Mapping, workload_mb: int) -> Resources:
 PACKET = Stage(
     name="simulate", summary="a packet-level point through a user's SimAI_simulator (ns-3), a batch of its own",
     per="point", inputs=("workload",), outputs=("endtoend", "collectives", "times", "packet_record"),
+    kinds=("endtoend", "collectives", "times", None), upstream=("generate",),
     external=("simulator.ns3.root",), add_parser=None, from_args=from_args, job=job, argv=argv, run=run,
-    check_external=check_external, reads=lambda point, config: ("simulator.ns3.root",), resources=resources,
+    applies=lambda point, audited: point.packet,
+    files=lambda layout, key, config: (layout.endtoend(key), layout.collectives(key), layout.times(key),
+                                       layout.packet_record(key)),
+    status=lambda layout, key, config: layout.point_status("simulate", key), check_external=check_external,
+    reads=lambda point, config: ("simulator.ns3.root",), resources=resources, input_files=nothing, own_batch=True,
 )
