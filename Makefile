@@ -56,12 +56,12 @@ $(REPORT): $(REPORT_INPUTS)
 	$(BIN)/snakemake --cores $(CORES) --configfile $(CONFIG) --report $@
 
 ## test: the whole test suite, on TEST_WORKERS pytest-xdist workers (default: one per core)
-# loadgroup: a test goes to the first free worker, a group (tests/conftest.py) to one worker.
+# loadfile: a test file goes to one worker; the files in the order tests/conftest.py puts them.
 # The slowest tests are listed at the end, so a new slow one is seen in CI's log.
 TEST_WORKERS ?= auto
 test: $(EXTRAS)
 	$(COMPILE)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 ## bench: the quick benchmarks in bench/ (bench/sweep_scale.py, which takes minutes, runs on its own)
 bench: $(BASE)

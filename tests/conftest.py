@@ -1,5 +1,5 @@
 """Shared fixtures: the reference material beside the checkout, and the repo paths; and
-which tests must share a worker when the suite runs in parallel (``make test``)."""
+the order in which the test files go to the workers when the suite runs in parallel."""
 
 from __future__ import annotations
 
@@ -35,30 +35,22 @@ def reference():
     return reference_path
 
 
-# `make test` runs the suite on several pytest-xdist workers with ``--dist loadgroup``: a test
-# goes to whichever worker is free, but the tests of one ``xdist_group`` go to one worker, in
-# their order. A module-scoped fixture is made once per worker that runs a test needing it, and
-# those fixtures are the suite's most expensive setups (traces, a Slurm cluster, whole sweeps),
-# so every test that uses one is grouped with its module: the fixture is made once, as in a
-# serial run. Tests that share other state (the pages of tests/test_doc_examples.py) name
-# their group themselves. xdist hands out the groups first, largest first, then the other tests
-# in the order of the collection: on a worker, the ``slow`` and ``trace`` ones are moved to
-# the front of it, so that no minute-long test starts last while the other worker is idle.
-SHARED_SCOPES = ("class", "module", "package")
+# `make test` runs the suite on several pytest-xdist workers with ``--dist loadfile``: each test
+# file goes to one worker, which runs its tests in their order, so a module-scoped fixture (a
+# trace, a Slurm cluster, a finished sweep) is made once, as in a serial run, and the examples
+# of a docs page (tests/test_doc_examples.py) run in order in one scratch copy. (pytest-xdist's
+# ``loadgroup`` would split files finer, but with pytest 9 its groups are silently ignored:
+# xdist 3.8 renames ``item._nodeid``, which pytest 9 no longer reads.) Files are handed out in
+# the order of the collection: on a worker, the files with the most ``slow`` and ``trace``
+# tests are put first, so that no minutes-long file starts last while the other worker idles.
 LONG = ("slow", "trace")
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its hook of the same name)
 def pytest_collection_modifyitems(config, items):
+    if not hasattr(config, "workerinput"):  # not an xdist worker: a serial run keeps the order
+        return
+    long_tests: dict[str, int] = {}
     for item in items:
-        if item.get_closest_marker("xdist_group") is not None:
-            continue
-        info = getattr(item, "_fixtureinfo", None)
-        defs = info.name2fixturedefs.values() if info is not None else ()
-        if any(chain[-1].scope in SHARED_SCOPES for chain in defs if chain):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
-    if hasattr(config, "workerinput"):  # an xdist worker (a serial run keeps the files' order)
-        def long_and_alone(item) -> bool:
-            return item.get_closest_marker("xdist_group") is None and any(item.get_closest_marker(m) for m in LONG)
-
-        items.sort(key=lambda item: not long_and_alone(item))  # stable: a group's order is kept
+        file = item.nodeid.split("::")[0]
+        long_tests[file] = long_tests.get(file, 0) + any(item.get_closest_marker(m) for m in LONG)
+    items.sort(key=lambda item: -long_tests[item.nodeid.split("::")[0]])  # stable: a file keeps its order

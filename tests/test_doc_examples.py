@@ -80,9 +80,7 @@ def shell_blocks() -> list:
             if block.language == "sh":
                 # A block that runs a sweep takes seconds to tens of seconds: a slow test.
                 slow = re.search(r"\bsnakemake\b|\bmake run\b", block.text) is not None
-                # A page's blocks share its scratch copy: one worker runs them, in order.
-                marks = [pytest.mark.xdist_group(f"docs:{page.relative_to(REPO)}")]
-                params.append(pytest.param(block, id=block.where, marks=marks + ([pytest.mark.slow] if slow else [])))
+                params.append(pytest.param(block, id=block.where, marks=[pytest.mark.slow] if slow else []))
     return params
 
 
