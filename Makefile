@@ -58,7 +58,8 @@ $(REPORT): $(REPORT_INPUTS)
 ## test: the whole test suite, on TEST_WORKERS pytest-xdist workers (default: one per core)
 # loadfile: a test file goes to one worker; the files in the order tests/conftest.py puts them.
 # The slowest tests are listed at the end, so a new slow one is seen in CI's log.
-TEST_WORKERS ?= auto
+# nproc: the CPUs this process may use (xdist's `auto` counts physical cores: 1 on many 2-vCPU machines).
+TEST_WORKERS ?= $(shell nproc)
 test: $(EXTRAS)
 	$(COMPILE)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
