@@ -55,10 +55,14 @@ REPORT_INPUTS := results/status.txt $(wildcard workflow/report/*.rst) Snakefile 
 $(REPORT): $(REPORT_INPUTS)
 	$(BIN)/snakemake --cores $(CORES) --configfile $(CONFIG) --report $@
 
-## test: the whole test suite
+## test: the whole test suite, on TEST_WORKERS pytest-xdist workers (default: one per core)
+# loadfile: a test file goes to one worker; the files in the order tests/conftest.py puts them.
+# The slowest tests are listed at the end, so a new slow one is seen in CI's log.
+# nproc: the CPUs this process may use (xdist's `auto` counts physical cores: 1 on many 2-vCPU machines).
+TEST_WORKERS ?= $(shell nproc)
 test: $(EXTRAS)
 	$(COMPILE)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 ## bench: the quick benchmarks in bench/ (bench/sweep_scale.py, which takes minutes, runs on its own)
 bench: $(BASE)

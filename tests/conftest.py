@@ -1,4 +1,5 @@
-"""Shared fixtures: the reference material beside the checkout, and the repo paths."""
+"""Shared fixtures: the reference material beside the checkout, and the repo paths; and
+the order in which the test files go to the workers when the suite runs in parallel."""
 
 from __future__ import annotations
 
@@ -32,3 +33,24 @@ def reference_files(folder: str, pattern: str) -> list:
 @pytest.fixture
 def reference():
     return reference_path
+
+
+# `make test` runs the suite on several pytest-xdist workers with ``--dist loadfile``: each test
+# file goes to one worker, which runs its tests in their order, so a module-scoped fixture (a
+# trace, a Slurm cluster, a finished sweep) is made once, as in a serial run, and the examples
+# of a docs page (tests/test_doc_examples.py) run in order in one scratch copy. (pytest-xdist's
+# ``loadgroup`` would split files finer, but with pytest 9 its groups are silently ignored:
+# xdist 3.8 renames ``item._nodeid``, which pytest 9 no longer reads.) Files are handed out in
+# the order of the collection: on a worker, the files with the most ``slow`` and ``trace``
+# tests are put first, so that no minutes-long file starts last while the other worker idles.
+LONG = ("slow", "trace")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not hasattr(config, "workerinput"):  # not an xdist worker: a serial run keeps the order
+        return
+    long_tests: dict[str, int] = {}
+    for item in items:
+        file = item.nodeid.split("::")[0]
+        long_tests[file] = long_tests.get(file, 0) + any(item.get_closest_marker(m) for m in LONG)
+    items.sort(key=lambda item: -long_tests[item.nodeid.split("::")[0]])  # stable: a file keeps its order
