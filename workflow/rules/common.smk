@@ -237,7 +237,7 @@ def figure_commands(wildcards):
     return commands
 
 
-# The steps rule tables runs (commsweep.orchestration.steps: a step's rule), in the table's order.
+# The steps the tables job runs (a step's rule, in commsweep.orchestration.steps), in the table's order.
 TABLES = [name for name, s in STEPS.items() if s.rule == "tables"]
 
 
@@ -247,7 +247,7 @@ def table_commands(**commands):
     earlier in the same job), its status `output.<step>_status`."""
     missing = set(TABLES) ^ set(commands)
     if missing:
-        raise WorkflowError(f"rule tables: commands of {', '.join(sorted(missing))} do not match the table of steps")
+        raise WorkflowError(f"the tables job's commands of {', '.join(sorted(missing))} do not match the table of steps")
 
     def params(wildcards):
         return [guarded_step(name, commands[name][0], [f"<output.{o}>" for o in commands[name][1]],
