@@ -4,12 +4,19 @@ the order in which the test files go to the workers when the suite runs in paral
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = Path(os.environ.get("COMMSWEEP_REFERENCE", REPO.parent / "shared" / "reference"))
+
+# A suite started in the background (`cmd &` in a script, nohup, some CI runners) inherits
+# SIGINT ignored, and so would every process a test starts: Ctrl-C's tests would see nothing
+# happen. The tests start their processes as from a terminal, where Ctrl-C reaches them.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def reference_path(*parts: str) -> Path:
