@@ -87,6 +87,9 @@ class GpuSpec:
     # Transformer Engine's cuDNN fused attention (the kernel model's "cudnn" attention);
     # 0: as ``attention_efficiency``.
     fused_attention_efficiency: float = 0.0
+    # A measured table of it by sequence length: (tokens, fraction of the bf16 peak),
+    # interpolated in log tokens; where given it replaces ``fused_attention_efficiency``.
+    fused_attention_table: tuple[tuple[float, float], ...] = ()
     # What vboost (``nvidia-smi boost-slider --vboost 1``) adds to the tensor cores' rate:
     # the core clock's gain once the power budget shifts from the memory to the cores.
     vboost_gain: float = 0.0
@@ -123,8 +126,15 @@ class GpuSpec:
 # A100: GEMM and memory efficiencies fitted (see the module docstring); attention and launch assumed.
 # Hopper: the FP8 GEMM efficiency fitted on NeMo 24.07's H100 table; the others assumed.
 _AMPERE = dict(gemm_efficiency=0.74, attention_efficiency=0.60, memory_efficiency=0.70, launch_us=5.0)
+# cuDNN's causal attention forward on an H100 SXM5, head size 128, bf16, as the
+# FlashAttention-3 paper measures it (Shah et al. 2024, arXiv 2407.08608, Figure 5, causal,
+# head dim 128): 315, 410, 484, 518, 529 and 539 TFLOP/s at 512 to 16k tokens, over the
+# 989.5 TFLOP/s dense peak. The paper's FLOPs are the causal half, as the kernel model's.
+_CUDNN_CAUSAL_H100 = tuple((float(s), round(t / 989.5, 3)) for s, t in (
+    (512, 315), (1024, 410), (2048, 484), (4096, 518), (8192, 529), (16384, 539)))
 _HOPPER = dict(gemm_efficiency=0.70, attention_efficiency=0.35, memory_efficiency=0.80, launch_us=5.0,
-               fp8_gemm_efficiency=0.48, fused_attention_efficiency=0.50, vboost_gain=0.025)
+               fp8_gemm_efficiency=0.54, fused_attention_efficiency=0.50, vboost_gain=0.015,
+               fused_attention_table=_CUDNN_CAUSAL_H100)
 
 GPUS: dict[str, GpuSpec] = {
     g.name: g
