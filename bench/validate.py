@@ -83,8 +83,8 @@ def fit_gap(runs: dict[str, list]) -> None:
     """Fit the ``nemo`` software's host gap per kernel on the NeMo 24.07 table alone: the
     whole microseconds at which its two GPT-3 175B runs (the same layout at micro batch 1
     and 2; the per-token difference between them is a cost per micro-batch) come out with
-    the same error, the FP8 efficiency refitted on the table at each. The difference falls
-    as the gap grows, so a bisection finds it."""
+    the same error, the FP8 efficiency refitted on the table at each. The difference (micro
+    batch 1's error minus 2's) rises with the gap, so a bisection finds it."""
     table = runs[FP8_FIT]
 
     def spread(gap: float) -> tuple[float, float]:

@@ -130,7 +130,8 @@ class GpuSpec:
 
 
 # A100: GEMM and memory efficiencies fitted (see the module docstring); attention and launch assumed.
-# Hopper: the FP8 GEMM efficiency fitted on NeMo 24.07's H100 table; the others assumed.
+# Hopper: the FP8 GEMM efficiency and the vboost gain fitted (NeMo 24.07's H100 table and its
+# vboost edition), cuDNN's attention measured (below); the others assumed.
 _AMPERE = dict(gemm_efficiency=0.74, attention_efficiency=0.60, memory_efficiency=0.70, launch_us=5.0)
 # cuDNN's causal attention forward on an H100 SXM5, head size 128, bf16, as the
 # FlashAttention-3 paper measures it (Shah et al. 2024, arXiv 2407.08608, Figure 5, causal,

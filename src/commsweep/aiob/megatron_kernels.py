@@ -179,7 +179,7 @@ class Kernel:
     kind: str  # "gemm", "attention" (FlashAttention-2), "fused_attention" (cuDNN's) or "memory"
     flops: float
     bytes: float
-    m: int = 0
+    m: int = 0  # a GEMM's rows; a fused attention kernel's sequence length (its efficiency table's key)
     n: int = 0
     k: int = 0
     batch: int = 1
