@@ -14,7 +14,7 @@ two tables' mean absolute errors, each table under its own Megatron-LM version. 
 tables are the only data the fit sees. About 5 minutes on 2 cores. ``--fit-gap`` redoes the
 fit of the ``nemo`` version's host gap per kernel on the NeMo 24.07 table alone: the whole
 microseconds at which its two GPT-3 175B runs (one layout at micro batch 1 and 2) come out
-with the same error (about 2 minutes). ``--fit-fp8`` redoes the
+with the same error (about a minute and a half). ``--fit-fp8`` redoes the
 fit of Hopper's FP8 GEMM efficiency on the NeMo 24.07 table alone (steps of 0.01), which
 every other table then takes as it is. ``--fit-vboost`` redoes the fit of Hopper's vboost
 gain (what vboost adds to the tensor cores' rate) on the 24.07 table's vboost edition alone
@@ -100,8 +100,7 @@ def fit_gap(runs: dict[str, list]) -> None:
             high = mid
         else:
             low = mid
-    gap = min((low, high), key=lambda g: abs(spread(float(g))[0]))
-    diff, fp8 = spread(float(gap))
+    gap, (diff, fp8) = min(((g, spread(float(g))) for g in (low, high)), key=lambda fit: abs(fit[1][0]))
     print(f"\nfit on {FP8_FIT}: kernel_gap_us {gap} ({PAIR[0]} minus {PAIR[1]}: {diff:+.2f} points; "
           f"FP8 GEMM efficiency refitted there: {fp8})")
 
