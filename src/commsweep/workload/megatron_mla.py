@@ -1,8 +1,9 @@
 """Megatron's multi-latent attention (MLA, DeepSeek-V2/V3): what megatron-core's
 ``MLASelfAttention`` issues over TP, as GPUs run it.
 
-The Megatron schedule (``megatron.py``) calls ``layer_blocks`` for the attention of every
-layer of an MLA model (``ModelSpec.is_mla``) in place of linear_qkv's rows. The facts come
+The attention part of the Megatron schedule (``megatron_attention.py``) calls
+``layer_blocks`` for every layer of an MLA model (``ModelSpec.is_mla``) in place of
+linear_qkv's rows. The facts come
 from megatron-core's source (``transformer/multi_latent_attention.py``, the Transformer
 Engine layer spec of ``models/gpt/gpt_layer_specs.py``, ``extensions/transformer_engine.py``
 ``TELinear``, ``distributed/finalize_model_grads.py``) and are checked row for row against
@@ -46,12 +47,10 @@ full recompute of MLA layers; multi-token prediction (DeepSeek-V3's MTP module).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from ..setup.training import TrainingSetup
+from .megatron_blocks import BF16, Block, Build
+from .megatron_linear import column_parallel, row_parallel
 from .megatron_releases import Release, release as newest
-
-BF16 = 2
 
 
 def problems(setup: TrainingSetup) -> list[str]:
@@ -104,53 +103,30 @@ def sequence_parallel_parameters(setup: TrainingSetup, release: Release | None =
 # -- one layer's attention -------------------------------------------------------------
 
 
-def layer_blocks(setup: TrainingSetup, layer: int, micro_batch: int, *, block: Callable[..., object],
-                 comm: Callable[[str, str, int], object], timed: Callable[[str], dict]) -> list:
-    """The rows of one layer's MLA for one micro-batch, in megatron's forward order.
-
-    ``block(name, module, layer, micro_batch, **fields)`` makes a row, ``comm(collective,
-    group, bytes)`` a collective, ``timed(kind)`` a row's compute times (the attention's
-    projections go on the first row, core attention and linear_proj on the last, as for
-    linear_qkv and linear_proj)."""
-    m, t = setup.model, setup.tp
-    sp = setup.sp and t > 1
+def layer_blocks(build: Build, layer: int, micro_batch: int) -> list[Block]:
+    """The rows of one layer's MLA for one micro-batch, in megatron's forward order (the
+    attention's projections timed on the first row, core attention and linear_proj on the
+    last, as for linear_qkv and linear_proj)."""
+    setup = build.setup
+    m = setup.model
     tokens = setup.micro_batch * setup.seq_length
-    u = setup.activation_bytes
     attention = f"decoder.layers.{layer}.self_attention"
     name = f"layer{layer}_attention"
-    rows: list = []
-    tp = t > 1
-
-    def tp_comm(collective: str, size: int):
-        return comm(collective, "TP", size) if tp else None
-
-    def column(row: str, module: str, size: int, kind: str | None) -> None:
-        """A column-parallel up projection whose input is ``size`` bytes whole."""
-        extra = timed(kind) if kind else {}
-        if sp:
-            rows.append(block(f"{name}_{row}", module, layer, micro_batch, fwd=tp_comm("allgather", size),
-                              ig=tp_comm("reducescatter", size), **extra))
-            rows.append(block(f"{name}_{row}_wgrad_gather", module, layer, micro_batch,
-                              ig=tp_comm("allgather", size)))
-        else:
-            rows.append(block(f"{name}_{row}", module, layer, micro_batch, ig=tp_comm("allreduce", size), **extra))
-
-    kind = "attention_qkv"
-    if sp:
+    rows: list[Block] = []
+    kind: str | None = "attention_qkv"
+    if build.sp:
         rope = BF16 * tokens * m.qk_rope_head_dim
-        rows.append(block(f"{name}_k_rope_gather", attention, layer, micro_batch, fwd=tp_comm("allgather", rope),
-                          ig=tp_comm("reducescatter", rope), **timed(kind)))
+        rows.append(Block(f"{name}_k_rope_gather", attention, layer, micro_batch,
+                          fwd=build.tp_comm("allgather", rope), ig=build.tp_comm("reducescatter", rope),
+                          **build.timed(kind)))
         kind = None
     if m.q_lora_rank is not None:
-        column("q_up_proj", f"{attention}.linear_q_up_proj", BF16 * tokens * m.q_lora_rank, kind)
+        rows += column_parallel(build, f"{name}_q_up_proj", f"{attention}.linear_q_up_proj", layer, micro_batch,
+                                size=BF16 * tokens * m.q_lora_rank, kind=kind)
     else:
-        column("q_proj", f"{attention}.linear_q_proj", u, kind)
-    column("kv_up_proj", f"{attention}.linear_kv_up_proj", BF16 * tokens * m.kv_lora_rank, None)
-    proj = f"{attention}.linear_proj"
-    if sp:
-        rows.append(block(f"{name}_proj", proj, layer, micro_batch, fwd=tp_comm("reducescatter", u),
-                          ig=tp_comm("allgather", u), **timed("attention_proj")))
-    else:
-        rows.append(block(f"{name}_proj", proj, layer, micro_batch, fwd=tp_comm("allreduce", u),
-                          **timed("attention_proj")))
+        rows += column_parallel(build, f"{name}_q_proj", f"{attention}.linear_q_proj", layer, micro_batch,
+                                size=build.u, kind=kind)
+    rows += column_parallel(build, f"{name}_kv_up_proj", f"{attention}.linear_kv_up_proj", layer, micro_batch,
+                            size=BF16 * tokens * m.kv_lora_rank)
+    rows += row_parallel(build, f"{name}_proj", f"{attention}.linear_proj", layer, micro_batch, kind="attention_proj")
     return rows

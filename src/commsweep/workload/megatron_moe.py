@@ -1,7 +1,7 @@
 """Megatron's MoE layer: what megatron-core's all-to-all token dispatcher issues.
 
-The Megatron schedule (``megatron.py``) calls ``layer_blocks`` for every MoE layer
-(``ModelSpec.is_moe_layer``) in place of the dense MLP's rows. The facts come from
+The MLP part of the Megatron schedule (``megatron_mlp.py``) calls ``layer_rows`` for every
+MoE layer (``ModelSpec.is_moe_layer``) in place of the dense MLP's rows. The facts come from
 megatron-core's own source (``transformer/moe/moe_layer.py``, ``token_dispatcher.py``
 ``MoEAlltoAllTokenDispatcher``, ``router.py``, ``shared_experts.py``,
 ``tensor_parallel/layers.py``) and are checked row for row against traces of real
@@ -28,7 +28,7 @@ megatron's order:
    all-to-all over EP back (u*k/t).
 
 That is the layer of 0.12 and later. Older releases (``megatron_releases``: the
-``release`` argument of ``layer_blocks``) issue less or otherwise: 0.8 to 0.11 keep the
+release the schedule is built for) issue less or otherwise: 0.8 to 0.11 keep the
 probabilities on the token's rank (no rows 4's second all-to-all and 5's second gather);
 0.9 and 0.10 issue step 2 also without a load-balancing loss; 0.8 with t > 1 routes the whole sequence on every TP rank: step 2 is an all-gather over TP
 of the router's bf16 logits (b*s*E values; reduce-scatter backward) and no all-reduce,
@@ -65,13 +65,10 @@ expert-data-parallel group (SimAI sizes DP_EP as dp/ep).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from ..setup.training import TrainingSetup
-from .megatron_releases import Release
-
-INT64 = 8
-BF16 = 2
+from .megatron_blocks import BF16, INT64, Block, Build, Comm, Rows, Unexpressed
 
 ROUTING = (
     "sized for balanced routing: megatron's dispatcher moves as many tokens as the router sends each rank "
@@ -152,102 +149,143 @@ def sequence_parallel_parameters(setup: TrainingSetup) -> int:
 # -- one MoE layer ---------------------------------------------------------------------
 
 
-def layer_blocks(
-    setup: TrainingSetup,
-    layer: int,
-    micro_batch: int,
-    *,
-    release: Release,
-    block: Callable[..., object],
-    comm: Callable[[str, str, int], object],
-    timed: Callable[[str], dict],
-    unexpressed: Callable[..., None],
-) -> list:
-    """The rows of one MoE layer and micro-batch, in ``release``'s forward order.
+def layer_rows(build: Build, layer: int, micro_batch: int) -> Rows:
+    """The rows of one MoE layer and micro-batch, in the release's forward order, and the
+    collectives they cannot carry. The module names are megatron's
+    (``decoder.layers.<l>.mlp`` for the dispatcher, which is not a module of its own)."""
+    assert build.setup.model.num_experts is not None
+    layer_rows = _LayerRows(build, layer, micro_batch)
+    for step in (_shared_experts, _router, _dispatch, _experts, _combine):
+        step(layer_rows)
+    return layer_rows.out
 
-    ``block(name, module, **fields)`` makes a row; ``comm(collective, group, bytes,
-    element_bytes=None)`` a collective; ``timed(kind)`` a row's compute times;
-    ``unexpressed(module, phase, comm, why, in_rows=False)`` records what a row cannot
-    carry. The module names are megatron's (``decoder.layers.<l>.mlp`` for the dispatcher,
-    which is not a module of its own).
-    """
-    m = setup.model
-    assert m.num_experts is not None
-    t, ep, etp, k, E = setup.tp, setup.ep, setup.expert_tp, m.moe_topk, m.num_experts
-    sp = setup.sp and t > 1
-    u = setup.activation_bytes
-    T = tokens_per_rank(setup)
-    h = m.hidden_size
-    mlp = f"decoder.layers.{layer}.mlp"
-    name = f"layer{layer}_moe"
-    rows: list = []
 
-    def maybe(collective: str, group: str, nbytes: int, size: int, element_bytes: int | None = None):
-        """A collective on a group of ``size`` ranks, or None where megatron skips it (one rank)."""
-        return comm(collective, group, nbytes, element_bytes) if size > 1 else None
+@dataclass
+class _LayerRows:
+    """One MoE layer's rows as they are written, in order."""
 
-    def add(row_name: str, module: str, fwd=None, ig=None, *, kind: str | None = None, routed: bool = False,
-            always: bool = False) -> None:
-        """Append a row; a collective on a group SimAI lacks goes to ``unexpressed`` instead."""
+    build: Build
+    layer: int
+    micro_batch: int
+    out: Rows = field(default_factory=Rows)
+
+    @property
+    def mlp(self) -> str:
+        """The dispatcher's module: megatron's MLP of the layer."""
+        return f"decoder.layers.{self.layer}.mlp"
+
+    def row_name(self, step: str) -> str:
+        """The row of ``step`` (``dispatch``, ``expert_fc1``, ...): ``layer<l>_moe_<step>``."""
+        return f"layer{self.layer}_moe_{step}"
+
+    def add(self, step: str, module: str, fwd: Comm | None = None, ig: Comm | None = None, *,
+            kind: str | None = None, routed: bool = False, always: bool = False) -> None:
+        """Append ``step``'s row (if it carries a collective, or ``always``); a collective on a
+        group SimAI lacks goes to ``unexpressed`` instead, and one sized for balanced routing
+        (``routed``) is written and listed there too."""
+        where = {"layer": self.layer, "micro_batch": self.micro_batch}
         cells = {}
         for phase, c in (("fwd", fwd), ("ig", ig)):
             if c is None:
                 continue
             if c.group in ("ETP", "TP_EP"):
-                unexpressed(module, phase, c, f"the {c.group} group (expert TP x EP ranks, or an expert TP other "
-                            "than TP) has no SimAI group", layer=layer, micro_batch=micro_batch)
+                self.out.unexpressed.append(Unexpressed(
+                    module, phase, c, f"the {c.group} group (expert TP x EP ranks, or an expert TP other "
+                    "than TP) has no SimAI group", **where))
                 continue
             cells[phase] = c
             if routed:
-                unexpressed(module, phase, c, ROUTING, layer=layer, micro_batch=micro_batch, in_rows=True)
+                self.out.unexpressed.append(Unexpressed(module, phase, c, ROUTING, **where, in_rows=True))
         if cells or always:
-            rows.append(block(row_name, module, layer, micro_batch, **cells, **(timed(kind) if kind else {})))
+            self.out.blocks.append(Block(self.row_name(step), module, self.layer, self.micro_batch, **cells,
+                                         **self.build.timed(kind)))
 
-    # 1. Shared experts: a dense MLP on TP with SP, computed before the router.
-    if m.moe_shared_expert_intermediate_size is not None and sp:
-        shared = f"{mlp}.shared_experts"
-        add(f"{name}_shared_fc1", f"{shared}.linear_fc1", comm("allgather", "TP", u), comm("reducescatter", "TP", u))
-        add(f"{name}_shared_fc1_wgrad_gather", f"{shared}.linear_fc1", ig=comm("allgather", "TP", u))
-        add(f"{name}_shared_fc2", f"{shared}.linear_fc2", comm("reducescatter", "TP", u), comm("allgather", "TP", u))
-    tp_routing = release.tp_routing and sp  # 0.8: every TP rank routes the whole sequence
-    # 2. The router. 0.8 with TP gathers the sequence-parallel logits (bf16, b*s*E values)
-    # and reduces the load-balancing counts over one rank; else, with a load-balancing loss
-    # (0.9 and 0.10: even without), the token counts per expert are summed over TP.
-    if tp_routing:
-        logits = BF16 * T * t * E
-        add(f"{name}_router", f"{mlp}.router", comm("allgather", "TP", logits), comm("reducescatter", "TP", logits))
+
+def _maybe(collective: str, group: str, nbytes: int, size: int, element_bytes: int | None = None) -> Comm | None:
+    """A collective on a group of ``size`` ranks, or None where megatron skips it (one rank)."""
+    return Comm(collective, group, nbytes, element_bytes) if size > 1 else None
+
+
+def _tp_routing(build: Build) -> bool:
+    """0.8 with SP: every TP rank routes the whole sequence."""
+    return build.release.tp_routing and build.sp
+
+
+def _routed_bytes(setup: TrainingSetup) -> int:
+    """The T*k routed tokens of a rank, h values each: u*k/t bytes."""
+    return setup.activation_bytes * setup.model.moe_topk // setup.tp
+
+
+def _shared_experts(rows: _LayerRows) -> None:
+    """1. Shared experts: a dense MLP on TP with SP, computed before the router."""
+    m, u = rows.build.setup.model, rows.build.u
+    if m.moe_shared_expert_intermediate_size is None or not rows.build.sp:
+        return
+    shared = f"{rows.mlp}.shared_experts"
+    rows.add("shared_fc1", f"{shared}.linear_fc1", Comm("allgather", "TP", u), Comm("reducescatter", "TP", u))
+    rows.add("shared_fc1_wgrad_gather", f"{shared}.linear_fc1", ig=Comm("allgather", "TP", u))
+    rows.add("shared_fc2", f"{shared}.linear_fc2", Comm("reducescatter", "TP", u), Comm("allgather", "TP", u))
+
+
+def _router(rows: _LayerRows) -> None:
+    """2. The router, 3. the dispatcher's metadata, and (0.8) the tokens across TP.
+
+    0.8 with TP gathers the sequence-parallel logits (bf16, b*s*E values) and reduces the
+    load-balancing counts over one rank; else, with a load-balancing loss (0.9 and 0.10: even
+    without), the token counts per expert are summed over TP. The metadata: every rank's
+    token counts per expert (0.8: over EP alone)."""
+    setup, release, mlp = rows.build.setup, rows.build.release, rows.mlp
+    m, t, ep, etp = setup.model, setup.tp, setup.ep, setup.expert_tp
+    E = m.num_experts
+    assert E is not None
+    if _tp_routing(rows.build):
+        logits = BF16 * tokens_per_rank(setup) * t * E
+        rows.add("router", f"{mlp}.router", Comm("allgather", "TP", logits), Comm("reducescatter", "TP", logits))
     elif m.moe_aux_loss_coeff > 0 or release.counts_without_loss:
-        add(f"{name}_router", f"{mlp}.router", maybe("allreduce", "TP", INT64 * E, t, INT64))
-    # 3. The dispatcher's metadata: every rank's token counts per expert (0.8: over EP alone).
-    if tp_routing:
-        add(f"{name}_dispatch_metadata", mlp, maybe("allgather", "EP", INT64 * ep * E, ep, INT64))
+        rows.add("router", f"{mlp}.router", _maybe("allreduce", "TP", INT64 * E, t, INT64))
+    if _tp_routing(rows.build):
+        rows.add("dispatch_metadata", mlp, _maybe("allgather", "EP", INT64 * ep * E, ep, INT64))
     else:
-        add(f"{name}_dispatch_metadata", mlp,
-            maybe("allgather", tp_ep_group(setup), INT64 * etp * ep * E, etp * ep, INT64))
+        rows.add("dispatch_metadata", mlp, _maybe("allgather", tp_ep_group(setup), INT64 * etp * ep * E, etp * ep, INT64))
     # 0.8: the rank's sequence shard becomes a hidden shard of the whole sequence (u/t each way).
-    if tp_routing:
-        add(f"{name}_tp_dispatch", mlp, comm("alltoall", "TP", u // t), comm("alltoall", "TP", u // t))
-    # 4. Dispatch over EP: the permuted tokens and (from 0.12) their probabilities.
-    routed_bytes = u * k // t
-    add(f"{name}_dispatch", mlp, maybe("alltoall", "EP", routed_bytes, ep), maybe("alltoall", "EP", routed_bytes, ep),
-        routed=True)
-    if release.probs_travel:
-        add(f"{name}_dispatch_probs", mlp, maybe("alltoall", "EP", BF16 * T * k, ep),
-            maybe("alltoall", "EP", BF16 * T * k, ep), routed=True)
-    # 5-6. The expert-TP gathers, then the experts' GEMMs (the row carries the MLP's times).
-    etp_group = expert_tp_group(setup)
-    gathered = routed_bytes * etp
-    add(f"{name}_expert_fc1", mlp, maybe("allgather", etp_group, gathered, etp),
-        maybe("reducescatter", etp_group, gathered, etp), kind="mlp_fc1", routed=True, always=True)
-    if release.probs_travel:
-        add(f"{name}_expert_probs_gather", mlp, maybe("allgather", etp_group, BF16 * T * k * etp, etp),
-            maybe("reducescatter", etp_group, BF16 * T * k * etp, etp), routed=True)
-    # 7. Combine: the expert-TP reduce-scatter, then the all-to-all back over EP.
-    add(f"{name}_expert_fc2", mlp, maybe("reducescatter", etp_group, gathered, etp),
-        maybe("allgather", etp_group, gathered, etp), kind="mlp_fc2", routed=True, always=True)
-    add(f"{name}_combine", mlp, maybe("alltoall", "EP", routed_bytes, ep), maybe("alltoall", "EP", routed_bytes, ep),
-        routed=True)
-    # 0.8: back from the hidden shard of the whole sequence to the rank's sequence shard.
-    if tp_routing:
-        add(f"{name}_tp_combine", mlp, comm("alltoall", "TP", u // t), comm("alltoall", "TP", u // t))
-    return rows
+    if _tp_routing(rows.build):
+        rows.add("tp_dispatch", mlp, Comm("alltoall", "TP", rows.build.u // t), Comm("alltoall", "TP", rows.build.u // t))
+
+
+def _dispatch(rows: _LayerRows) -> None:
+    """4. Dispatch over EP: the permuted tokens and (from 0.12) their probabilities."""
+    setup = rows.build.setup
+    ep, routed = setup.ep, _routed_bytes(setup)
+    rows.add("dispatch", rows.mlp, _maybe("alltoall", "EP", routed, ep), _maybe("alltoall", "EP", routed, ep),
+             routed=True)
+    if rows.build.release.probs_travel:
+        probs = BF16 * tokens_per_rank(setup) * setup.model.moe_topk
+        rows.add("dispatch_probs", rows.mlp, _maybe("alltoall", "EP", probs, ep), _maybe("alltoall", "EP", probs, ep),
+                 routed=True)
+
+
+def _experts(rows: _LayerRows) -> None:
+    """5-6. The expert-TP gathers, then the experts' GEMMs (the rows carry the MLP's times),
+    and the first half of 7: the expert-TP reduce-scatter of the experts' output."""
+    setup = rows.build.setup
+    etp, group = setup.expert_tp, expert_tp_group(setup)
+    gathered = _routed_bytes(setup) * etp
+    rows.add("expert_fc1", rows.mlp, _maybe("allgather", group, gathered, etp),
+             _maybe("reducescatter", group, gathered, etp), kind="mlp_fc1", routed=True, always=True)
+    if rows.build.release.probs_travel:
+        probs = BF16 * tokens_per_rank(setup) * setup.model.moe_topk * etp
+        rows.add("expert_probs_gather", rows.mlp, _maybe("allgather", group, probs, etp),
+                 _maybe("reducescatter", group, probs, etp), routed=True)
+    rows.add("expert_fc2", rows.mlp, _maybe("reducescatter", group, gathered, etp),
+             _maybe("allgather", group, gathered, etp), kind="mlp_fc2", routed=True, always=True)
+
+
+def _combine(rows: _LayerRows) -> None:
+    """7. Combine: the all-to-all back over EP; 0.8: then back from the hidden shard of the
+    whole sequence to the rank's sequence shard."""
+    setup = rows.build.setup
+    ep, routed, t = setup.ep, _routed_bytes(setup), setup.tp
+    rows.add("combine", rows.mlp, _maybe("alltoall", "EP", routed, ep), _maybe("alltoall", "EP", routed, ep),
+             routed=True)
+    if _tp_routing(rows.build):
+        rows.add("tp_combine", rows.mlp, Comm("alltoall", "TP", rows.build.u // t), Comm("alltoall", "TP", rows.build.u // t))
