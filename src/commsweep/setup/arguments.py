@@ -17,7 +17,7 @@ import dataclasses
 from ..base.errors import ConfigError
 from ..base.flags import add_flag
 from .models import ModelSpec, preset
-from .training import TrainingSetup
+from .training import CP_COMM_TYPES, TrainingSetup
 
 # AICB arguments that do not change a Megatron training workload; accepted for compatibility.
 _IGNORED_VALUED = (
@@ -131,6 +131,11 @@ def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
     add_flag(g, "--recompute-granularity", dest="recompute_granularity", choices=("selective", "full"), default=None,
              help="full: recompute every layer's forward, collectives included (implies recomputation); "
                   "selective: the attention core (as --recompute_activations)")
+    add_flag(g, "--cp-comm-type", dest="cp_comm_type", choices=CP_COMM_TYPES, default="p2p",
+             help="with --context-parallel-size above 1: how the attention exchanges the sequence "
+                  "(megatron's --cp-comm-type; default p2p, the ring)")
+    add_flag(g, "--hierarchical-context-parallel-sizes", dest="hierarchical_cp", type=int, nargs=2, default=None,
+             metavar=("A2A", "P2P"), help="cp-comm-type a2a+p2p: the all-to-all group's size and the ring's")
     add_flag(g, "--megatron-version", metavar="VERSION", default=None,
              help="the megatron-core release whose collectives to follow, 0.8.0 to the newest traced (default); "
                   "releases differ in MoE layers only (docs/megatron-versions.md)")
@@ -271,9 +276,8 @@ def model_from_args(ns: argparse.Namespace) -> ModelSpec:
 
 def setup_from_args(ns: argparse.Namespace) -> TrainingSetup:
     """Validate the parsed arguments and build the setup; raise ConfigError naming the argument."""
-    if ns.context_parallel_size != 1:
-        raise ConfigError("context parallelism is not modelled; use 1", key="--context-parallel-size")
     model = model_from_args(ns)
+    cp = ns.context_parallel_size
     setup = TrainingSetup(
         model=model,
         world_size=ns.world_size,
@@ -291,6 +295,9 @@ def setup_from_args(ns: argparse.Namespace) -> TrainingSetup:
         # Megatron's default expert TP is TP: the same setup, written one way.
         etp=None if ns.expert_tensor_parallel_size in (None, ns.tensor_model_parallel_size)
         else ns.expert_tensor_parallel_size,
+        cp=cp,  # the megatron schedule's (the aicb schedule's job sets it to 1, as AICB ignores it)
+        cp_comm_type=getattr(ns, "cp_comm_type", "p2p") if cp != 1 else "p2p",
+        hierarchical_cp=tuple(ns.hierarchical_cp) if cp != 1 and getattr(ns, "hierarchical_cp", None) else None,
     )
     return setup
 
@@ -393,6 +400,10 @@ def to_commsweep_argv(setup: TrainingSetup) -> list[str]:
             argv.append(f"--moe-layer-freq={m.moe_layer_freq}")
         if m.moe_aux_loss_coeff:
             argv.append(f"--moe-aux-loss-coeff={m.moe_aux_loss_coeff!r}")
+    if setup.cp != 1:
+        argv += [f"--context-parallel-size={setup.cp}", f"--cp-comm-type={setup.cp_comm_type}"]
+        if setup.hierarchical_cp is not None:
+            argv += ["--hierarchical-context-parallel-sizes", *map(str, setup.hierarchical_cp)]
     return argv
 
 

@@ -3,7 +3,7 @@
 This is the single description every stage shares (AIOB profiling, both workload
 generators, the audit, the trace). Derived quantities use Megatron's definitions and
 the notation of the reference documents: b micro batch, s sequence, h hidden, t TP,
-p PP, d DP, g micro-batches per iteration, u = 2*b*s*h bytes.
+p PP, d DP, c CP, g micro-batches per iteration, u = 2*b*(s/c)*h bytes.
 """
 
 from __future__ import annotations
@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from .models import ModelSpec
 
 # The counts that must be at least 1: those of one rank's shard, then those of the whole job.
-_SHARD_COUNTS = ("tp", "pp", "ep", "micro_batch", "seq_length")
+_SHARD_COUNTS = ("tp", "pp", "ep", "cp", "micro_batch", "seq_length")
 _JOB_COUNTS = ("world_size", "global_batch")
 RECOMPUTE_GRANULARITIES = ("selective", "full")
+# megatron-core's TransformerConfig.cp_comm_type: how the attention exchanges the sequence.
+CP_COMM_TYPES = ("p2p", "all_gather", "a2a", "a2a+p2p")
 
 
 @dataclass(frozen=True)
@@ -47,12 +49,30 @@ class TrainingSetup:
     grad_reduce_in_fp32: bool = True
     # Megatron's expert tensor parallelism (--expert-tensor-parallel-size): None follows tp.
     etp: int | None = None
+    # Megatron's context parallelism (--context-parallel-size, --cp-comm-type,
+    # --hierarchical-context-parallel-sizes; the megatron schedule only, see
+    # ``workload/megatron_context_parallel.py``): c ranks share each sequence, s/c tokens each.
+    cp: int = 1
+    cp_comm_type: str = "p2p"
+    # a2a+p2p: (all-to-all group size, ring size), their product c.
+    hierarchical_cp: tuple[int, int] | None = None
 
     # -- derived sizes -------------------------------------------------------------
     @property
     def dp(self) -> int:
-        """Data-parallel size d = world / (t * p)."""
+        """Data-parallel size d = world / (t * c * p)."""
+        return self.world_size // (self.tp * self.cp * self.pp)
+
+    @property
+    def dp_cp(self) -> int:
+        """The group gradients are reduced over: DP x CP, world / (t * p) ranks (megatron's
+        ``get_data_parallel_group(with_context_parallel=True)``; SimAI's DP group)."""
         return self.world_size // (self.tp * self.pp)
+
+    @property
+    def seq_per_rank(self) -> int:
+        """The tokens of a sequence one rank holds: s / c."""
+        return self.seq_length // self.cp
 
     @property
     def num_microbatches(self) -> int:
@@ -71,8 +91,9 @@ class TrainingSetup:
 
     @property
     def activation_bytes(self) -> int:
-        """u = 2*b*s*h: one bf16 [s, b, h] activation, the size unit of workload files."""
-        return 2 * self.micro_batch * self.seq_length * self.model.hidden_size
+        """u = 2*b*(s/c)*h: one bf16 [s/c, b, h] activation (the rank's share of the
+        sequence with context parallelism), the size unit of workload files."""
+        return 2 * self.micro_batch * self.seq_per_rank * self.model.hidden_size
 
     @property
     def expert_tp(self) -> int:
@@ -139,6 +160,7 @@ class TrainingSetup:
         if self.recompute_granularity not in RECOMPUTE_GRANULARITIES:
             out.append(f"recompute_granularity must be one of {', '.join(RECOMPUTE_GRANULARITIES)}, "
                        f"got {self.recompute_granularity!r}")
+        out += self._context_parallel_problems()
         v = self.virtual_pipeline
         if v < 1:
             out.append(f"virtual_pipeline must be at least 1 (got {v})")
@@ -149,14 +171,42 @@ class TrainingSetup:
                 out.append(f"pp*virtual_pipeline={p * v} does not divide num_layers={m.num_layers}")
         return out
 
+    def _context_parallel_problems(self) -> list[str]:
+        """megatron's and TransformerEngine's rules for context parallelism (none at c = 1)."""
+        m, t, c = self.model, self.tp, self.cp
+        if c == 1:
+            return []
+        out = []
+        if self.cp_comm_type not in CP_COMM_TYPES:
+            return [f"cp_comm_type must be one of {', '.join(CP_COMM_TYPES)}, got {self.cp_comm_type!r}"]
+        if self.seq_length % (2 * c):
+            out.append(f"context parallelism needs 2*cp={2 * c} to divide seq_length={self.seq_length} "
+                       "(the sequence is split into 2*cp chunks)")
+        scattered = c  # the ranks an all-to-all scatters the heads over
+        if self.cp_comm_type == "a2a+p2p":
+            sizes = self.hierarchical_cp
+            if sizes is None or len(sizes) != 2 or sizes[0] * sizes[1] != c or min(sizes) < 2:
+                return out + [f"cp_comm_type a2a+p2p needs two hierarchical CP sizes above 1 whose product is "
+                              f"cp={c} (got {sizes})"]
+            scattered = sizes[0]
+        elif self.hierarchical_cp is not None:
+            out.append("hierarchical CP sizes are for cp_comm_type a2a+p2p")
+        if self.cp_comm_type in ("a2a", "a2a+p2p"):
+            for what, heads in (("attention heads", m.num_attention_heads), ("query groups", m.kv_groups)):
+                if heads % t == 0 and (heads // t) % scattered:
+                    out.append(f"the all-to-all of cp_comm_type {self.cp_comm_type} scatters the {heads // t} "
+                               f"{what} of a TP rank over {scattered} ranks: they must divide")
+        return out
+
     def problems(self) -> list[str]:
         """Every rule of Megatron's this setup breaks, as sentences (empty when valid)."""
         m, t, p = self.model, self.tp, self.pp
         out = self._below_one(_JOB_COUNTS) + self.shard_problems()
         if self._below_one(_JOB_COUNTS + _SHARD_COUNTS):
             return out
-        if self.world_size % (t * p):
-            out.append(f"world_size={self.world_size} is not divisible by tp*pp={t * p}")
+        if self.world_size % (t * self.cp * p):
+            named = f"tp*pp={t * p}" if self.cp == 1 else f"tp*cp*pp={t * self.cp * p}"
+            out.append(f"world_size={self.world_size} is not divisible by {named}")
             return out
         per_iteration = self.micro_batch * self.dp
         if self.global_batch < per_iteration:
@@ -170,6 +220,8 @@ class TrainingSetup:
             )
         if self.sp and t > 1 and self.seq_length % t:
             out.append(f"sequence parallelism needs tp={t} to divide seq_length={self.seq_length}")
+        elif self.sp and t > 1 and self.seq_per_rank % t:
+            out.append(f"sequence parallelism needs tp={t} to divide the {self.seq_per_rank} tokens of a CP rank")
         if m.is_moe and self.dp % self.ep:
             out.append(f"ep={self.ep} does not divide dp={self.dp}")
         if m.is_moe and self.expert_tp >= 1 and self.world_size % (self.expert_tp * self.ep * p):

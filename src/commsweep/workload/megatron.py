@@ -22,7 +22,8 @@ from which source, put together here:
   come first;
 * per micro-batch: on the first stage the embedding (``megatron_embedding``); for each
   layer the stage holds (``megatron_pipeline.stage_layers``) the attention
-  (``megatron_attention``: MHA/GQA, or multi-latent attention, ``megatron_mla``), the MLP
+  (``megatron_attention``: MHA/GQA, or multi-latent attention, ``megatron_mla``; with
+  context parallelism its exchange of keys and values, ``megatron_context_parallel``), the MLP
   (``megatron_mlp``: dense, or an MoE layer, ``megatron_moe``) and, with full recompute, the
   layer's forward collectives again (``megatron_recompute``); on the last stage the output
   layer and the cross entropy (``megatron_embedding``);
@@ -46,8 +47,9 @@ from typing import TYPE_CHECKING
 
 from ..aiob.profile_file import AiobProfile
 from ..setup.training import TrainingSetup
-from . import (megatron_attention, megatron_data_parallel, megatron_embedding, megatron_mla, megatron_mlp,
-               megatron_moe, megatron_pipeline, megatron_recompute, megatron_releases, megatron_times)
+from . import (megatron_attention, megatron_context_parallel, megatron_data_parallel, megatron_embedding,
+               megatron_mla, megatron_mlp, megatron_moe, megatron_pipeline, megatron_recompute, megatron_releases,
+               megatron_times)
 from .format import Header, Row, Workload
 # The schedule's vocabulary and the parameter counts, for the modules that read schedules.
 from .megatron_blocks import (BF16, COLUMN_GROUPS, FP32, Block, Build, Comm, Rows, Unexpressed,  # noqa: F401
@@ -133,6 +135,7 @@ def unsupported(setup: TrainingSetup, megatron_version: str | megatron_releases.
     """Why the Megatron schedule of megatron-core ``megatron_version`` (default: the newest
     traced release) cannot describe this setup (empty when it can)."""
     out = megatron_mla.problems(setup) if setup.model.is_mla else []
+    out += megatron_context_parallel.problems(setup)
     out += megatron_releases.mla_problems(setup, megatron_releases.release(megatron_version))
     if setup.model.is_moe:
         out += megatron_moe.problems(setup) + megatron_releases.problems(setup, megatron_releases.release(megatron_version))

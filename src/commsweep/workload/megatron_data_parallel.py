@@ -8,7 +8,8 @@ iteration, after the backward pass:
 * with SP, one TP all-reduce of the sequence-parallel parameters' gradients (norms, and the
   biases of linear_proj and linear_fc2; ``megatron_parameters.sequence_parallel_parameters``);
 * with DP > 1 and the distributed optimizer, a reduce-scatter of 4*P gradient bytes and an
-  all-gather of 2*P parameter bytes over DP (P = this rank's parameters outside the routed
+  all-gather of 2*P parameter bytes over DP (with context parallelism DP x CP:
+  ``dp_cp_group``, SimAI's DP group when all_gpus counts the CP ranks) (P = this rank's parameters outside the routed
   experts), or with plain DDP one all-reduce of the gradients (4*P bytes, 2*P when reduced
   in 16 bits);
 * with ep > 1, the same for the routed experts' parameters over the expert-data-parallel
@@ -52,7 +53,7 @@ def _optimizer(build: Build, stage: int) -> list[Block]:
         return [Block("optimizer", "optimizer.step", **build.timed("optimizer"))]
     psi = dense_parameters(s, stage, build.release)
     rows = [Block("dp_param_allgather", "optimizer.param_allgather",
-                  wg=Comm("allgather", "DP", BF16 * psi) if s.dp > 1 else None, **build.timed("optimizer"))]
+                  wg=Comm("allgather", "DP", BF16 * psi) if s.dp_cp > 1 else None, **build.timed("optimizer"))]
     if experts := _expert_dp(build, stage):
         rows.append(Block("dp_ep_param_allgather", "optimizer.expert_param_allgather",
                           wg=Comm("allgather", "DP_EP", BF16 * experts)))
@@ -70,7 +71,7 @@ def _sequence_parallel_grads(build: Build, stage: int) -> list[Block]:
 def _dense_grads(build: Build, stage: int) -> list[Block]:
     """The DP reduce of the dense gradients: reduce-scatter (distributed optimizer) or all-reduce."""
     s = build.setup
-    if s.dp == 1:
+    if s.dp_cp == 1:
         return []
     size = _grad_bytes(build) * dense_parameters(s, stage, build.release)
     if s.distributed_optimizer:

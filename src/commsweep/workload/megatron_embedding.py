@@ -13,6 +13,8 @@ megatron-core's ``models/common/embeddings/language_model_embedding.py`` and
   + reduce-scatter u;
 * cross entropy: three forward all-reduces of b*s fp32 values (the logits' maximum, the
   target's logit, the sum of exponentials).
+
+With context parallelism every size is of the rank's s/c tokens (u = 2*b*(s/c)*h).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ def embedding_rows(build: Build, micro_batch: int) -> list[Block]:
 def output_rows(build: Build, micro_batch: int) -> list[Block]:
     """The last stage's output layer and cross-entropy rows."""
     rows = column_parallel(build, "output_layer", "output_layer", None, micro_batch, kind="output_layer")
-    ce_bytes = FP32 * build.setup.micro_batch * build.setup.seq_length
+    ce_bytes = FP32 * build.setup.micro_batch * build.setup.seq_per_rank
     for what in ("max", "target", "sum_exp"):
         rows.append(Block(f"cross_entropy_{what}", "loss.vocab_parallel_cross_entropy", micro_batch=micro_batch,
                           fwd=build.tp_comm("allreduce", ce_bytes)))

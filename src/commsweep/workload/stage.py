@@ -104,6 +104,10 @@ def from_args(ns: argparse.Namespace) -> GenerateJob:
     if aicb and ns.context_parallel_size != 1:
         notes.append("AICB ignores --context-parallel-size in its Megatron workloads; so does the aicb schedule")
         ns.context_parallel_size = 1
+    elif ns.context_parallel_size != 1:
+        from .megatron_context_parallel import NOTE
+
+        notes.append(NOTE)
     if aicb and str(ns.pp_stage) != "first":
         notes.append("--pp-stage is for the megatron schedule; AICB writes the same file for every stage")
     if aicb and ns.megatron_version is not None:

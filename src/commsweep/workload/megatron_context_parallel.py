@@ -1,0 +1,125 @@
+"""Context parallelism in the Megatron schedule: what the attention issues over the CP group.
+
+megatron-core hands context parallelism to TransformerEngine's attention
+(NVIDIA/Megatron-LM core_v0.19.0, ``megatron/core/extensions/transformer_engine.py``,
+``TEDotProductAttention.__init__``: it passes ``cp_group``, ``cp_global_ranks``, ``cp_stream``
+and ``cp_comm_type``, and for ``a2a+p2p`` the two hierarchical CP groups;
+``megatron/core/transformer/transformer_config.py``, ``TransformerConfig.cp_comm_type``).
+TransformerEngine (NVIDIA/TransformerEngine v2.9,
+``transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py``;
+``attention.py`` in older releases) runs one of three autograd functions:
+
+Notation: b micro batch, s sequence, c CP, t TP, n heads, g query groups (KV heads), d head
+dim. Each CP rank holds s/c tokens of every sequence (2 chunks of s/(2c), the i-th and the
+(2c-1-i)-th, which balances the causal mask's work); its TP rank n/t query heads and g/t KV
+heads. KV = 2*b*(s/c)*(g/t)*d*2 bytes: the rank's K and V chunk in bf16; Q = O =
+b*(s/c)*(n/t)*d*2 bytes (u/(c*t) with n*d = h). Per layer and micro-batch:
+
+* ``p2p`` (``AttnFuncWithCPAndKVP2P``, ring attention; megatron's default): forward, c-1
+  steps each sending the KV chunk to the next CP rank and receiving the previous rank's
+  (``flash_attn_p2p_communicate``); backward, c steps: the first sends KV, the c-2 middle
+  ones KV and the dKV accumulated so far (2*KV), the last dKV alone: 2*(c-1) KV in all.
+* ``all_gather`` (``AttnFuncWithCPAndKVAllGather``, Llama 3's): forward, all-gathers of K and
+  of V over CP (``gather_along_first_dim``; each c*KV/2 bytes whole); backward, the same two
+  all-gathers again (the gathered KV is not kept) and reduce-scatters of dK and dV.
+* ``a2a`` (``AttnFuncWithCPAndQKVOA2A``, DeepSpeed-Ulysses style): forward, all-to-alls of
+  Q, K and V before the core attention (heads scattered over CP, the sequence gathered;
+  ``flash_attn_a2a_communicate``) and of O after it; backward, of dO before and of dQ, dK,
+  dV after. An all-to-all's size is the rank's tensor (as the MoE dispatcher's).
+* ``a2a+p2p`` (``AttnFuncWithCPAndKVP2P`` with a list of two groups), with the hierarchical
+  sizes (a, r), a*r = c: the all-to-alls of ``a2a`` over the inner group of a ranks
+  (forward Q, K, V and O; backward O and dO together, then dQ, dK, dV), and the ring of
+  ``p2p`` over the outer group of r ranks, whose KV chunk (s*a/c tokens, g/(t*a) heads) has
+  the same KV bytes.
+
+With selective recompute (megatron's ``core_attn``: ``checkpoint_core_attention``), the core
+attention's forward runs again in the backward pass, its CP collectives included: they are
+listed again in the backward phase.
+
+SimAI's workload format has no CP group (a file's groups are TP, DP, EP, DP_EP and PP), so
+every collective here is listed in ``Schedule.unexpressed``, none is written as a row. What
+CP does change in the rows: each rank holds s/c tokens, so every TP collective, the
+pipeline sends and the cross entropy shrink by c; gradients are reduced over DP x CP
+(``megatron/core/distributed/distributed_data_parallel.py``: ``dp_cp_group``), which is
+SimAI's DP group when the header's all_gpus counts the CP ranks (world/(t*p)).
+"""
+
+from __future__ import annotations
+
+from ..setup.training import TrainingSetup
+from .megatron_blocks import Build, Comm, Unexpressed
+
+NOTE = ("context parallelism's collectives (the attention's KV exchange over the CP group) are not in the "
+        "workload: SimAI's format has no CP group; the rows carry the rest of CP (s/cp tokens per rank, "
+        "gradients over DP x CP)")
+WHY = "SimAI's workload format has no context-parallel group"
+
+
+def problems(s: TrainingSetup) -> list[str]:
+    """What the CP schedule cannot describe for this setup (empty without CP)."""
+    if s.cp == 1:
+        return []
+    out = []
+    if s.model.is_moe:
+        out.append("the megatron schedule does not model context parallelism with MoE layers")
+    if s.model.is_mla:
+        out.append("the megatron schedule does not model context parallelism with multi-latent attention")
+    if s.recompute_mode == "full":
+        out.append("the megatron schedule does not model full recompute with context parallelism")
+    return out
+
+
+def chunk_bytes(build: Build) -> tuple[int, int]:
+    """(KV, Q) bytes of one rank's sequence chunk: 2*b*(s/c)*(g/t)*d*2 and b*(s/c)*(n/t)*d*2."""
+    s = build.setup
+    m = s.model
+    tokens = s.micro_batch * s.seq_per_rank
+    kv = 2 * tokens * (m.kv_groups // s.tp) * m.head_dim * 2
+    q = tokens * (m.num_attention_heads // s.tp) * m.head_dim * 2
+    return kv, q
+
+
+def _ring(group: str, ranks: int, kv: int) -> tuple[list[Comm], list[Comm]]:
+    """The ring's send/receive steps: forward and backward."""
+    if ranks < 2:
+        return [], []
+    forward = [Comm("sendrecv", group, kv)] * (ranks - 1)
+    backward = [Comm("sendrecv", group, kv)] + [Comm("sendrecv", group, 2 * kv)] * (ranks - 2) + [
+        Comm("sendrecv", group, kv)]
+    return forward, backward
+
+
+def _collectives(build: Build) -> tuple[list[Comm], list[Comm]]:
+    """The CP collectives of one layer's core attention and micro-batch: forward, backward."""
+    s = build.setup
+    c, kind = s.cp, s.cp_comm_type
+    kv, q = chunk_bytes(build)
+    k = kv // 2
+    if kind == "p2p":
+        return _ring("CP", c, kv)
+    if kind == "all_gather":
+        gathers = [Comm("allgather", "CP", c * k)] * 2
+        return gathers, gathers + [Comm("reducescatter", "CP", c * k)] * 2
+    if kind == "a2a":
+        qkv = [Comm("alltoall", "CP", q), Comm("alltoall", "CP", k), Comm("alltoall", "CP", k)]
+        out = Comm("alltoall", "CP", q)
+        return qkv + [out], [out] + qkv
+    assert kind == "a2a+p2p" and s.hierarchical_cp is not None
+    qkv = [Comm("alltoall", "CP_A2A", q), Comm("alltoall", "CP_A2A", k), Comm("alltoall", "CP_A2A", k)]
+    out = Comm("alltoall", "CP_A2A", q)
+    forward, backward = _ring("CP_P2P", s.hierarchical_cp[1], kv)
+    return qkv + forward + [out], [out, out] + backward + qkv
+
+
+def layer_unexpressed(build: Build, layer: int, micro_batch: int) -> list[Unexpressed]:
+    """One layer's CP collectives for one micro-batch (none at c = 1), in the order TE issues
+    them: the forward's, then the backward's (with selective recompute, the forward's again
+    first)."""
+    if build.setup.cp == 1:
+        return []
+    module = f"decoder.layers.{layer}.self_attention.core_attention"
+    forward, backward = _collectives(build)
+    if build.setup.recompute_mode == "selective":
+        backward = forward + backward
+    return [Unexpressed(module, phase, comm, WHY, layer=layer, micro_batch=micro_batch)
+            for phase, comms in (("fwd", forward), ("ig", backward)) for comm in comms]
