@@ -246,10 +246,12 @@ def _router(rows: _LayerRows) -> None:
     if _tp_routing(rows.build):
         rows.add("dispatch_metadata", mlp, _maybe("allgather", "EP", INT64 * ep * E, ep, INT64))
     else:
-        rows.add("dispatch_metadata", mlp, _maybe("allgather", tp_ep_group(setup), INT64 * etp * ep * E, etp * ep, INT64))
+        metadata = INT64 * etp * ep * E
+        rows.add("dispatch_metadata", mlp, _maybe("allgather", tp_ep_group(setup), metadata, etp * ep, INT64))
     # 0.8: the rank's sequence shard becomes a hidden shard of the whole sequence (u/t each way).
     if _tp_routing(rows.build):
-        rows.add("tp_dispatch", mlp, Comm("alltoall", "TP", rows.build.u // t), Comm("alltoall", "TP", rows.build.u // t))
+        shard = Comm("alltoall", "TP", rows.build.u // t)
+        rows.add("tp_dispatch", mlp, shard, shard)
 
 
 def _dispatch(rows: _LayerRows) -> None:
@@ -288,4 +290,5 @@ def _combine(rows: _LayerRows) -> None:
     rows.add("combine", rows.mlp, _maybe("alltoall", "EP", routed, ep), _maybe("alltoall", "EP", routed, ep),
              routed=True)
     if _tp_routing(rows.build):
-        rows.add("tp_combine", rows.mlp, Comm("alltoall", "TP", rows.build.u // t), Comm("alltoall", "TP", rows.build.u // t))
+        shard = Comm("alltoall", "TP", rows.build.u // t)
+        rows.add("tp_combine", rows.mlp, shard, shard)
