@@ -136,6 +136,10 @@ def test_megatrons_rules_and_the_schedules_limits_are_named():
         "cp_comm_type must be one of p2p, all_gather, a2a, a2a+p2p, got 'ring'"]
     moe = TrainingSetup(model=PRESETS["mixtral-8x7b"], world_size=16, tp=2, sp=True, cp=2, global_batch=16)
     assert "the megatron schedule does not model context parallelism with MoE layers" in megatron.unsupported(moe)
+    gather = TrainingSetup(**base, world_size=8, cp=2, seq_length=64, cp_comm_type="all_gather")
+    assert megatron.unsupported(gather, "0.10.0") == []
+    assert megatron.unsupported(gather, "0.9.0") == [
+        "megatron-core 0.9.0 has no cp_comm_type (from 0.10): its context parallelism is the p2p ring"]
     full = TrainingSetup(**base, world_size=8, cp=2, seq_length=64, recompute=True, recompute_granularity="full")
     assert megatron.unsupported(full) == ["the megatron schedule does not model full recompute with context parallelism"]
 

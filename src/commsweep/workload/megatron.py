@@ -135,7 +135,7 @@ def unsupported(setup: TrainingSetup, megatron_version: str | megatron_releases.
     """Why the Megatron schedule of megatron-core ``megatron_version`` (default: the newest
     traced release) cannot describe this setup (empty when it can)."""
     out = megatron_mla.problems(setup) if setup.model.is_mla else []
-    out += megatron_context_parallel.problems(setup)
+    out += megatron_context_parallel.problems(setup, megatron_releases.release(megatron_version))
     out += megatron_releases.mla_problems(setup, megatron_releases.release(megatron_version))
     if setup.model.is_moe:
         out += megatron_moe.problems(setup) + megatron_releases.problems(setup, megatron_releases.release(megatron_version))

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 from ..setup.training import TrainingSetup
 from .megatron_blocks import Build, Comm, Unexpressed
+from .megatron_releases import Release
 
 NOTE = ("context parallelism's collectives (the attention's KV exchange over the CP group) are not in the "
         "workload: SimAI's format has no CP group; the rows carry the rest of CP (s/cp tokens per rank, "
@@ -55,11 +56,18 @@ NOTE = ("context parallelism's collectives (the attention's KV exchange over the
 WHY = "SimAI's workload format has no context-parallel group"
 
 
-def problems(s: TrainingSetup) -> list[str]:
-    """What the CP schedule cannot describe for this setup (empty without CP)."""
+# megatron-core's TransformerConfig.cp_comm_type came in 0.10 (core_r0.10.0); before, the ring only.
+COMM_TYPES_FROM = (0, 10)
+
+
+def problems(s: TrainingSetup, release: Release) -> list[str]:
+    """What the CP schedule of ``release`` cannot describe for this setup (empty without CP)."""
     if s.cp == 1:
         return []
     out = []
+    if s.cp_comm_type != "p2p" and release.minor < COMM_TYPES_FROM:
+        out.append(f"megatron-core {release.version} has no cp_comm_type (from 0.10): its context parallelism "
+                   "is the p2p ring")
     if s.model.is_moe:
         out.append("the megatron schedule does not model context parallelism with MoE layers")
     if s.model.is_mla:
