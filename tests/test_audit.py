@@ -318,6 +318,33 @@ def test_cli_writes_the_csv_columns_and_the_table(tmp_path, capsys):
     assert "missing: 65 finding(s)" in table and "attention_layer" in table
 
 
+def test_audit_csv_reads_back_typed_and_names_the_line_and_field_of_a_bad_cell(tmp_path):
+    """The one reader of audit.csv gives back what the writer wrote, finding for finding."""
+    from commsweep.analysis import audit_csv
+
+    name = "gpt7b_ws16_tp2_pp1_seq2048_mbs1_ga1_sp0_aiob.txt"
+    path = reference_path("aicb", "workloads", name)
+    findings = audit.audit(wf.read(path), setup_of(manifest()[name]),
+                           time_us=audit.collective_time(**NET_A))
+    out = tmp_path / "audit.csv"
+    out.write_text(audit.to_csv(findings))
+    rows = audit_csv.read(out)
+    assert len(rows) == len(findings) and rows[0].delta_us is not None
+    assert [(r.row, r.layer, r.kind, r.delta_bytes) for r in rows] == [(f.row, f.layer, f.kind, f.delta_bytes)
+                                                                        for f in findings]
+    assert [r.delta_us for r in rows] == [float(f"{f.delta_us:.3f}") for f in findings]
+    assert audit_csv.to_csv(rows) == out.read_text()
+    header, first, *rest = out.read_text().splitlines(keepends=True)
+    cells = first.split(",")
+    cells[audit.COLUMNS.index("found_bytes")] = "many"
+    out.write_text(header + ",".join(cells) + "".join(rest))
+    with pytest.raises(InputError, match=rf"{out}:2: field 'found_bytes': expected an integer, got 'many'"):
+        audit_csv.read(out)
+    out.write_text(header + first.replace(",", ";", 1) + "".join(rest))
+    with pytest.raises(InputError, match=rf"{out}:2: expected 14 fields, got 13"):
+        audit_csv.read(out)
+
+
 def test_cli_reports_a_bad_workload_with_its_place(tmp_path, capsys):
     bad = tmp_path / "w.txt"
     bad.write_text("HYBRID_TRANSFORMER_FWD_IN_BCKWD model_parallel_NPU_group: 1 ep: 1 pp: 1 vpp: 1 ga: 1 all_gpus: 1\n1\nx -1 0 NONE 0\n")

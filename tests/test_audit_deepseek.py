@@ -1,5 +1,5 @@
 """The audit of AICB's DeepSeek workloads (its AIOB path; the default path crashes or refuses
-them) against Megatron's MLA and MoE schedule, and the DeepSeek causes (``analysis/causes.py``)
+them) against Megatron's MLA and MoE schedule, and the DeepSeek causes (``analysis/causes/``)
 it names. AICB's files come from the emulation, byte for byte AICB's own
 (``tests/test_aicb_deepseek_real.py`` checks it against a real AICB)."""
 
@@ -30,11 +30,11 @@ def by_cause(s: TrainingSetup) -> dict[str, tuple[int, int]]:
     """(findings, summed delta bytes) per cause of AICB's AIOB-path file for ``s``."""
     profile = roofline.profile(s, GPUS["H100-SXM"])[0]
     workload = aicb_deepseek.generate(s, profile)
-    rows = audit.as_rows(audit.audit(workload, s))
+    rows = [audit.record(f) for f in audit.audit(workload, s)]
     out: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for r, slug in zip(rows, causes.classify([causes.item(r) for r in rows])):
+    for r, slug in zip(rows, causes.classify(rows)):
         out[slug][0] += 1
-        out[slug][1] += int(r["delta_bytes"])
+        out[slug][1] += r.delta_bytes
     return {slug: (n, b) for slug, (n, b) in out.items()}
 
 
@@ -94,8 +94,8 @@ def test_dense_and_megatron_points_get_no_deepseek_cause():
     profile = roofline.profile(dense, GPUS["H100-SXM"])[0]
     from commsweep.workload import aicb
 
-    rows = audit.as_rows(audit.audit(aicb.generate(dense, profile), dense))
-    assert not set(causes.classify([causes.item(r) for r in rows])) & set(causes.DEEPSEEK_CAUSES)
+    rows = [audit.record(f) for f in audit.audit(aicb.generate(dense, profile), dense)]
+    assert not set(causes.classify(rows)) & set(causes.DEEPSEEK_CAUSES)
     s = setup(TINY, 2, 2)
     assert audit.audit(megatron.schedule(s).workload(), s) == []
 

@@ -51,11 +51,9 @@ collective (before overlap), when a network is given.
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,14 +61,10 @@ from ..base.errors import ConfigError, InputError
 from ..setup.training import TrainingSetup
 from ..workload import format as wf
 from ..workload import megatron
+from . import audit_csv
+from .audit_csv import COLUMNS, AuditRow, read_csv  # noqa: F401  (read_csv: audit.csv's reader, for its readers)
 
 KINDS = ("missing", "extra", "size", "group", "zero_bytes", "none_with_size", "size1_group")
-COLUMNS = (
-    "row", "layer", "phase", "kind",
-    "expected_collective", "expected_group", "expected_bytes",
-    "found_collective", "found_group", "found_bytes",
-    "delta_bytes", "delta_us", "found_name", "expected_name",
-)
 PHASE_ORDER = ("fwd", "ig", "wg", "pp")
 ITERATION = "iteration"
 
@@ -384,13 +378,13 @@ def _found_side(row: wf.Row, phase: str) -> Side:
     )
 
 
-def _audit_unit(
-    workload: wf.Workload, unit: Unit, rows: list[int], expected: list[Side], sizes: dict[str, int]
-) -> list[Finding]:
-    out: list[Finding] = []
-    # The collectives the unit's rows issue, in row and phase order.
+def _found_collectives(workload: wf.Workload, unit: Unit, rows: list[int]
+                       ) -> tuple[list[tuple[int, Side]], list[tuple[int, str]], list[Finding]]:
+    """The collectives the unit's rows issue, in row and phase order; the (row, phase) slots
+    with NONE, for placing what is missing; a ``none_with_size`` finding per NONE with a size."""
     found: list[tuple[int, Side]] = []
-    free: list[tuple[int, str]] = []  # (row, phase) slots with NONE, for placing what is missing
+    free: list[tuple[int, str]] = []
+    out: list[Finding] = []
     for index in rows:
         row = workload.rows[index]
         for phase in wf.PHASES:
@@ -401,39 +395,56 @@ def _audit_unit(
                     out.append(Finding(index, unit, phase, "none_with_size", None, side, 0, row_name=row.name))
             else:
                 found.append((index, side))
+    return found, free, out
 
+
+def _pair(found: list[tuple[int, Side]], left: list[Side], same: Callable[[Side, Side], bool],
+          nearest: bool = False) -> list[tuple[int, Side, Side]]:
+    """Pair each found collective with the first expected one ``same`` accepts, or with
+    ``nearest`` the one closest in bytes (an MoE layer has several of one kind, e.g. the
+    token and probability gathers: a 1 KiB row stands for the small one); the pairs
+    (row, expected, found), taken out of ``found`` and ``left``."""
+    pairs = []
+    for index, side in list(found):
+        candidates = [e for e in left if same(e, side)]
+        if nearest and len(candidates) > 1:
+            candidates.sort(key=lambda e: abs(math.log((e.bytes + 1) / (side.bytes + 1))))
+        if not candidates:
+            continue
+        match = candidates[0]
+        found.remove((index, side))
+        del left[next(i for i, e in enumerate(left) if e is match)]  # this one: equal sides may differ in name
+        pairs.append((index, match, side))
+    return pairs
+
+
+def _where(e: Side) -> tuple[str, str, str]:
+    return (e.phase, e.collective, e.group)
+
+
+# The passes of pairing, strictest first: (sides that pair, the finding's kind; None: no
+# finding). Identical; same phase, collective and group, other bytes; then elsewhere, same
+# collective and bytes, then same collective with any bytes.
+_PASSES: tuple[tuple[Callable[[Side, Side], bool], Callable[[Side, Side], str | None], bool], ...] = (
+    (lambda e, f: _where(e) == _where(f) and e.bytes == f.bytes, lambda e, f: None, False),
+    (lambda e, f: _where(e) == _where(f), lambda e, f: "zero_bytes" if f.bytes == 0 else "size", True),
+    (lambda e, f: e.collective == f.collective and e.bytes == f.bytes, lambda e, f: "group", False),
+    (lambda e, f: e.collective == f.collective, lambda e, f: "group", False),
+)
+
+
+def _audit_unit(
+    workload: wf.Workload, unit: Unit, rows: list[int], expected: list[Side], sizes: dict[str, int]
+) -> list[Finding]:
+    found, free, out = _found_collectives(workload, unit, rows)
     left = list(expected)
-
-    def pair(same: Callable[[Side, Side], bool], kind_of: Callable[[Side, Side], str | None],
-             nearest: bool = False) -> None:
-        """Pair each found collective with the first expected one ``same`` accepts, or with
-        ``nearest`` the one closest in bytes (an MoE layer has several of one kind, e.g. the
-        token and probability gathers: a 1 KiB row stands for the small one)."""
-        for index, side in list(found):
-            candidates = [e for e in left if same(e, side)]
-            if nearest and len(candidates) > 1:
-                candidates.sort(key=lambda e: abs(math.log((e.bytes + 1) / (side.bytes + 1))))
-            match = candidates[0] if candidates else None
-            if match is None:
-                continue
-            found.remove((index, side))
-            del left[next(i for i, e in enumerate(left) if e is match)]  # this one: equal sides may differ in name
+    for same, kind_of, nearest in _PASSES:
+        for index, match, side in _pair(found, left, same, nearest):
             kind = kind_of(match, side)
             if kind is not None:
                 delta = wf.effective_size(side.phase, side.bytes) - match.bytes
                 out.append(Finding(index, unit, side.phase, kind, match, side, delta,
                                    row_name=workload.rows[index].name))
-
-    def where(e: Side) -> tuple[str, str, str]:
-        return (e.phase, e.collective, e.group)
-
-    # Pass 1: identical. Pass 2: same phase, collective and group, other bytes.
-    # Pass 3: same collective and bytes, then same collective with any bytes, elsewhere.
-    pair(lambda e, f: where(e) == where(f) and e.bytes == f.bytes, lambda e, f: None)
-    pair(lambda e, f: where(e) == where(f), lambda e, f: "zero_bytes" if f.bytes == 0 else "size", nearest=True)
-    pair(lambda e, f: e.collective == f.collective and e.bytes == f.bytes, lambda e, f: "group")
-    pair(lambda e, f: e.collective == f.collective, lambda e, f: "group")
-
     for index, side in found:
         if sizes[side.group] == 1:
             kind = "size1_group"
@@ -484,29 +495,20 @@ def _with_time(f: Finding, header: wf.Header, reference_header: wf.Header, time_
 # -- output ----------------------------------------------------------------------------
 
 
-def _cells(f: Finding) -> list[str]:
+def record(f: Finding) -> AuditRow:
+    """A finding as audit.csv holds it (``audit_csv``)."""
     e, g = f.expected, f.found
-    return [
-        "" if f.row is None else str(f.row),
-        f.layer,
-        f.phase,
-        f.kind,
-        e.collective if e else "", e.group if e else "", str(e.bytes) if e else "",
-        g.collective if g else "", g.group if g else "", str(g.bytes) if g else "",
-        str(f.delta_bytes),
-        "" if f.delta_us is None else f"{f.delta_us:.3f}",
-        f.row_name if g else "",
-        e.name if e else "",
-    ]
+    if e is None:
+        return AuditRow(f.row, f.layer, f.phase, f.kind, "", "", None, g.collective if g else "", g.group if g else "",
+                        g.bytes if g else None, f.delta_bytes, f.delta_us, f.row_name if g else "", "")
+    return AuditRow(f.row, f.layer, f.phase, f.kind, e.collective, e.group, e.bytes, g.collective if g else "",
+                    g.group if g else "", g.bytes if g else None, f.delta_bytes, f.delta_us, f.row_name if g else "",
+                    e.name)
 
 
 def to_csv(findings: Iterable[Finding]) -> str:
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(COLUMNS)
-    for f in findings:
-        writer.writerow(_cells(f))
-    return buf.getvalue()
+    """audit.csv of the findings."""
+    return audit_csv.to_csv(record(f) for f in findings)
 
 
 def _mib(n: int) -> str:
@@ -550,11 +552,6 @@ def to_table(findings: list[Finding], families: dict[str, dict] | None = None) -
     return "\n".join(lines) + "\n"
 
 
-def as_rows(findings: Iterable[Finding]) -> list[dict[str, str]]:
-    """Findings as the rows of their CSV (``COLUMNS``), as ``read_csv`` gives them back."""
-    return [dict(zip(COLUMNS, _cells(f))) for f in findings]
-
-
 def summarize(findings: Iterable[Finding]) -> dict[str, tuple[int, int, float | None]]:
     """Per kind: (count, summed delta_bytes, summed delta_us or None), in KINDS order."""
     acc: dict[str, list] = {}
@@ -567,72 +564,18 @@ def summarize(findings: Iterable[Finding]) -> dict[str, tuple[int, int, float | 
     return {k: tuple(acc[k]) for k in KINDS if k in acc}  # type: ignore[misc]
 
 
-def read_csv(text: str, *, source: str | Path = "<audit>") -> list[dict[str, str]]:
-    """Rows of an audit CSV this module wrote (as strings), checking its columns."""
-    reader = csv.DictReader(io.StringIO(text))
-    if tuple(reader.fieldnames or ()) != COLUMNS:
-        raise InputError(f"expected the columns {','.join(COLUMNS)}", file=source, line=1)
-    return list(reader)
-
-
-# The readers of a sweep's audits, which hold millions of rows, take them as text or lists.
-HEADER = ",".join(COLUMNS) + "\n"
-
-
-def read_body(path: str | Path) -> str:
-    """A point's audit.csv as ``to_csv`` wrote it: the text of its rows after the header
-    (an InputError naming the file for another header)."""
-    from ..base.files import read_text
-
-    text = read_text(path)
-    if not text.startswith(HEADER):
-        raise InputError(f"expected the columns {','.join(COLUMNS)}", file=path, line=1)
-    return text[len(HEADER):]
-
-
-def read_rows(path: str | Path) -> Iterator[tuple[int, list[str]]]:
-    """A point's audit.csv as (line number, cells) per row, each row of ``COLUMNS``' length
-    (an InputError naming the line of one that is not)."""
-    reader = csv.reader(io.StringIO(read_body(path)))
-    for n, cells in enumerate(reader, start=2):
-        if len(cells) != len(COLUMNS):
-            raise InputError(f"expected {len(COLUMNS)} fields, got {len(cells)}", file=path, line=n)
-        yield n, cells
-
-
 # -- delta_us: SimAI's time of one collective ----------------------------------------------
 
 
-def _has_network(ns) -> bool:
-    """Whether the parsed flags give a network: all four flags (ConfigError for only some)."""
-    values = [ns.gpus_per_server, ns.nics_per_server, ns.nvlink_gbps, ns.nic_gbps]
-    if all(v is None for v in values):
-        return False
-    if any(v is None for v in values):
-        raise ConfigError("give all four of -g_p_s, -n_p_s, -nv and -nic, or none", key="network")
-    return True
-
-
 def network_from_args(ns, header: wf.Header):
-    """The simulation engine's Network from the parsed flags (None without them)."""
-    if not _has_network(ns):
-        return None
-    from ..setup.network import Network
+    """The simulation engine's Network from the parsed flags (``simulate.stage.network_from_args``:
+    all four or none), with SimAI's ``-g`` (default: the header's ``all_gpus``); None without them."""
+    from dataclasses import replace
 
-    return Network(gpus=ns.gpus or header.all_gpus, gpus_per_server=ns.gpus_per_server,
-                   nics_per_server=ns.nics_per_server, nvlink_gbps=ns.nvlink_gbps, nic_gbps=ns.nic_gbps)
+    from ..simulate.stage import network_from_args as flags
 
-
-def time_function(ns) -> TimeFn | None:
-    """SimAI's time of one collective for the network in the parsed flags, or None."""
-    if not _has_network(ns):
-        return None
-    from ..simulate.engine import load_ratios
-
-    return collective_time(
-        gpus_per_server=ns.gpus_per_server, nics_per_server=ns.nics_per_server,
-        nvlink_gbps=ns.nvlink_gbps, nic_gbps=ns.nic_gbps, gpus=ns.gpus, ratios=load_ratios(ns.ratio_dir),
-    )
+    network = flags(ns)
+    return None if network is None else replace(network, gpus=ns.gpus or header.all_gpus)
 
 
 def collective_time(

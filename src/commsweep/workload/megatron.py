@@ -70,6 +70,7 @@ from ..aiob.profile_file import AiobProfile
 from ..setup.training import TrainingSetup
 from . import megatron_mla, megatron_moe, megatron_releases
 from .format import Header, Row, Workload
+from .row_names import dense, dp_ep, in_layer, recompute_row, wgrad_gather
 
 if TYPE_CHECKING:
     from ..aiob.megatron_kernels import RowTimes
@@ -418,7 +419,7 @@ def schedule(setup: TrainingSetup, profile: AiobProfile | None = None, *, stage:
                   wg=Comm("allgather", "DP", BF16 * psi) if dp else None, **timed("optimizer"))
         )
         if expert_dp:
-            blocks.append(Block("dp_ep_param_allgather", "optimizer.expert_param_allgather",
+            blocks.append(Block(dp_ep("param_allgather"), "optimizer.expert_param_allgather",
                                 wg=Comm("allgather", "DP_EP", BF16 * experts)))
     else:
         blocks.append(Block("optimizer", "optimizer.step", **timed("optimizer")))
@@ -438,7 +439,7 @@ def schedule(setup: TrainingSetup, profile: AiobProfile | None = None, *, stage:
                             ("optimizer.expert_param_allgather", Comm("allgather", "DP_EP", BF16 * experts))]
         else:
             expert_comms = [("ddp.expert_grad_allreduce", Comm("allreduce", "DP_EP", grad_bytes * experts))]
-        blocks.append(Block(f"dp_ep_grad_{expert_comms[0][1].collective}", expert_comms[0][0], wg=expert_comms[0][1]))
+        blocks.append(Block(dp_ep(f"grad_{expert_comms[0][1].collective}"), expert_comms[0][0], wg=expert_comms[0][1]))
         if setup.expert_tp != setup.tp:
             for module, comm in expert_comms:
                 unexpressed.append(Unexpressed(
@@ -474,20 +475,20 @@ def schedule(setup: TrainingSetup, profile: AiobProfile | None = None, *, stage:
                         timed=timed, unexpressed=lambda *a, **kw: unexpressed.append(Unexpressed(*a, **kw)),
                     )
                     continue
-                col_kind, row_kind = f"{part}_{column}", f"{part}_{row}"
+                col_kind, row_kind = dense(part, column), dense(part, row)
                 col_module = f"decoder.layers.{layer}.{'self_attention' if part == 'attention' else 'mlp'}.linear_{column}"
                 row_module = f"decoder.layers.{layer}.{'self_attention' if part == 'attention' else 'mlp'}.linear_{row}"
                 if sp:
-                    blocks.append(Block(f"layer{layer}_{col_kind}", col_module, layer, mb,
+                    blocks.append(Block(in_layer(layer, col_kind), col_module, layer, mb,
                                         fwd=tp_comm("allgather"), ig=tp_comm("reducescatter"), **timed(col_kind)))
-                    blocks.append(Block(f"layer{layer}_{col_kind}_wgrad_gather", col_module, layer, mb,
+                    blocks.append(Block(in_layer(layer, wgrad_gather(col_kind)), col_module, layer, mb,
                                         ig=tp_comm("allgather")))
-                    blocks.append(Block(f"layer{layer}_{row_kind}", row_module, layer, mb,
+                    blocks.append(Block(in_layer(layer, row_kind), row_module, layer, mb,
                                         fwd=tp_comm("reducescatter"), ig=tp_comm("allgather"), **timed(row_kind)))
                 else:
-                    blocks.append(Block(f"layer{layer}_{col_kind}", col_module, layer, mb,
+                    blocks.append(Block(in_layer(layer, col_kind), col_module, layer, mb,
                                         ig=tp_comm("allreduce"), **timed(col_kind)))
-                    blocks.append(Block(f"layer{layer}_{row_kind}", row_module, layer, mb,
+                    blocks.append(Block(in_layer(layer, row_kind), row_module, layer, mb,
                                         fwd=tp_comm("allreduce"), **timed(row_kind)))
             if full:
                 blocks += _recompute_blocks(layer, mb, sp, tp_comm, timed)
@@ -495,7 +496,7 @@ def schedule(setup: TrainingSetup, profile: AiobProfile | None = None, *, stage:
             if sp:
                 blocks.append(Block("output_layer", "output_layer", micro_batch=mb,
                                     fwd=tp_comm("allgather"), ig=tp_comm("reducescatter"), **timed("output_layer")))
-                blocks.append(Block("output_layer_wgrad_gather", "output_layer", micro_batch=mb, ig=tp_comm("allgather")))
+                blocks.append(Block(wgrad_gather("output_layer"), "output_layer", micro_batch=mb, ig=tp_comm("allgather")))
             else:
                 blocks.append(Block("output_layer", "output_layer", micro_batch=mb,
                                     ig=tp_comm("allreduce"), **timed("output_layer")))
@@ -538,6 +539,6 @@ def _recompute_blocks(layer: int, mb: int, sp: bool, tp_comm, timed) -> list[Blo
     blocks = []
     for part, collective in order:
         extra = timed(f"recompute_{part}") if collective == timed_on else {}
-        blocks.append(Block(f"layer{layer}_recompute_{part}_{collective}", module, layer, mb,
+        blocks.append(Block(in_layer(layer, recompute_row(part, collective)), module, layer, mb,
                             ig=tp_comm(collective), **extra))
     return blocks

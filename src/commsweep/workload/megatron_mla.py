@@ -50,6 +50,7 @@ from collections.abc import Callable
 
 from ..setup.training import TrainingSetup
 from .megatron_releases import Release, release as newest
+from .row_names import MLA_K_ROPE_GATHER, MLA_KV_UP_PROJ, MLA_PROJ, MLA_Q_PROJ, MLA_Q_UP_PROJ, in_layer, wgrad_gather
 
 BF16 = 2
 
@@ -117,7 +118,6 @@ def layer_blocks(setup: TrainingSetup, layer: int, micro_batch: int, *, block: C
     tokens = setup.micro_batch * setup.seq_length
     u = setup.activation_bytes
     attention = f"decoder.layers.{layer}.self_attention"
-    name = f"layer{layer}_attention"
     rows: list = []
     tp = t > 1
 
@@ -128,29 +128,29 @@ def layer_blocks(setup: TrainingSetup, layer: int, micro_batch: int, *, block: C
         """A column-parallel up projection whose input is ``size`` bytes whole."""
         extra = timed(kind) if kind else {}
         if sp:
-            rows.append(block(f"{name}_{row}", module, layer, micro_batch, fwd=tp_comm("allgather", size),
+            rows.append(block(in_layer(layer, row), module, layer, micro_batch, fwd=tp_comm("allgather", size),
                               ig=tp_comm("reducescatter", size), **extra))
-            rows.append(block(f"{name}_{row}_wgrad_gather", module, layer, micro_batch,
+            rows.append(block(in_layer(layer, wgrad_gather(row)), module, layer, micro_batch,
                               ig=tp_comm("allgather", size)))
         else:
-            rows.append(block(f"{name}_{row}", module, layer, micro_batch, ig=tp_comm("allreduce", size), **extra))
+            rows.append(block(in_layer(layer, row), module, layer, micro_batch, ig=tp_comm("allreduce", size), **extra))
 
     kind = "attention_qkv"
     if sp:
         rope = BF16 * tokens * m.qk_rope_head_dim
-        rows.append(block(f"{name}_k_rope_gather", attention, layer, micro_batch, fwd=tp_comm("allgather", rope),
+        rows.append(block(in_layer(layer, MLA_K_ROPE_GATHER), attention, layer, micro_batch, fwd=tp_comm("allgather", rope),
                           ig=tp_comm("reducescatter", rope), **timed(kind)))
         kind = None
     if m.q_lora_rank is not None:
-        column("q_up_proj", f"{attention}.linear_q_up_proj", BF16 * tokens * m.q_lora_rank, kind)
+        column(MLA_Q_UP_PROJ, f"{attention}.linear_q_up_proj", BF16 * tokens * m.q_lora_rank, kind)
     else:
-        column("q_proj", f"{attention}.linear_q_proj", u, kind)
-    column("kv_up_proj", f"{attention}.linear_kv_up_proj", BF16 * tokens * m.kv_lora_rank, None)
+        column(MLA_Q_PROJ, f"{attention}.linear_q_proj", u, kind)
+    column(MLA_KV_UP_PROJ, f"{attention}.linear_kv_up_proj", BF16 * tokens * m.kv_lora_rank, None)
     proj = f"{attention}.linear_proj"
     if sp:
-        rows.append(block(f"{name}_proj", proj, layer, micro_batch, fwd=tp_comm("reducescatter", u),
+        rows.append(block(in_layer(layer, MLA_PROJ), proj, layer, micro_batch, fwd=tp_comm("reducescatter", u),
                           ig=tp_comm("allgather", u), **timed("attention_proj")))
     else:
-        rows.append(block(f"{name}_proj", proj, layer, micro_batch, fwd=tp_comm("allreduce", u),
+        rows.append(block(in_layer(layer, MLA_PROJ), proj, layer, micro_batch, fwd=tp_comm("allreduce", u),
                           **timed("attention_proj")))
     return rows

@@ -69,6 +69,9 @@ from collections.abc import Callable
 
 from ..setup.training import TrainingSetup
 from .megatron_releases import Release
+from .row_names import (MOE_COMBINE, MOE_DISPATCH, MOE_DISPATCH_METADATA, MOE_DISPATCH_PROBS, MOE_EXPERT_FC1,
+                        MOE_EXPERT_FC2, MOE_EXPERT_PROBS_GATHER, MOE_ROUTER, MOE_SHARED_FC1, MOE_SHARED_FC1_WGRAD,
+                        MOE_SHARED_FC2, MOE_TP_COMBINE, MOE_TP_DISPATCH, in_layer)
 
 INT64 = 8
 BF16 = 2
@@ -179,7 +182,6 @@ def layer_blocks(
     T = tokens_per_rank(setup)
     h = m.hidden_size
     mlp = f"decoder.layers.{layer}.mlp"
-    name = f"layer{layer}_moe"
     rows: list = []
 
     def maybe(collective: str, group: str, nbytes: int, size: int, element_bytes: int | None = None):
@@ -206,48 +208,48 @@ def layer_blocks(
     # 1. Shared experts: a dense MLP on TP with SP, computed before the router.
     if m.moe_shared_expert_intermediate_size is not None and sp:
         shared = f"{mlp}.shared_experts"
-        add(f"{name}_shared_fc1", f"{shared}.linear_fc1", comm("allgather", "TP", u), comm("reducescatter", "TP", u))
-        add(f"{name}_shared_fc1_wgrad_gather", f"{shared}.linear_fc1", ig=comm("allgather", "TP", u))
-        add(f"{name}_shared_fc2", f"{shared}.linear_fc2", comm("reducescatter", "TP", u), comm("allgather", "TP", u))
+        add(in_layer(layer, MOE_SHARED_FC1), f"{shared}.linear_fc1", comm("allgather", "TP", u), comm("reducescatter", "TP", u))
+        add(in_layer(layer, MOE_SHARED_FC1_WGRAD), f"{shared}.linear_fc1", ig=comm("allgather", "TP", u))
+        add(in_layer(layer, MOE_SHARED_FC2), f"{shared}.linear_fc2", comm("reducescatter", "TP", u), comm("allgather", "TP", u))
     tp_routing = release.tp_routing and sp  # 0.8: every TP rank routes the whole sequence
     # 2. The router. 0.8 with TP gathers the sequence-parallel logits (bf16, b*s*E values)
     # and reduces the load-balancing counts over one rank; else, with a load-balancing loss
     # (0.9 and 0.10: even without), the token counts per expert are summed over TP.
     if tp_routing:
         logits = BF16 * T * t * E
-        add(f"{name}_router", f"{mlp}.router", comm("allgather", "TP", logits), comm("reducescatter", "TP", logits))
+        add(in_layer(layer, MOE_ROUTER), f"{mlp}.router", comm("allgather", "TP", logits), comm("reducescatter", "TP", logits))
     elif m.moe_aux_loss_coeff > 0 or release.counts_without_loss:
-        add(f"{name}_router", f"{mlp}.router", maybe("allreduce", "TP", INT64 * E, t, INT64))
+        add(in_layer(layer, MOE_ROUTER), f"{mlp}.router", maybe("allreduce", "TP", INT64 * E, t, INT64))
     # 3. The dispatcher's metadata: every rank's token counts per expert (0.8: over EP alone).
     if tp_routing:
-        add(f"{name}_dispatch_metadata", mlp, maybe("allgather", "EP", INT64 * ep * E, ep, INT64))
+        add(in_layer(layer, MOE_DISPATCH_METADATA), mlp, maybe("allgather", "EP", INT64 * ep * E, ep, INT64))
     else:
-        add(f"{name}_dispatch_metadata", mlp,
+        add(in_layer(layer, MOE_DISPATCH_METADATA), mlp,
             maybe("allgather", tp_ep_group(setup), INT64 * etp * ep * E, etp * ep, INT64))
     # 0.8: the rank's sequence shard becomes a hidden shard of the whole sequence (u/t each way).
     if tp_routing:
-        add(f"{name}_tp_dispatch", mlp, comm("alltoall", "TP", u // t), comm("alltoall", "TP", u // t))
+        add(in_layer(layer, MOE_TP_DISPATCH), mlp, comm("alltoall", "TP", u // t), comm("alltoall", "TP", u // t))
     # 4. Dispatch over EP: the permuted tokens and (from 0.12) their probabilities.
     routed_bytes = u * k // t
-    add(f"{name}_dispatch", mlp, maybe("alltoall", "EP", routed_bytes, ep), maybe("alltoall", "EP", routed_bytes, ep),
+    add(in_layer(layer, MOE_DISPATCH), mlp, maybe("alltoall", "EP", routed_bytes, ep), maybe("alltoall", "EP", routed_bytes, ep),
         routed=True)
     if release.probs_travel:
-        add(f"{name}_dispatch_probs", mlp, maybe("alltoall", "EP", BF16 * T * k, ep),
+        add(in_layer(layer, MOE_DISPATCH_PROBS), mlp, maybe("alltoall", "EP", BF16 * T * k, ep),
             maybe("alltoall", "EP", BF16 * T * k, ep), routed=True)
     # 5-6. The expert-TP gathers, then the experts' GEMMs (the row carries the MLP's times).
     etp_group = expert_tp_group(setup)
     gathered = routed_bytes * etp
-    add(f"{name}_expert_fc1", mlp, maybe("allgather", etp_group, gathered, etp),
+    add(in_layer(layer, MOE_EXPERT_FC1), mlp, maybe("allgather", etp_group, gathered, etp),
         maybe("reducescatter", etp_group, gathered, etp), kind="mlp_fc1", routed=True, always=True)
     if release.probs_travel:
-        add(f"{name}_expert_probs_gather", mlp, maybe("allgather", etp_group, BF16 * T * k * etp, etp),
+        add(in_layer(layer, MOE_EXPERT_PROBS_GATHER), mlp, maybe("allgather", etp_group, BF16 * T * k * etp, etp),
             maybe("reducescatter", etp_group, BF16 * T * k * etp, etp), routed=True)
     # 7. Combine: the expert-TP reduce-scatter, then the all-to-all back over EP.
-    add(f"{name}_expert_fc2", mlp, maybe("reducescatter", etp_group, gathered, etp),
+    add(in_layer(layer, MOE_EXPERT_FC2), mlp, maybe("reducescatter", etp_group, gathered, etp),
         maybe("allgather", etp_group, gathered, etp), kind="mlp_fc2", routed=True, always=True)
-    add(f"{name}_combine", mlp, maybe("alltoall", "EP", routed_bytes, ep), maybe("alltoall", "EP", routed_bytes, ep),
+    add(in_layer(layer, MOE_COMBINE), mlp, maybe("alltoall", "EP", routed_bytes, ep), maybe("alltoall", "EP", routed_bytes, ep),
         routed=True)
     # 0.8: back from the hidden shard of the whole sequence to the rank's sequence shard.
     if tp_routing:
-        add(f"{name}_tp_combine", mlp, comm("alltoall", "TP", u // t), comm("alltoall", "TP", u // t))
+        add(in_layer(layer, MOE_TP_COMBINE), mlp, comm("alltoall", "TP", u // t), comm("alltoall", "TP", u // t))
     return rows
