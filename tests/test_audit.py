@@ -6,6 +6,7 @@ import argparse
 import csv
 import dataclasses
 import io
+import re
 import shlex
 from collections import Counter
 
@@ -343,6 +344,42 @@ def test_audit_csv_reads_back_typed_and_names_the_line_and_field_of_a_bad_cell(t
     out.write_text(header + first.replace(",", ";", 1) + "".join(rest))
     with pytest.raises(InputError, match=rf"{out}:2: expected 14 fields, got 13"):
         audit_csv.read(out)
+
+
+GPT7B_TP2 = ["--model", "gpt-7b", "--world_size=16", "--tensor_model_parallel_size=2", "--global_batch=8"]
+
+
+@pytest.mark.parametrize("made, audited, message", [
+    ([], ["--enable_sequence_parallel"],
+     r"w.txt:8: the attention all-reduces forward over TP, as without sequence parallelism, .* "
+     r"without --enable_sequence_parallel"),
+    (["--enable_sequence_parallel"], [],
+     r"w.txt:7: the attention all-gathers and reduce-scatters forward over TP, as with sequence parallelism, .* "
+     r"with --enable_sequence_parallel"),
+    ([], ["--num_layers", "24"], r"w.txt: the workload has 32 transformer layers per micro-batch where the audited "
+                                 r"arguments give 24 \(--num_layers 24\)"),
+    (["--num_layers", "24"], [], r"the workload has 24 transformer layers per micro-batch where the audited "
+                                 r"arguments give 32"),
+    ([], ["--hidden_size", "5120"], r"w.txt:8: the attention moves 16777216-byte activations over TP \(hidden size "
+                                    r"4096 at micro batch 1 and sequence 2048\) where the audited arguments give "
+                                    r"20971520 \(hidden size 5120\); .*--model"),
+    ([], ["--seq_length", "4096"], r"w.txt:8: the attention moves 16777216-byte activations .*--seq_length"),
+])
+def test_a_workload_audited_with_arguments_it_was_not_made_with_is_refused(tmp_path, capsys, made, audited, message):
+    """What the rows tell of the setup (SP, the layers, the activation size) is checked against
+    the audited arguments before any finding is made: exit 2, naming the file and the flag."""
+    path = tmp_path / "w.txt"
+    assert cli.main(["generate", *GPT7B_TP2, *made, "-o", str(path)]) == 0
+    assert cli.main(["audit", str(path), *GPT7B_TP2, *made, "--format", "csv", "-o", str(tmp_path / "a.csv")]) == 0
+    assert cli.main(["audit", str(path), *GPT7B_TP2, *audited]) == 2
+    assert re.search(message, capsys.readouterr().err)
+
+
+def test_a_workload_audited_without_its_model_is_refused(tmp_path, capsys):
+    path = tmp_path / "w.txt"
+    assert cli.main(["generate", *GPT7B_TP2, "-o", str(path)]) == 0
+    assert cli.main(["audit", str(path), *GPT7B_TP2[2:]]) == 2
+    assert "(hidden size 1024); audit the workload with the model it was made from (--model" in capsys.readouterr().err
 
 
 def test_cli_reports_a_bad_workload_with_its_place(tmp_path, capsys):

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -257,7 +258,8 @@ def expected_units(schedule: megatron.Schedule) -> dict[Unit, list[Side]]:
 
 
 def check_header(workload: wf.Workload, setup: TrainingSetup, source: str | Path) -> None:
-    """The workload must describe the setup the audit compares it with."""
+    """The workload must describe the setup the audit compares it with: its header, then what
+    its rows tell (``check_rows``)."""
     h = workload.header
     for key, got, want in (
         ("model_parallel_NPU_group", h.tp, setup.tp),
@@ -272,6 +274,76 @@ def check_header(workload: wf.Workload, setup: TrainingSetup, source: str | Path
                 "audit a workload with the arguments it was made from",
                 file=source, line=1, field=key,
             )
+    check_rows(workload, setup, source)
+
+
+def _attention_tp_forward(workload: wf.Workload) -> list[tuple[int, str, int]]:
+    """(row, collective, bytes) of every forward TP collective of the attention rows."""
+    out = []
+    for index, row in enumerate(workload.rows):
+        if row_kind(row.name) != "attention":
+            continue
+        side = _found_side(row, "fwd")
+        if side.group == "TP" and side.collective != "none":
+            out.append((index, side.collective, side.bytes))
+    return out
+
+
+def check_rows(workload: wf.Workload, setup: TrainingSetup, source: str | Path) -> None:
+    """What the rows tell of the setup they were made for, against the audited arguments, so
+    that a wrong argument is an error naming it, not hundreds of findings: the activation
+    size the attention moves over TP (2 x micro batch x sequence x hidden size; twice that
+    with AICB's recompute), whether its forward collectives are sequence-parallel ones, and
+    the transformer layers per micro-batch. (A file whose attention moves nothing over TP,
+    as the Megatron schedule's at TP 1, tells nothing of the first two.)"""
+    attention = _attention_tp_forward(workload)
+    u = setup.activation_bytes
+    sizes = Counter(n for _, _, n in attention if n)
+    if sizes and not {u, 2 * u} & set(sizes):
+        size = sizes.most_common(1)[0][0]
+        row = next(i for i, _, n in attention if n == size)
+        b, s = setup.micro_batch, setup.seq_length
+        hidden = f"hidden size {size // (2 * b * s)}" if size % (2 * b * s) == 0 else "no whole hidden size"
+        raise InputError(
+            f"the attention moves {size}-byte activations over TP ({hidden} at micro batch {b} and sequence {s}) "
+            f"where the audited arguments give {u} (hidden size {setup.model.hidden_size}); audit the workload "
+            "with the model it was made from (--model, or --hidden_size, --seq_length and --micro_batch)",
+            file=source, line=row + 3)
+    if setup.tp > 1:
+        _check_sequence_parallel(attention, setup, source)
+    _check_layers(workload, setup, source)
+
+
+def _check_sequence_parallel(attention: list[tuple[int, str, int]], setup: TrainingSetup, source: str | Path) -> None:
+    """With SP the attention's forward TP collectives are all-gathers and reduce-scatters,
+    without it all-reduces."""
+    sp_rows = [i for i, c, _ in attention if c in ("allgather", "reducescatter")]
+    plain_rows = [i for i, c, _ in attention if c == "allreduce"]
+    if setup.sp and plain_rows and not sp_rows:
+        raise InputError("the attention all-reduces forward over TP, as without sequence parallelism, where the "
+                         "audited arguments have it on; audit the workload without --enable_sequence_parallel",
+                         file=source, line=plain_rows[0] + 3)
+    if not setup.sp and sp_rows and not plain_rows:
+        raise InputError("the attention all-gathers and reduce-scatters forward over TP, as with sequence "
+                         "parallelism, where the audited arguments have it off; audit the workload with "
+                         "--enable_sequence_parallel", file=source, line=sp_rows[0] + 3)
+
+
+def _check_layers(workload: wf.Workload, setup: TrainingSetup, source: str | Path) -> None:
+    """Every micro-batch holds the stage's transformer layers (``segment`` starts a new
+    micro-batch after the stage's last layer: a file of more layers has more micro-batches)."""
+    want = setup.layers_per_stage
+    layers = {(u.micro_batch, u.layer) for u in segment(workload, want) if u.kind in LAYER_KINDS}
+    if not layers:
+        return
+    found = len(layers) / workload.header.ga
+    per_mb = Counter(mb for mb, _ in layers)
+    if found != want or set(per_mb.values()) != {want}:
+        stage = f" over --pipeline_model_parallel {setup.pp}" if setup.pp > 1 else ""
+        raise InputError(
+            f"the workload has {found:g} transformer layers per micro-batch where the audited arguments give {want} "
+            f"(--num_layers {setup.model.num_layers}{stage}); audit it with the number of layers it was made with",
+            file=source)
 
 
 TimeFn = Callable[[Side, wf.Header], float]
