@@ -142,7 +142,7 @@ def test_sequence_parallel_workloads_lack_the_weight_gradient_gathers(path):
         assert all(f.expected.collective == "reducescatter" and f.delta_bytes == -u for f in zero)
     else:
         # The default path leaves sizes in NONE columns.
-        assert any(f.kind == "none_with_size" for f in findings)
+        assert any(f.kind == "size_in_none_column" for f in findings)
 
 
 # -- the Megatron schedule audits clean -------------------------------------------------
@@ -248,14 +248,14 @@ def test_a_second_copy_is_extra_and_a_moved_collective_is_a_group_finding():
     assert g.delta_bytes == 0
 
 
-def test_zero_bytes_and_none_with_size():
+def test_zero_bytes_and_a_size_in_a_none_column():
     def edit(rows):
         i = _index(rows, "layer3_mlp_fc1")
         rows[i] = dataclasses.replace(rows[i], ig_size=0, wg_size=123)
 
     _, findings = _mutated(edit)
     kinds = sorted(f.kind for f in findings)
-    assert kinds == ["none_with_size", "zero_bytes"]
+    assert kinds == ["size_in_none_column", "zero_bytes"]
     zero = next(f for f in findings if f.kind == "zero_bytes")
     assert zero.expected.bytes == SETUP.activation_bytes and zero.delta_bytes == -SETUP.activation_bytes
 
@@ -267,6 +267,18 @@ def test_the_header_pipeline_traffic_is_audited():
     (f,) = audit.audit(aicb_like, setup)
     assert (f.kind, f.phase, f.row, f.layer) == ("size", "pp", None, "iteration/pipeline")
     assert f.ratio == 2.0
+
+
+def test_aicbs_layernorm_row_is_its_own_unit_not_megatrons_sequence_parallel_gradients():
+    """With SP off AICB all-reduces a 'layernorm' row of 2P bytes: its unit says so, rather than
+    standing under Megatron's sequence-parallel gradients (which only exist with SP)."""
+    name = "gpt7b_ws16_tp2_pp1_seq2048_mbs1_ga1_sp0_aiob.txt"
+    path = reference_path("aicb", "workloads", name)
+    findings = audit.audit(wf.read(path), setup_of(manifest()[name]))
+    [layernorm] = [f for f in findings if f.row_name == "layernorm"]
+    assert (layernorm.layer, layernorm.kind, layernorm.found.collective) == ("iteration/layernorm_grads", "extra",
+                                                                            "allreduce")
+    assert not [f for f in findings if f.layer == "iteration/sp_grads"]
 
 
 def test_micro_batches_of_an_aicb_file_with_ga_above_one():
@@ -342,7 +354,7 @@ def test_audit_csv_reads_back_typed_and_names_the_line_and_field_of_a_bad_cell(t
     with pytest.raises(InputError, match=rf"{out}:2: field 'found_bytes': expected an integer, got 'many'"):
         audit_csv.read(out)
     out.write_text(header + first.replace(",", ";", 1) + "".join(rest))
-    with pytest.raises(InputError, match=rf"{out}:2: expected 14 fields, got 13"):
+    with pytest.raises(InputError, match=rf"{out}:2: expected 15 fields, got 14"):
         audit_csv.read(out)
 
 
@@ -448,6 +460,6 @@ def test_cli_delta_us_with_simais_network_flags(tmp_path):
     assert cli.main(argv) == 0
     rows = list(csv.DictReader(io.StringIO(out.read_text())))
     assert rows and all(r["delta_us"] != "" for r in rows)
-    layernorm = next(r for r in rows if r["layer"] == "iteration/sp_grads")
+    layernorm = next(r for r in rows if r["layer"] == "iteration/layernorm_grads")
     simai = float(endtoend_rows(path.stem)[int(layernorm["row"])][TOTAL_COMM_COLUMN["ig"]])
     assert float(layernorm["delta_us"]) == pytest.approx(simai, abs=0.5)

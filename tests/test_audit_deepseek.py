@@ -107,3 +107,20 @@ def test_the_audit_table_lists_the_deepseek_causes():
     table = audit.to_table(findings, causes.cause_families(findings))
     assert "DeepSeek causes (docs/deepseek.md):" in table
     assert "mla_gathers_sized_on_hidden" in table and "moe_dispatch_fp8_scaled" in table
+
+
+def test_each_finding_names_its_cause_in_the_table_and_the_csv():
+    """A finding says what makes it: AICB's DP all-gather, sized by its DeepSeek mock's
+    parameter count, is a `size` finding of cause dp_sync_sized_by_deepseek_mock."""
+    s = setup(TINY, 2, 2)
+    profile = roofline.profile(s, GPUS["H100-SXM"])[0]
+    findings = audit.audit(aicb_deepseek.generate(s, profile), s)
+    [gather] = [f for f in findings if f.layer == "iteration/dp" and f.found.collective == "allgather"]
+    assert (gather.kind, gather.cause) == ("size", "dp_sync_sized_by_deepseek_mock")
+    table = audit.to_table(findings)
+    [line] = [line for line in table.splitlines() if line.split()[1:2] == [gather.row_name]]
+    assert " size " in line and " dp_sync_sized_by_deepseek_mock " in line
+    rows = [audit.record(f) for f in findings]
+    assert all(r.cause in causes.CAUSES for r in rows)
+    assert [r.cause for r in rows] == causes.classify(rows)
+    assert audit.to_csv(findings).splitlines()[0].endswith(",expected_name,cause")

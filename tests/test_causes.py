@@ -254,8 +254,8 @@ def test_a_units_first_missing_backward_allgather_is_its_weight_gradient_regathe
 
 def test_the_layernorm_allreduce_is_named_at_tp1_too():
     items = [
-        item("iteration/sp_grads", "ig", "extra", found="allreduce TP", found_bytes=10),
-        item("iteration/sp_grads", "ig", "size1_group", found="allreduce TP", found_bytes=10),
+        item("iteration/layernorm_grads", "ig", "extra", found="allreduce TP", found_bytes=10),
+        item("iteration/layernorm_grads", "ig", "size1_group", found="allreduce TP", found_bytes=10),
         item("mb0/layer0/attention", "fwd", "size1_group", found="allreduce TP", found_bytes=10),
         item("mb0/layer0/attention", "ig", "group", "allreduce TP", "allreduce DP", 4, 4),
     ]

@@ -11,7 +11,9 @@ Alignment, in three steps:
    (``embedding``, ``output_layer``, ``loss``, ...), one per micro-batch, transformer
    layer and kind (``attention``, ``mlp``), and once-per-iteration units (``dp`` for the
    data-parallel gradient and parameter sync, ``sp_grads`` for the sequence-parallel
-   gradients' all-reduce, ``optimizer``, ...). The reference's units come from each
+   gradients' all-reduce, ``layernorm_grads`` for the layernorm gradients' all-reduce AICB
+   writes with SP off (its ``layernorm`` row: 2P bytes, nothing Megatron issues),
+   ``optimizer``, ...). The reference's units come from each
    block's ``module``, ``layer`` and ``micro_batch``. The workload's come from a row's
    kind (``ROW_KINDS``: a name pattern gives the module kind, e.g. AICB's
    ``attention_column`` and the reference's ``layer3_attention_qkv`` are both
@@ -34,7 +36,7 @@ Alignment, in three steps:
    when the workload has no row for the unit at all (the layer column names it). A row's
    collective left unpaired is ``extra``, or ``size1_group`` when its group has one rank
    (Megatron issues nothing on such a group; SimAI gives it no time), or ``zero_bytes``
-   when it has 0 bytes. A NONE phase with a non-zero size is ``none_with_size`` (SimAI
+   when it has 0 bytes. A NONE phase with a non-zero size is ``size_in_none_column`` (SimAI
    ignores the size).
 
 Pipeline sends are not rows: SimAI derives them from the header (2 * vpp * ga messages
@@ -62,10 +64,11 @@ from ..base.errors import ConfigError, InputError
 from ..setup.training import TrainingSetup
 from ..workload import format as wf
 from ..workload import megatron
+from ..workload import row_names as rn
 from . import audit_csv
 from .audit_csv import COLUMNS, AuditRow, read_csv  # noqa: F401  (read_csv: audit.csv's reader, for its readers)
 
-KINDS = ("missing", "extra", "size", "group", "zero_bytes", "none_with_size", "size1_group")
+KINDS = ("missing", "extra", "size", "group", "zero_bytes", "size_in_none_column", "size1_group")
 PHASE_ORDER = ("fwd", "ig", "wg", "pp")
 ITERATION = "iteration"
 
@@ -83,7 +86,8 @@ ROW_KINDS: tuple[tuple[str, str], ...] = (
     (r"embedding_grads", "embedding_grads"),
     (r"dp_ep_.*", "moe_dp"),
     (r"grad_norm|grad_gather|grad_param_comm|grad_param_compute|dp_.*", "dp"),
-    (r"layernorm|sp_grads_allreduce", "sp_grads"),
+    (re.escape(rn.SP_GRADS_ALLREDUCE), "sp_grads"),
+    (re.escape(rn.AICB_LAYERNORM), "layernorm_grads"),
     (r"moe_grad_norm\d*", "moe_dp"),
     (r"optimizer\d*", "optimizer"),
 )
@@ -94,7 +98,7 @@ PER_MICROBATCH_KINDS = ("embedding", *LAYER_KINDS, "output_layer", "loss", "embe
 # Kinds that close a micro-batch's layers: a layer row after them begins the next one.
 TAIL_KINDS = ("output_layer", "loss", "embedding_norm")
 KIND_ORDER = (
-    "dp", "sp_grads", "embedding_grads", "moe_dp", "optimizer", "other",
+    "dp", "sp_grads", "layernorm_grads", "embedding_grads", "moe_dp", "optimizer", "other",
     "embedding", "attention", "mlp", "recompute", "output_layer", "loss", "embedding_norm", "pipeline",
 )
 
@@ -183,6 +187,8 @@ class Finding:
     delta_bytes: int
     delta_us: float | None = None
     row_name: str = field(default="", compare=False)
+    # What makes the difference (``causes/catalog.yaml``), as ``causes.rules`` names it.
+    cause: str = field(default="", compare=False)
 
     @property
     def layer(self) -> str:
@@ -418,7 +424,7 @@ def _untimed(workload: wf.Workload, setup: TrainingSetup, stage: int, gpus: int 
 
     for unit in _file_order(set(rows_of) | set(expected), rows_of):
         findings += _audit_unit(workload, unit, rows_of.get(unit, []), expected.get(unit, []), sizes)
-    findings = _audit_pipeline(workload.header, reference.header) + findings
+    findings = _named(_audit_pipeline(workload.header, reference.header) + findings, setup.pp)
     _LAST.clear()
     _LAST[key] = (workload, findings, reference.header)
     return findings, reference.header
@@ -453,7 +459,7 @@ def _found_side(row: wf.Row, phase: str) -> Side:
 def _found_collectives(workload: wf.Workload, unit: Unit, rows: list[int]
                        ) -> tuple[list[tuple[int, Side]], list[tuple[int, str]], list[Finding]]:
     """The collectives the unit's rows issue, in row and phase order; the (row, phase) slots
-    with NONE, for placing what is missing; a ``none_with_size`` finding per NONE with a size."""
+    with NONE, for placing what is missing; a ``size_in_none_column`` finding per NONE with a size."""
     found: list[tuple[int, Side]] = []
     free: list[tuple[int, str]] = []
     out: list[Finding] = []
@@ -464,7 +470,7 @@ def _found_collectives(workload: wf.Workload, unit: Unit, rows: list[int]
             if side.collective == "none":
                 free.append((index, phase))
                 if side.bytes:
-                    out.append(Finding(index, unit, phase, "none_with_size", None, side, 0, row_name=row.name))
+                    out.append(Finding(index, unit, phase, "size_in_none_column", None, side, 0, row_name=row.name))
             else:
                 found.append((index, side))
     return found, free, out
@@ -561,7 +567,17 @@ def _with_time(f: Finding, header: wf.Header, reference_header: wf.Header, time_
     expected = time_us(f.expected, reference_header) if f.expected is not None else 0.0
     # (Not dataclasses.replace, which costs more than the rest: an audit has thousands of findings.)
     return Finding(f.row, f.unit, f.phase, f.kind, f.expected, f.found, f.delta_bytes, found - expected,
-                   row_name=f.row_name)
+                   row_name=f.row_name, cause=f.cause)
+
+
+def _named(findings: list[Finding], pp: int) -> list[Finding]:
+    """The findings, each with its cause (``causes.rules.classify``: ``pp``, the point's
+    pipeline size, tells a stage without the embedding or output layer)."""
+    from .causes.rules import classify
+
+    return [Finding(f.row, f.unit, f.phase, f.kind, f.expected, f.found, f.delta_bytes, f.delta_us,
+                    row_name=f.row_name, cause=cause)
+            for f, cause in zip(findings, classify([record(f) for f in findings], pp))]
 
 
 # -- output ----------------------------------------------------------------------------
@@ -572,10 +588,10 @@ def record(f: Finding) -> AuditRow:
     e, g = f.expected, f.found
     if e is None:
         return AuditRow(f.row, f.layer, f.phase, f.kind, "", "", None, g.collective if g else "", g.group if g else "",
-                        g.bytes if g else None, f.delta_bytes, f.delta_us, f.row_name if g else "", "")
+                        g.bytes if g else None, f.delta_bytes, f.delta_us, f.row_name if g else "", "", f.cause)
     return AuditRow(f.row, f.layer, f.phase, f.kind, e.collective, e.group, e.bytes, g.collective if g else "",
                     g.group if g else "", g.bytes if g else None, f.delta_bytes, f.delta_us, f.row_name if g else "",
-                    e.name)
+                    e.name, f.cause)
 
 
 def to_csv(findings: Iterable[Finding]) -> str:
@@ -588,14 +604,15 @@ def _mib(n: int) -> str:
 
 
 def to_table(findings: list[Finding], families: dict[str, dict] | None = None) -> str:
-    """Findings for a reader: sizes in MiB, the size ratio, and totals per kind; ``families``:
-    per title, the totals per cause of a family (``causes.cause_families``), listed after them."""
-    head = ("row", "name", "layer", "phase", "kind", "expected", "found", "ratio", "delta MiB", "delta us")
+    """Findings for a reader: sizes in MiB, the size ratio, each finding's cause, and totals per
+    kind; ``families``: per title, the totals per cause of a family (``causes.cause_families``),
+    listed after them."""
+    head = ("row", "name", "layer", "phase", "kind", "cause", "expected", "found", "ratio", "delta MiB", "delta us")
     rows = []
     for f in findings:
         e, g = f.expected, f.found
         rows.append((
-            "" if f.row is None else str(f.row), f.row_name, f.layer, f.phase, f.kind,
+            "" if f.row is None else str(f.row), f.row_name, f.layer, f.phase, f.kind, f.cause,
             f"{e.collective} {e.group} {_mib(e.bytes)} {e.name}".rstrip() if e else "-",
             f"{g.collective} {g.group} {_mib(g.bytes)}".replace("  ", " ") if g else "-",
             f"x{f.ratio:.3g}" if f.ratio is not None and f.kind in ("size", "zero_bytes", "group") else "",
@@ -603,7 +620,7 @@ def to_table(findings: list[Finding], families: dict[str, dict] | None = None) -
             "" if f.delta_us is None else f"{f.delta_us:,.1f}",
         ))
     widths = [max([len(head[i])] + [len(r[i]) for r in rows]) for i in range(len(head))]
-    right = {0, 7, 8, 9}
+    right = {0, 8, 9, 10}
 
     def line(cells):
         return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()

@@ -26,7 +26,7 @@ COLUMNS = (
     "row", "layer", "phase", "kind",
     "expected_collective", "expected_group", "expected_bytes",
     "found_collective", "found_group", "found_bytes",
-    "delta_bytes", "delta_us", "found_name", "expected_name",
+    "delta_bytes", "delta_us", "found_name", "expected_name", "cause",
 )
 HEADER = ",".join(COLUMNS) + "\n"
 
@@ -55,7 +55,7 @@ class AuditRow(NamedTuple):
     ``layer``: its unit's label (``mb0/layer3/attention``, ``iteration/dp``); the expected side
     (Megatron's collective, empty where Megatron has none) and the found side (the workload's,
     empty where it has none); ``delta_bytes`` and ``delta_us`` (None: no network given) what
-    SimAI executes or takes beyond Megatron; the two rows' names. A named tuple: the reader
+    SimAI executes or takes beyond Megatron; the two rows' names; the finding's cause. A named tuple: the reader
     makes millions, and a tuple is the cheapest to make."""
 
     row: int | None
@@ -72,6 +72,7 @@ class AuditRow(NamedTuple):
     delta_us: float | None = None
     found_name: str = ""  # the workload's row (AICB's mlp_moelayer, ...), where the row has the collective
     expected_name: str = ""  # the Megatron schedule's row (layer3_moe_dispatch_probs, ...)
+    cause: str = ""  # what makes the difference (``causes/catalog.yaml``)
 
     @property
     def unit_kind(self) -> str:
@@ -91,7 +92,7 @@ class AuditRow(NamedTuple):
             self.expected_collective, self.expected_group, _text(self.expected_bytes),
             self.found_collective, self.found_group, _text(self.found_bytes),
             str(self.delta_bytes), "" if self.delta_us is None else f"{self.delta_us:.3f}",
-            self.found_name, self.expected_name,
+            self.found_name, self.expected_name, self.cause,
         ]
 
 
@@ -150,7 +151,7 @@ def read_csv(text: str, *, source: str | Path = "<audit>") -> list[AuditRow]:
     try:
         return [new(AuditRow, (int(c[0]) if c[0] else None, c[1], c[2], c[3], c[4], c[5],
                                int(c[6]) if c[6] else None, c[7], c[8], int(c[9]) if c[9] else None, int(c[10]),
-                               float(c[11]) if c[11] else None, c[12], c[13])) for c in cells]
+                               float(c[11]) if c[11] else None, c[12], c[13], c[14])) for c in cells]
     except (ValueError, IndexError):
         _locate(rows_text, source)
         raise  # pragma: no cover (``_locate`` raises)

@@ -70,7 +70,7 @@ from ..aiob.profile_file import AiobProfile
 from ..setup.training import TrainingSetup
 from . import megatron_mla, megatron_moe, megatron_releases
 from .format import Header, Row, Workload
-from .row_names import dense, dp_ep, in_layer, recompute_row, wgrad_gather
+from .row_names import SP_GRADS_ALLREDUCE, dense, dp_ep, in_layer, recompute_row, wgrad_gather
 
 if TYPE_CHECKING:
     from ..aiob.megatron_kernels import RowTimes
@@ -425,7 +425,7 @@ def schedule(setup: TrainingSetup, profile: AiobProfile | None = None, *, stage:
         blocks.append(Block("optimizer", "optimizer.step", **timed("optimizer")))
     if sp:
         blocks.append(
-            Block("sp_grads_allreduce", "finalize_model_grads.sequence_parallel",
+            Block(SP_GRADS_ALLREDUCE, "finalize_model_grads.sequence_parallel",
                   ig=Comm("allreduce", "TP", FP32 * sequence_parallel_parameters(setup, stage, release)))
         )
     if dp and setup.distributed_optimizer:

@@ -97,6 +97,8 @@ def is_mla(kind: str) -> bool:
 
 # -- once per iteration --------------------------------------------------------------------
 
+# With SP: the sequence-parallel parameters' (the layernorms') gradient all-reduce over TP.
+SP_GRADS_ALLREDUCE = "sp_grads_allreduce"
 DP_EP_PREFIX = "dp_ep_"
 
 

@@ -17,7 +17,6 @@ from ...setup.points import PointRow
 from ...workload import format as wf
 from ..audit_csv import AuditRow
 from . import catalog
-from .rules import classify
 from .simulated import Simulated
 
 
@@ -55,8 +54,8 @@ def _sub(a: int | None, b: int | None) -> int | None:
     return None if a is None or b is None else a - b
 
 
-def parts(items: list[AuditRow], found_sim: Simulated | None, expected_sim: Simulated | None, pp: int = 1) -> list[Part]:
-    """Each finding's signed bytes and exposed time under its cause.
+def parts(items: list[AuditRow], found_sim: Simulated | None, expected_sim: Simulated | None) -> list[Part]:
+    """Each finding's signed bytes and exposed time under its cause (the audit's, ``AuditRow.cause``).
 
     ``found_sim``: the AICB point's simulation; ``expected_sim``: its Megatron point's
     (None: exposed times unknown). Bytes are what SimAI executes on each side.
@@ -64,14 +63,15 @@ def parts(items: list[AuditRow], found_sim: Simulated | None, expected_sim: Simu
     timed = found_sim is not None and expected_sim is not None
     fsim, esim = (found_sim, expected_sim) if timed else (None, None)
     out = []
-    for f, cause in zip(items, classify(items, pp)):
+    for f in items:
+        cause = f.cause
         found_bytes = wf.effective_size(f.phase, f.found_bytes or 0) if f.found_collective not in ("", "none") else 0
         expected_bytes = wf.effective_size(_expected_phase(f), f.expected_bytes or 0) if f.expected_collective else 0
         if f.phase == "pp":
             # The header's pipeline sends: not a row; SimAI's exposed PP time.
             pp_ns = _sub(fsim.pipeline, esim.pipeline) if timed else None
             out.append(Part(cause, "pp", "sendrecv", "PP", found_bytes - expected_bytes, pp_ns))
-        elif f.kind == "none_with_size":
+        elif f.kind == "size_in_none_column":
             out.append(Part(cause, f.phase, "none", "", 0, 0 if timed else None))
         elif f.kind == "missing":
             exposed = _expected_exposed(f, esim)

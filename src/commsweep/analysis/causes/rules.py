@@ -23,7 +23,7 @@ from ..audit_csv import AuditRow
 # Units whose column-parallel linear Megatron re-gathers for the weight gradient with SP.
 WGRAD_UNITS = ("attention", "mlp", "output_layer")
 # The audit kinds whose cause is the same for every model (a group of one GPU, a size under NONE).
-ANY_MODEL_KINDS = ("size1_group", "none_with_size")
+ANY_MODEL_KINDS = ("size1_group", "size_in_none_column")
 
 
 def expects(f: AuditRow, phase: str, collective: str, group: str = "TP") -> bool:
@@ -163,10 +163,10 @@ DEEPSEEK_CAUSES = tuple(slug for slug, _ in DEEPSEEK_RULES)
 # Before the weight-gradient rule: those that may name a missing backward TP all-gather.
 _BEFORE_WGRAD: tuple[tuple[str, Rule], ...] = (
     ("pipeline_send_bytes", lambda f, s: f.phase == "pp"),
-    ("size_in_none_column", lambda f, s: f.kind == "none_with_size"),
+    ("size_in_none_column", lambda f, s: f.kind == "size_in_none_column"),
     *DEEPSEEK_RULES,
     *MOE_RULES,
-    ("extra_layernorm_grad_allreduce", lambda f, s: f.unit_kind == "sp_grads" and not f.expected_collective
+    ("extra_layernorm_grad_allreduce", lambda f, s: f.unit_kind == "layernorm_grads" and not f.expected_collective
      and f.found_collective == "allreduce"),
     ("missing_sp_layernorm_grad_allreduce", lambda f, s: f.unit_kind == "sp_grads" and f.kind == "missing"),
     ("extra_embedding_norm_allreduce", lambda f, s: f.unit_kind == "embedding_norm" and not f.expected_collective),
@@ -198,7 +198,8 @@ _AFTER_WGRAD: tuple[tuple[str, Rule], ...] = (
 RULES: tuple[tuple[str, Rule], ...] = (*_BEFORE_WGRAD, (WGRAD_CAUSE, _wgrad_allgather), *_AFTER_WGRAD)
 # A finding of no rule: by the audit's kind.
 FALLBACK = {"missing": "other_missing", "extra": "other_extra", "size": "other_size", "group": "other_group",
-            "zero_bytes": "other_zero_bytes", "size1_group": "size1_group", "none_with_size": "size_in_none_column"}
+            "zero_bytes": "other_zero_bytes", "size1_group": "size1_group",
+            "size_in_none_column": "size_in_none_column"}
 
 
 def _first_rule(f: AuditRow, ctx: Context, rules: tuple[tuple[str, Rule], ...] = RULES) -> str:
@@ -229,17 +230,3 @@ def classify(items: Iterable[AuditRow], pp: int = 1) -> list[str]:
     keep = set(chosen.values())
     return [_first_rule(f, ctx, _AFTER_WGRAD) if slug == WGRAD_CAUSE and i not in keep else slug
             for i, (f, slug) in enumerate(zip(items, named))]
-
-
-def totals(items: Iterable[AuditRow], causes: Iterable[str], wanted: Iterable[str]
-           ) -> dict[str, tuple[int, int, float | None]]:
-    """Per cause in ``wanted`` (in that order): (findings, summed delta_bytes, summed delta_us
-    or None) of the findings named so (``causes``: each finding's, in order)."""
-    acc: dict[str, list] = {}
-    for f, slug in zip(items, causes):
-        entry = acc.setdefault(slug, [0, 0, None])
-        entry[0] += 1
-        entry[1] += f.delta_bytes
-        if f.delta_us is not None:
-            entry[2] = (entry[2] or 0.0) + f.delta_us
-    return {slug: tuple(acc[slug]) for slug in wanted if slug in acc}  # type: ignore[misc]

@@ -63,7 +63,7 @@ def point_causes(files: paths.PointFiles, point: PointRow, partner: PointRow | N
         total_bytes = payload_bytes(files, point.workload) - payload_bytes(files, partner.workload)
         if found_sim is not None and expected_sim is not None:
             total_ns = found_sim.exposed - expected_sim.exposed
-    rows = aggregate(parts(items, found_sim, expected_sim, point.pp), total_bytes, total_ns)
+    rows = aggregate(parts(items, found_sim, expected_sim), total_bytes, total_ns)
     return PointCauses(point, partner.point if partner else None, rows, total_bytes, total_ns)
 
 
