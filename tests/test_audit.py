@@ -408,6 +408,18 @@ def test_cli_needs_all_four_network_flags(capsys):
     assert "-nic" in capsys.readouterr().err
 
 
+def test_the_network_flags_are_read_as_the_simulate_stage_reads_them():
+    """All four or none (the simulate stage's check); SimAI's -g defaults to the header's GPUs."""
+    header = wf.read(reference_path("aicb", "workloads", "gpt7b_ws16_tp2_pp1_seq2048_mbs1_ga1_sp0_aiob.txt")).header
+    flags = {"gpus_per_server": 8, "nics_per_server": 8, "nvlink_gbps": 360.0, "nic_gbps": 48.5, "gpus": None}
+    network = audit.network_from_args(argparse.Namespace(**flags), header)
+    assert (network.gpus, network.gpus_per_server, network.nic_gbps) == (16, 8, 48.5)
+    assert audit.network_from_args(argparse.Namespace(**{**flags, "gpus": 32}), header).gpus == 32
+    assert audit.network_from_args(argparse.Namespace(**{k: None for k in flags}), header) is None
+    with pytest.raises(ConfigError, match="all four of -g_p_s, -n_p_s, -nv and -nic"):
+        audit.network_from_args(argparse.Namespace(**{**flags, "nic_gbps": None}), header)
+
+
 # -- delta_us: the simulation engine's time, checked against SimAI's own output --------------
 
 NET_A = {"gpus_per_server": 8, "nics_per_server": 8, "nvlink_gbps": 360, "nic_gbps": 48.5}

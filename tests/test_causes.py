@@ -294,3 +294,21 @@ def test_a_findings_cause_does_not_depend_on_the_order_of_the_findings():
     assert named[:2] == ["missing_wgrad_allgather", "missing_bwd_tp_allgather"]
     assert causes.classify(items[::-1]) == named[::-1]
     assert causes.classify(items[2:] + items[:2]) == named[2:] + named[:2]
+
+
+def test_the_catalog_is_checked_when_read_naming_the_line_and_field():
+    from commsweep.analysis.causes import catalog
+
+    text = (catalog._source()).read_text(encoding="utf-8")
+    assert list(catalog.parse(text)) == list(causes.CAUSES)
+    first = "- slug: missing_bwd_tp_allreduce\n"
+    line = text.splitlines().index(first.strip()) + 1
+    second = "- slug: extra_layernorm_grad_allreduce\n"
+    twice = text.splitlines().index(second.strip()) + 1
+    with pytest.raises(InputError, match=rf"catalog.yaml:{twice}: field 'slug': 'missing_bwd_tp_allreduce' is not a new"):
+        catalog.parse(text.replace(second, first), "catalog.yaml")
+    with pytest.raises(InputError, match=rf"catalog.yaml:{line}: field 'labels': unknown field"):
+        catalog.parse(text.replace(first, first + "  labels: two\n"), "catalog.yaml")
+    no_label = text.replace(first + "  label: backward TP all-reduces dropped\n", first)
+    with pytest.raises(InputError, match=rf"catalog.yaml:{line}: field 'label': expected text"):
+        catalog.parse(no_label, "catalog.yaml")
