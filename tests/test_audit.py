@@ -6,6 +6,7 @@ import argparse
 import csv
 import dataclasses
 import io
+import re
 import shlex
 from collections import Counter
 
@@ -141,7 +142,7 @@ def test_sequence_parallel_workloads_lack_the_weight_gradient_gathers(path):
         assert all(f.expected.collective == "reducescatter" and f.delta_bytes == -u for f in zero)
     else:
         # The default path leaves sizes in NONE columns.
-        assert any(f.kind == "none_with_size" for f in findings)
+        assert any(f.kind == "size_in_none_column" for f in findings)
 
 
 # -- the Megatron schedule audits clean -------------------------------------------------
@@ -247,14 +248,14 @@ def test_a_second_copy_is_extra_and_a_moved_collective_is_a_group_finding():
     assert g.delta_bytes == 0
 
 
-def test_zero_bytes_and_none_with_size():
+def test_zero_bytes_and_a_size_in_a_none_column():
     def edit(rows):
         i = _index(rows, "layer3_mlp_fc1")
         rows[i] = dataclasses.replace(rows[i], ig_size=0, wg_size=123)
 
     _, findings = _mutated(edit)
     kinds = sorted(f.kind for f in findings)
-    assert kinds == ["none_with_size", "zero_bytes"]
+    assert kinds == ["size_in_none_column", "zero_bytes"]
     zero = next(f for f in findings if f.kind == "zero_bytes")
     assert zero.expected.bytes == SETUP.activation_bytes and zero.delta_bytes == -SETUP.activation_bytes
 
@@ -266,6 +267,18 @@ def test_the_header_pipeline_traffic_is_audited():
     (f,) = audit.audit(aicb_like, setup)
     assert (f.kind, f.phase, f.row, f.layer) == ("size", "pp", None, "iteration/pipeline")
     assert f.ratio == 2.0
+
+
+def test_aicbs_layernorm_row_is_its_own_unit_not_megatrons_sequence_parallel_gradients():
+    """With SP off AICB all-reduces a 'layernorm' row of 2P bytes: its unit says so, rather than
+    standing under Megatron's sequence-parallel gradients (which only exist with SP)."""
+    name = "gpt7b_ws16_tp2_pp1_seq2048_mbs1_ga1_sp0_aiob.txt"
+    path = reference_path("aicb", "workloads", name)
+    findings = audit.audit(wf.read(path), setup_of(manifest()[name]))
+    [layernorm] = [f for f in findings if f.row_name == "layernorm"]
+    assert (layernorm.layer, layernorm.kind, layernorm.found.collective) == ("iteration/layernorm_grads", "extra",
+                                                                            "allreduce")
+    assert not [f for f in findings if f.layer == "iteration/sp_grads"]
 
 
 def test_micro_batches_of_an_aicb_file_with_ga_above_one():
@@ -318,6 +331,69 @@ def test_cli_writes_the_csv_columns_and_the_table(tmp_path, capsys):
     assert "missing: 65 finding(s)" in table and "attention_layer" in table
 
 
+def test_audit_csv_reads_back_typed_and_names_the_line_and_field_of_a_bad_cell(tmp_path):
+    """The one reader of audit.csv gives back what the writer wrote, finding for finding."""
+    from commsweep.analysis import audit_csv
+
+    name = "gpt7b_ws16_tp2_pp1_seq2048_mbs1_ga1_sp0_aiob.txt"
+    path = reference_path("aicb", "workloads", name)
+    findings = audit.audit(wf.read(path), setup_of(manifest()[name]),
+                           time_us=audit.collective_time(**NET_A))
+    out = tmp_path / "audit.csv"
+    out.write_text(audit.to_csv(findings))
+    rows = audit_csv.read(out)
+    assert len(rows) == len(findings) and rows[0].delta_us is not None
+    assert [(r.row, r.layer, r.kind, r.delta_bytes) for r in rows] == [(f.row, f.layer, f.kind, f.delta_bytes)
+                                                                        for f in findings]
+    assert [r.delta_us for r in rows] == [float(f"{f.delta_us:.3f}") for f in findings]
+    assert audit_csv.to_csv(rows) == out.read_text()
+    header, first, *rest = out.read_text().splitlines(keepends=True)
+    cells = first.split(",")
+    cells[audit.COLUMNS.index("found_bytes")] = "many"
+    out.write_text(header + ",".join(cells) + "".join(rest))
+    with pytest.raises(InputError, match=rf"{out}:2: field 'found_bytes': expected an integer, got 'many'"):
+        audit_csv.read(out)
+    out.write_text(header + first.replace(",", ";", 1) + "".join(rest))
+    with pytest.raises(InputError, match=rf"{out}:2: expected 15 fields, got 14"):
+        audit_csv.read(out)
+
+
+GPT7B_TP2 = ["--model", "gpt-7b", "--world_size=16", "--tensor_model_parallel_size=2", "--global_batch=8"]
+
+
+@pytest.mark.parametrize("made, audited, message", [
+    ([], ["--enable_sequence_parallel"],
+     r"w.txt:8: the attention all-reduces forward over TP, as without sequence parallelism, .* "
+     r"without --enable_sequence_parallel"),
+    (["--enable_sequence_parallel"], [],
+     r"w.txt:7: the attention all-gathers and reduce-scatters forward over TP, as with sequence parallelism, .* "
+     r"with --enable_sequence_parallel"),
+    ([], ["--num_layers", "24"], r"w.txt: the workload has 32 transformer layers per micro-batch where the audited "
+                                 r"arguments give 24 \(--num_layers 24\)"),
+    (["--num_layers", "24"], [], r"the workload has 24 transformer layers per micro-batch where the audited "
+                                 r"arguments give 32"),
+    ([], ["--hidden_size", "5120"], r"w.txt:8: the attention moves 16777216-byte activations over TP \(hidden size "
+                                    r"4096 at micro batch 1 and sequence 2048\) where the audited arguments give "
+                                    r"20971520 \(hidden size 5120\); .*--model"),
+    ([], ["--seq_length", "4096"], r"w.txt:8: the attention moves 16777216-byte activations .*--seq_length"),
+])
+def test_a_workload_audited_with_arguments_it_was_not_made_with_is_refused(tmp_path, capsys, made, audited, message):
+    """What the rows tell of the setup (SP, the layers, the activation size) is checked against
+    the audited arguments before any finding is made: exit 2, naming the file and the flag."""
+    path = tmp_path / "w.txt"
+    assert cli.main(["generate", *GPT7B_TP2, *made, "-o", str(path)]) == 0
+    assert cli.main(["audit", str(path), *GPT7B_TP2, *made, "--format", "csv", "-o", str(tmp_path / "a.csv")]) == 0
+    assert cli.main(["audit", str(path), *GPT7B_TP2, *audited]) == 2
+    assert re.search(message, capsys.readouterr().err)
+
+
+def test_a_workload_audited_without_its_model_is_refused(tmp_path, capsys):
+    path = tmp_path / "w.txt"
+    assert cli.main(["generate", *GPT7B_TP2, "-o", str(path)]) == 0
+    assert cli.main(["audit", str(path), *GPT7B_TP2[2:]]) == 2
+    assert "(hidden size 1024); audit the workload with the model it was made from (--model" in capsys.readouterr().err
+
+
 def test_cli_reports_a_bad_workload_with_its_place(tmp_path, capsys):
     bad = tmp_path / "w.txt"
     bad.write_text("HYBRID_TRANSFORMER_FWD_IN_BCKWD model_parallel_NPU_group: 1 ep: 1 pp: 1 vpp: 1 ga: 1 all_gpus: 1\n1\nx -1 0 NONE 0\n")
@@ -330,6 +406,18 @@ def test_cli_needs_all_four_network_flags(capsys):
     args = shlex.split(manifest()[path.name])
     assert cli.main(["audit", str(path), *args, "-g_p_s", "8"]) == 2
     assert "-nic" in capsys.readouterr().err
+
+
+def test_the_network_flags_are_read_as_the_simulate_stage_reads_them():
+    """All four or none (the simulate stage's check); SimAI's -g defaults to the header's GPUs."""
+    header = wf.read(reference_path("aicb", "workloads", "gpt7b_ws16_tp2_pp1_seq2048_mbs1_ga1_sp0_aiob.txt")).header
+    flags = {"gpus_per_server": 8, "nics_per_server": 8, "nvlink_gbps": 360.0, "nic_gbps": 48.5, "gpus": None}
+    network = audit.network_from_args(argparse.Namespace(**flags), header)
+    assert (network.gpus, network.gpus_per_server, network.nic_gbps) == (16, 8, 48.5)
+    assert audit.network_from_args(argparse.Namespace(**{**flags, "gpus": 32}), header).gpus == 32
+    assert audit.network_from_args(argparse.Namespace(**{k: None for k in flags}), header) is None
+    with pytest.raises(ConfigError, match="all four of -g_p_s, -n_p_s, -nv and -nic"):
+        audit.network_from_args(argparse.Namespace(**{**flags, "nic_gbps": None}), header)
 
 
 # -- delta_us: the simulation engine's time, checked against SimAI's own output --------------
@@ -384,6 +472,6 @@ def test_cli_delta_us_with_simais_network_flags(tmp_path):
     assert cli.main(argv) == 0
     rows = list(csv.DictReader(io.StringIO(out.read_text())))
     assert rows and all(r["delta_us"] != "" for r in rows)
-    layernorm = next(r for r in rows if r["layer"] == "iteration/sp_grads")
+    layernorm = next(r for r in rows if r["layer"] == "iteration/layernorm_grads")
     simai = float(endtoend_rows(path.stem)[int(layernorm["row"])][TOTAL_COMM_COLUMN["ig"]])
     assert float(layernorm["delta_us"]) == pytest.approx(simai, abs=0.5)

@@ -1,5 +1,5 @@
 """The audit of AICB's DeepSeek workloads (its AIOB path; the default path crashes or refuses
-them) against Megatron's MLA and MoE schedule, and the DeepSeek causes (``analysis/causes.py``)
+them) against Megatron's MLA and MoE schedule, and the DeepSeek causes (``analysis/causes/``)
 it names. AICB's files come from the emulation, byte for byte AICB's own
 (``tests/test_aicb_deepseek_real.py`` checks it against a real AICB)."""
 
@@ -30,11 +30,11 @@ def by_cause(s: TrainingSetup) -> dict[str, tuple[int, int]]:
     """(findings, summed delta bytes) per cause of AICB's AIOB-path file for ``s``."""
     profile = roofline.profile(s, GPUS["H100-SXM"])[0]
     workload = aicb_deepseek.generate(s, profile)
-    rows = audit.as_rows(audit.audit(workload, s))
+    rows = [audit.record(f) for f in audit.audit(workload, s)]
     out: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for r, slug in zip(rows, causes.classify([causes.item(r) for r in rows])):
+    for r, slug in zip(rows, causes.classify(rows)):
         out[slug][0] += 1
-        out[slug][1] += int(r["delta_bytes"])
+        out[slug][1] += r.delta_bytes
     return {slug: (n, b) for slug, (n, b) in out.items()}
 
 
@@ -94,8 +94,8 @@ def test_dense_and_megatron_points_get_no_deepseek_cause():
     profile = roofline.profile(dense, GPUS["H100-SXM"])[0]
     from commsweep.workload import aicb
 
-    rows = audit.as_rows(audit.audit(aicb.generate(dense, profile), dense))
-    assert not set(causes.classify([causes.item(r) for r in rows])) & set(causes.DEEPSEEK_CAUSES)
+    rows = [audit.record(f) for f in audit.audit(aicb.generate(dense, profile), dense)]
+    assert not set(causes.classify(rows)) & set(causes.DEEPSEEK_CAUSES)
     s = setup(TINY, 2, 2)
     assert audit.audit(megatron.schedule(s).workload(), s) == []
 
@@ -107,3 +107,20 @@ def test_the_audit_table_lists_the_deepseek_causes():
     table = audit.to_table(findings, causes.cause_families(findings))
     assert "DeepSeek causes (docs/deepseek.md):" in table
     assert "mla_gathers_sized_on_hidden" in table and "moe_dispatch_fp8_scaled" in table
+
+
+def test_each_finding_names_its_cause_in_the_table_and_the_csv():
+    """A finding says what makes it: AICB's DP all-gather, sized by its DeepSeek mock's
+    parameter count, is a `size` finding of cause dp_sync_sized_by_deepseek_mock."""
+    s = setup(TINY, 2, 2)
+    profile = roofline.profile(s, GPUS["H100-SXM"])[0]
+    findings = audit.audit(aicb_deepseek.generate(s, profile), s)
+    [gather] = [f for f in findings if f.layer == "iteration/dp" and f.found.collective == "allgather"]
+    assert (gather.kind, gather.cause) == ("size", "dp_sync_sized_by_deepseek_mock")
+    table = audit.to_table(findings)
+    [line] = [line for line in table.splitlines() if line.split()[1:2] == [gather.row_name]]
+    assert " size " in line and " dp_sync_sized_by_deepseek_mock " in line
+    rows = [audit.record(f) for f in findings]
+    assert all(r.cause in causes.CAUSES for r in rows)
+    assert [r.cause for r in rows] == causes.classify(rows)
+    assert audit.to_csv(findings).splitlines()[0].endswith(",expected_name,cause")

@@ -1,5 +1,5 @@
 """The audit of AICB's MoE workloads (both paths) against Megatron's MoE schedule, and the
-MoE causes (``analysis/causes.py``) it names. AICB's files come from the emulation, byte for byte AICB's own
+MoE causes (``analysis/causes/``) it names. AICB's files come from the emulation, byte for byte AICB's own
 (``tests/test_aicb_real.py`` checks the emulation against a real AICB)."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import pytest
 from commsweep.aiob import roofline
 from commsweep.aiob.gpus import GPUS
 from commsweep.analysis import audit, causes
+from commsweep.analysis.audit_csv import AuditRow
 from commsweep.setup.models import PRESETS
 from commsweep.setup.training import TrainingSetup
 from commsweep.workload import aicb, megatron
@@ -25,12 +26,12 @@ def setup(model, tp: int, ep: int, *, layers: int = 2, etp: int | None = None) -
                          global_batch=32 // tp, seq_length=2048)
 
 
-def audited(s: TrainingSetup, path: str) -> tuple[list[dict[str, str]], list[str | None]]:
+def audited(s: TrainingSetup, path: str) -> tuple[list[AuditRow], list[str | None]]:
     """The audit rows of AICB's file for ``s`` (default or AIOB path) and their MoE causes."""
     profile = roofline.profile(s, GPUS["H100-SXM"])[0] if path == "aiob" else None
     workload = aicb.generate(s, profile)
-    rows = audit.as_rows(audit.audit(workload, s))
-    return rows, [c if c in causes.MOE_CAUSES else None for c in causes.classify([causes.item(r) for r in rows])]
+    rows = [audit.record(f) for f in audit.audit(workload, s)]
+    return rows, [c if c in causes.MOE_CAUSES else None for c in causes.classify(rows)]
 
 
 def per_cause(rows, causes) -> Counter:
@@ -54,21 +55,21 @@ def test_qwen_aicb_lacks_probabilities_router_and_shared_experts(path):
     assert "moe_token_exchange" not in counts
     u = 2 * s.micro_batch * s.seq_length * s.model.hidden_size
     shared = [r for r, c in zip(rows, causes) if c == "moe_shared_expert_missing"]
-    assert {int(r["expected_bytes"]) for r in shared} == {u}
-    assert {r["expected_name"] for r in shared} == {f"layer{i}_moe_{p}" for i in range(L)
+    assert {r.expected_bytes for r in shared} == {u}
+    assert {r.expected_name for r in shared} == {f"layer{i}_moe_{p}" for i in range(L)
                                                    for p in ("shared_fc1", "shared_fc1_wgrad_gather", "shared_fc2")}
     probs = [r for r, c in zip(rows, causes) if c == "moe_probs_alltoall_missing"]
     tokens = s.micro_batch * s.seq_length // s.tp
-    assert {(r["kind"], r["expected_group"], int(r["expected_bytes"])) for r in probs} == {("missing", "EP", 2 * tokens * 4)}
+    assert {(r.kind, r.expected_group, r.expected_bytes) for r in probs} == {("missing", "EP", 2 * tokens * 4)}
     # AICB's expert gradients: its mock's 2hf per expert against SwiGLU's 3hf.
     grads = [r for r, c in zip(rows, causes) if c == "moe_expert_grads_sized_by_mock"]
-    assert all(int(r["found_bytes"]) * 3 == int(r["expected_bytes"]) * 2 for r in grads)
+    assert all(r.found_bytes * 3 == r.expected_bytes * 2 for r in grads)
 
 
 def test_default_path_counts_the_experts_in_its_dp_sync_too():
     s = setup(MIXTRAL, tp=2, ep=2)
     rows, causes = audited(s, "default")
-    dp = [(r["found_name"], r["kind"]) for r, c in zip(rows, causes) if c == "moe_experts_in_dp_sync"]
+    dp = [(r.found_name, r.kind) for r, c in zip(rows, causes) if c == "moe_experts_in_dp_sync"]
     assert dp == [("grad_norm", "size")]
     aiob_rows, aiob_causes = audited(s, "aiob")  # grad_gather and grad_param_comm leave P_moe out
     assert "moe_experts_in_dp_sync" not in aiob_causes
@@ -81,7 +82,7 @@ def test_token_count_gather_at_tp1(path):
     rows, causes = audited(s, path)
     metadata = [r for r, c in zip(rows, causes) if c == "moe_metadata_gather"]
     assert len(metadata) == s.num_microbatches * s.model.num_layers
-    assert {(r["kind"], r["expected_group"], int(r["expected_bytes"]), r["found_group"], int(r["found_bytes"]))
+    assert {(r.kind, r.expected_group, r.expected_bytes, r.found_group, r.found_bytes)
             for r in metadata} == {("group", "EP", 8 * 2 * 8, "TP", 2 * 2 * 8 * 1)}
 
 
@@ -89,7 +90,7 @@ def test_expert_tp_one_makes_aicbs_tp_gathers_extra():
     s = setup(MIXTRAL, tp=2, ep=2, etp=1)
     rows, causes = audited(s, "default")
     extra = [r for r, c in zip(rows, causes) if c == "moe_token_exchange"]
-    assert extra and all(r["kind"] == "extra" and r["found_group"] == "TP" for r in extra)
+    assert extra and all(r.kind == "extra" and r.found_group == "TP" for r in extra)
     assert len(extra) == 4 * s.num_microbatches * s.model.num_layers  # AICB's TP all-gather and reduce-scatter, both ways
 
 
@@ -97,14 +98,14 @@ def test_mixed_dense_and_moe_layers():
     mixed = dataclasses.replace(MIXTRAL, moe_layer_freq=2)
     s = setup(mixed, tp=2, ep=2, layers=4)
     rows, causes = audited(s, "default")
-    dense = {r["layer"].split("/")[1] for r, c in zip(rows, causes) if c == "moe_layer_where_megatron_is_dense"}
+    dense = {r.layer.split("/")[1] for r, c in zip(rows, causes) if c == "moe_layer_where_megatron_is_dense"}
     assert dense == {"layer1", "layer3"}  # megatron: layers 0 and 2 MoE, 1 and 3 dense
 
 
 def test_dense_points_get_no_moe_cause():
     s = TrainingSetup(model=PRESETS["gpt-7b"], world_size=16, tp=2, sp=True, global_batch=16)
-    rows = audit.as_rows(audit.audit(aicb.generate(s), s))
-    named = causes.classify([causes.item(r) for r in rows])
+    rows = [audit.record(f) for f in audit.audit(aicb.generate(s), s)]
+    named = causes.classify(rows)
     assert rows and not set(named) & set(causes.MOE_CAUSES)
 
 

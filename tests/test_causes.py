@@ -1,4 +1,4 @@
-"""The difference from Megatron by cause (analysis/causes.py), on real workloads and simulations.
+"""The difference from Megatron by cause (analysis/causes/), on real workloads and simulations.
 
 ``run_sweep`` makes a sweep's per-point results the way the rules do (the same commsweep
 commands with the same arguments, in-process, without Snakemake), so these tests run in
@@ -17,6 +17,7 @@ import yaml
 import sweeps
 from commsweep.aiob.backends import profile_setup
 from commsweep.analysis import causes
+from commsweep.analysis.audit_csv import AuditRow
 from commsweep.base import paths
 from commsweep.base.errors import InputError
 from commsweep.orchestration import cli, sweep
@@ -234,10 +235,10 @@ def test_the_table_reads_back(tp2, tmp_path):
 
 
 def item(unit: str, phase: str, kind: str, expected: str = "", found: str = "", exp_bytes=None, found_bytes=None,
-         row: int | None = 0) -> causes.Item:
+         row: int | None = 0) -> AuditRow:
     ec, eg = expected.split() if expected else ("", "")
     fc, fg = found.split() if found else ("", "")
-    return causes.Item(row, unit, phase, kind, ec, eg, exp_bytes, fc, fg, found_bytes)
+    return AuditRow(row, unit, phase, kind, ec, eg, exp_bytes, fc, fg, found_bytes)
 
 
 def test_a_units_first_missing_backward_allgather_is_its_weight_gradient_regather():
@@ -253,8 +254,8 @@ def test_a_units_first_missing_backward_allgather_is_its_weight_gradient_regathe
 
 def test_the_layernorm_allreduce_is_named_at_tp1_too():
     items = [
-        item("iteration/sp_grads", "ig", "extra", found="allreduce TP", found_bytes=10),
-        item("iteration/sp_grads", "ig", "size1_group", found="allreduce TP", found_bytes=10),
+        item("iteration/layernorm_grads", "ig", "extra", found="allreduce TP", found_bytes=10),
+        item("iteration/layernorm_grads", "ig", "size1_group", found="allreduce TP", found_bytes=10),
         item("mb0/layer0/attention", "fwd", "size1_group", found="allreduce TP", found_bytes=10),
         item("mb0/layer0/attention", "ig", "group", "allreduce TP", "allreduce DP", 4, 4),
     ]
@@ -276,3 +277,38 @@ def test_every_cause_is_named_and_explained_once():
     assert set(slugs) <= set(causes.CAUSES)
     for slug, cause in causes.CAUSES.items():
         assert cause.slug == slug and cause.label and cause.explanation.endswith(".")
+
+
+def test_a_findings_cause_does_not_depend_on_the_order_of_the_findings():
+    """Rules see one finding and a context no rule changes: the causes of the findings in
+    another order are the same causes, in that order."""
+    items = [
+        item("mb0/layer0/attention", "ig", "missing", "allgather TP", exp_bytes=8, row=3),
+        item("mb0/layer0/attention", "ig", "missing", "allgather TP", exp_bytes=8, row=5),
+        item("mb0/layer0/mlp", "ig", "missing", "allgather TP", exp_bytes=8, row=7),
+        item("mb0/layer0/mlp", "ig", "missing", "reducescatter TP", exp_bytes=8, row=7),
+        item("mb0/embedding", "fwd", "missing", "reducescatter TP", exp_bytes=8, row=0),
+        item("mb0/embedding", "fwd", "extra", found="allreduce TP", found_bytes=8, row=0),
+    ]
+    named = causes.classify(items)
+    assert named[:2] == ["missing_wgrad_allgather", "missing_bwd_tp_allgather"]
+    assert causes.classify(items[::-1]) == named[::-1]
+    assert causes.classify(items[2:] + items[:2]) == named[2:] + named[:2]
+
+
+def test_the_catalog_is_checked_when_read_naming_the_line_and_field():
+    from commsweep.analysis.causes import catalog
+
+    text = (catalog._source()).read_text(encoding="utf-8")
+    assert list(catalog.parse(text)) == list(causes.CAUSES)
+    first = "- slug: missing_bwd_tp_allreduce\n"
+    line = text.splitlines().index(first.strip()) + 1
+    second = "- slug: extra_layernorm_grad_allreduce\n"
+    twice = text.splitlines().index(second.strip()) + 1
+    with pytest.raises(InputError, match=rf"catalog.yaml:{twice}: field 'slug': 'missing_bwd_tp_allreduce' is not a new"):
+        catalog.parse(text.replace(second, first), "catalog.yaml")
+    with pytest.raises(InputError, match=rf"catalog.yaml:{line}: field 'labels': unknown field"):
+        catalog.parse(text.replace(first, first + "  labels: two\n"), "catalog.yaml")
+    no_label = text.replace(first + "  label: backward TP all-reduces dropped\n", first)
+    with pytest.raises(InputError, match=rf"catalog.yaml:{line}: field 'label': expected text"):
+        catalog.parse(no_label, "catalog.yaml")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from commsweep.analysis import audit, compare, plots, summary, timeline, volumes
+from commsweep.analysis import audit, audit_csv, compare, plots, summary, timeline, volumes
 from commsweep.base import paths
 from commsweep.orchestration import cli
 from commsweep.setup.arguments import add_aiob_arguments, add_training_arguments, setup_from_args
@@ -174,7 +174,7 @@ def test_findings_table_holds_every_audit_row_with_its_point(sweep):
     expected = []
     for point in _points(sweep):
         path = paths.audit_file(sweep, point)
-        expected += [{"point": point, **row} for row in audit.read_csv(path.read_text())]
+        expected += [{"point": point, **dict(zip(audit.COLUMNS, row.cells()))} for row in audit_csv.read(path)]
     assert lean == expected and len(lean) > 0
     findings, _, _ = _tables(sweep)
     assert {f["schedule"] for f in findings} == {"aicb"}  # the Megatron points audit clean
@@ -248,7 +248,7 @@ def test_a_damaged_audit_is_an_error_naming_its_line(sweep, tmp_path):
     compare.compare(copy / "sweep.csv", copy / "summary.csv", paths.PointFiles.under(copy), out)
     rows = [r for r in csv.DictReader(io.StringIO(out.getvalue())) if r["point"] == point]
     assert rows[0]["layer"] == rows[1]["layer"] == 'a "quoted", layer'
-    assert [list(r.values())[1:] for r in rows] == [list(r.values()) for r in audit.read_csv(path.read_text())]
+    assert [list(r.values())[1:] for r in rows] == [r.cells() for r in audit_csv.read(path)]
 
 
 def test_audit_bytes_add_up_to_the_volume_difference_with_megatron(sweep):

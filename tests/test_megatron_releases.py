@@ -271,8 +271,8 @@ def test_aicb_audited_against_the_release_it_models(path):
     from commsweep.workload import aicb
 
     profile = roofline.profile(s, GPUS["H100-SXM"])[0] if path == "aiob" else None
-    rows = audit.as_rows(audit.audit(aicb.generate(s, profile), s, megatron_version="0.8.0"))
-    old = Counter(c for c in causes.classify([causes.item(r) for r in rows]) if c in causes.MOE_CAUSES)
+    rows = [audit.record(f) for f in audit.audit(aicb.generate(s, profile), s, megatron_version="0.8.0")]
+    old = Counter(c for c in causes.classify(rows) if c in causes.MOE_CAUSES)
     g, L = s.num_microbatches, s.model.num_layers
     assert old["moe_tp_routing_missing"] == 6 * g * L  # gather, its backward, two all-to-alls each way
     assert not {"moe_probs_alltoall_missing", "moe_probs_gather_missing", "moe_router_allreduce_missing"} & set(old)

@@ -556,7 +556,7 @@ def test_a_packet_only_sweep_is_audited_and_says_it_has_no_pair(stand_in, refere
     assert regular.files["audits"] == (Layout().audit(point.point_key),)
     assert all(not o.failed for o in run_plan(plan).values())
     findings = audit.read_csv(Path(Layout().audit(point.point_key)).read_text())
-    assert any(f["kind"] == "missing" for f in findings)
+    assert any(f.kind == "missing" for f in findings)
 
     Path("results/sweep.csv").write_text(sweep.table_csv(points, invalid))
     files = PointFiles.under("results")
@@ -595,6 +595,7 @@ def test_real_simulator_answers_config_ns3(tmp_path):
     difference of the two packet-level runs' exposed times; the front page quotes it."""
     import sweeps
     from commsweep.analysis import causes
+    from commsweep.base.paths import PointFiles
     from commsweep.simulate import times
 
     sweeps.run(tmp_path / "w", "--configfile", str(CONFIG_NS3), "--cores", "2", timeout=3600)
@@ -605,7 +606,7 @@ def test_real_simulator_answers_config_ns3(tmp_path):
     megatron = aicb.replace("_aicb_aiob_", "_megatron_aiob_")
 
     def exposed_us(point: str) -> float:
-        sim = causes.read_simulated(causes.paths.PointFiles.under(results), point, packet=True)
+        sim = causes.read_simulated(PointFiles.under(results), point, packet=True)
         return sim.exposed / 1000
 
     assert sum(r.exposed_us for r in rows) == pytest.approx(exposed_us(aicb) - exposed_us(megatron), abs=0.002)

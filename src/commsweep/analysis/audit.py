@@ -11,7 +11,9 @@ Alignment, in three steps:
    (``embedding``, ``output_layer``, ``loss``, ...), one per micro-batch, transformer
    layer and kind (``attention``, ``mlp``), and once-per-iteration units (``dp`` for the
    data-parallel gradient and parameter sync, ``sp_grads`` for the sequence-parallel
-   gradients' all-reduce, ``optimizer``, ...). The reference's units come from each
+   gradients' all-reduce, ``layernorm_grads`` for the layernorm gradients' all-reduce AICB
+   writes with SP off (its ``layernorm`` row: 2P bytes, nothing Megatron issues),
+   ``optimizer``, ...). The reference's units come from each
    block's ``module``, ``layer`` and ``micro_batch``. The workload's come from a row's
    kind (``ROW_KINDS``: a name pattern gives the module kind, e.g. AICB's
    ``attention_column`` and the reference's ``layer3_attention_qkv`` are both
@@ -34,7 +36,7 @@ Alignment, in three steps:
    when the workload has no row for the unit at all (the layer column names it). A row's
    collective left unpaired is ``extra``, or ``size1_group`` when its group has one rank
    (Megatron issues nothing on such a group; SimAI gives it no time), or ``zero_bytes``
-   when it has 0 bytes. A NONE phase with a non-zero size is ``none_with_size`` (SimAI
+   when it has 0 bytes. A NONE phase with a non-zero size is ``size_in_none_column`` (SimAI
    ignores the size).
 
 Pipeline sends are not rows: SimAI derives them from the header (2 * vpp * ga messages
@@ -51,11 +53,10 @@ collective (before overlap), when a network is given.
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,14 +64,11 @@ from ..base.errors import ConfigError, InputError
 from ..setup.training import TrainingSetup
 from ..workload import format as wf
 from ..workload import megatron
+from ..workload import row_names as rn
+from . import audit_csv
+from .audit_csv import COLUMNS, AuditRow, read_csv  # noqa: F401  (read_csv: audit.csv's reader, for its readers)
 
-KINDS = ("missing", "extra", "size", "group", "zero_bytes", "none_with_size", "size1_group")
-COLUMNS = (
-    "row", "layer", "phase", "kind",
-    "expected_collective", "expected_group", "expected_bytes",
-    "found_collective", "found_group", "found_bytes",
-    "delta_bytes", "delta_us", "found_name", "expected_name",
-)
+KINDS = ("missing", "extra", "size", "group", "zero_bytes", "size_in_none_column", "size1_group")
 PHASE_ORDER = ("fwd", "ig", "wg", "pp")
 ITERATION = "iteration"
 
@@ -88,7 +86,8 @@ ROW_KINDS: tuple[tuple[str, str], ...] = (
     (r"embedding_grads", "embedding_grads"),
     (r"dp_ep_.*", "moe_dp"),
     (r"grad_norm|grad_gather|grad_param_comm|grad_param_compute|dp_.*", "dp"),
-    (r"layernorm|sp_grads_allreduce", "sp_grads"),
+    (re.escape(rn.SP_GRADS_ALLREDUCE), "sp_grads"),
+    (re.escape(rn.AICB_LAYERNORM), "layernorm_grads"),
     (r"moe_grad_norm\d*", "moe_dp"),
     (r"optimizer\d*", "optimizer"),
 )
@@ -99,7 +98,7 @@ PER_MICROBATCH_KINDS = ("embedding", *LAYER_KINDS, "output_layer", "loss", "embe
 # Kinds that close a micro-batch's layers: a layer row after them begins the next one.
 TAIL_KINDS = ("output_layer", "loss", "embedding_norm")
 KIND_ORDER = (
-    "dp", "sp_grads", "embedding_grads", "moe_dp", "optimizer", "other",
+    "dp", "sp_grads", "layernorm_grads", "embedding_grads", "moe_dp", "optimizer", "other",
     "embedding", "attention", "mlp", "recompute", "output_layer", "loss", "embedding_norm", "pipeline",
 )
 
@@ -188,6 +187,8 @@ class Finding:
     delta_bytes: int
     delta_us: float | None = None
     row_name: str = field(default="", compare=False)
+    # What makes the difference (``causes/catalog.yaml``), as ``causes.rules`` names it.
+    cause: str = field(default="", compare=False)
 
     @property
     def layer(self) -> str:
@@ -263,7 +264,8 @@ def expected_units(schedule: megatron.Schedule) -> dict[Unit, list[Side]]:
 
 
 def check_header(workload: wf.Workload, setup: TrainingSetup, source: str | Path) -> None:
-    """The workload must describe the setup the audit compares it with."""
+    """The workload must describe the setup the audit compares it with: its header, then what
+    its rows tell (``check_rows``)."""
     h = workload.header
     for key, got, want in (
         ("model_parallel_NPU_group", h.tp, setup.tp),
@@ -278,6 +280,76 @@ def check_header(workload: wf.Workload, setup: TrainingSetup, source: str | Path
                 "audit a workload with the arguments it was made from",
                 file=source, line=1, field=key,
             )
+    check_rows(workload, setup, source)
+
+
+def _attention_tp_forward(workload: wf.Workload) -> list[tuple[int, str, int]]:
+    """(row, collective, bytes) of every forward TP collective of the attention rows."""
+    out = []
+    for index, row in enumerate(workload.rows):
+        if row_kind(row.name) != "attention":
+            continue
+        side = _found_side(row, "fwd")
+        if side.group == "TP" and side.collective != "none":
+            out.append((index, side.collective, side.bytes))
+    return out
+
+
+def check_rows(workload: wf.Workload, setup: TrainingSetup, source: str | Path) -> None:
+    """What the rows tell of the setup they were made for, against the audited arguments, so
+    that a wrong argument is an error naming it, not hundreds of findings: the activation
+    size the attention moves over TP (2 x micro batch x sequence x hidden size; twice that
+    with AICB's recompute), whether its forward collectives are sequence-parallel ones, and
+    the transformer layers per micro-batch. (A file whose attention moves nothing over TP,
+    as the Megatron schedule's at TP 1, tells nothing of the first two.)"""
+    attention = _attention_tp_forward(workload)
+    u = setup.activation_bytes
+    sizes = Counter(n for _, _, n in attention if n)
+    if sizes and not {u, 2 * u} & set(sizes):
+        size = sizes.most_common(1)[0][0]
+        row = next(i for i, _, n in attention if n == size)
+        b, s = setup.micro_batch, setup.seq_length
+        hidden = f"hidden size {size // (2 * b * s)}" if size % (2 * b * s) == 0 else "no whole hidden size"
+        raise InputError(
+            f"the attention moves {size}-byte activations over TP ({hidden} at micro batch {b} and sequence {s}) "
+            f"where the audited arguments give {u} (hidden size {setup.model.hidden_size}); audit the workload "
+            "with the model it was made from (--model, or --hidden_size, --seq_length and --micro_batch)",
+            file=source, line=row + 3)
+    if setup.tp > 1:
+        _check_sequence_parallel(attention, setup, source)
+    _check_layers(workload, setup, source)
+
+
+def _check_sequence_parallel(attention: list[tuple[int, str, int]], setup: TrainingSetup, source: str | Path) -> None:
+    """With SP the attention's forward TP collectives are all-gathers and reduce-scatters,
+    without it all-reduces."""
+    sp_rows = [i for i, c, _ in attention if c in ("allgather", "reducescatter")]
+    plain_rows = [i for i, c, _ in attention if c == "allreduce"]
+    if setup.sp and plain_rows and not sp_rows:
+        raise InputError("the attention all-reduces forward over TP, as without sequence parallelism, where the "
+                         "audited arguments have it on; audit the workload without --enable_sequence_parallel",
+                         file=source, line=plain_rows[0] + 3)
+    if not setup.sp and sp_rows and not plain_rows:
+        raise InputError("the attention all-gathers and reduce-scatters forward over TP, as with sequence "
+                         "parallelism, where the audited arguments have it off; audit the workload with "
+                         "--enable_sequence_parallel", file=source, line=sp_rows[0] + 3)
+
+
+def _check_layers(workload: wf.Workload, setup: TrainingSetup, source: str | Path) -> None:
+    """Every micro-batch holds the stage's transformer layers (``segment`` starts a new
+    micro-batch after the stage's last layer: a file of more layers has more micro-batches)."""
+    want = setup.layers_per_stage
+    layers = {(u.micro_batch, u.layer) for u in segment(workload, want) if u.kind in LAYER_KINDS}
+    if not layers:
+        return
+    found = len(layers) / workload.header.ga
+    per_mb = Counter(mb for mb, _ in layers)
+    if found != want or set(per_mb.values()) != {want}:
+        stage = f" over --pipeline_model_parallel {setup.pp}" if setup.pp > 1 else ""
+        raise InputError(
+            f"the workload has {found:g} transformer layers per micro-batch where the audited arguments give {want} "
+            f"(--num_layers {setup.model.num_layers}{stage}); audit it with the number of layers it was made with",
+            file=source)
 
 
 TimeFn = Callable[[Side, wf.Header], float]
@@ -352,7 +424,7 @@ def _untimed(workload: wf.Workload, setup: TrainingSetup, stage: int, gpus: int 
 
     for unit in _file_order(set(rows_of) | set(expected), rows_of):
         findings += _audit_unit(workload, unit, rows_of.get(unit, []), expected.get(unit, []), sizes)
-    findings = _audit_pipeline(workload.header, reference.header) + findings
+    findings = _named(_audit_pipeline(workload.header, reference.header) + findings, setup.pp)
     _LAST.clear()
     _LAST[key] = (workload, findings, reference.header)
     return findings, reference.header
@@ -384,13 +456,13 @@ def _found_side(row: wf.Row, phase: str) -> Side:
     )
 
 
-def _audit_unit(
-    workload: wf.Workload, unit: Unit, rows: list[int], expected: list[Side], sizes: dict[str, int]
-) -> list[Finding]:
-    out: list[Finding] = []
-    # The collectives the unit's rows issue, in row and phase order.
+def _found_collectives(workload: wf.Workload, unit: Unit, rows: list[int]
+                       ) -> tuple[list[tuple[int, Side]], list[tuple[int, str]], list[Finding]]:
+    """The collectives the unit's rows issue, in row and phase order; the (row, phase) slots
+    with NONE, for placing what is missing; a ``size_in_none_column`` finding per NONE with a size."""
     found: list[tuple[int, Side]] = []
-    free: list[tuple[int, str]] = []  # (row, phase) slots with NONE, for placing what is missing
+    free: list[tuple[int, str]] = []
+    out: list[Finding] = []
     for index in rows:
         row = workload.rows[index]
         for phase in wf.PHASES:
@@ -398,42 +470,59 @@ def _audit_unit(
             if side.collective == "none":
                 free.append((index, phase))
                 if side.bytes:
-                    out.append(Finding(index, unit, phase, "none_with_size", None, side, 0, row_name=row.name))
+                    out.append(Finding(index, unit, phase, "size_in_none_column", None, side, 0, row_name=row.name))
             else:
                 found.append((index, side))
+    return found, free, out
 
+
+def _pair(found: list[tuple[int, Side]], left: list[Side], same: Callable[[Side, Side], bool],
+          nearest: bool = False) -> list[tuple[int, Side, Side]]:
+    """Pair each found collective with the first expected one ``same`` accepts, or with
+    ``nearest`` the one closest in bytes (an MoE layer has several of one kind, e.g. the
+    token and probability gathers: a 1 KiB row stands for the small one); the pairs
+    (row, expected, found), taken out of ``found`` and ``left``."""
+    pairs = []
+    for index, side in list(found):
+        candidates = [e for e in left if same(e, side)]
+        if nearest and len(candidates) > 1:
+            candidates.sort(key=lambda e: abs(math.log((e.bytes + 1) / (side.bytes + 1))))
+        if not candidates:
+            continue
+        match = candidates[0]
+        found.remove((index, side))
+        del left[next(i for i, e in enumerate(left) if e is match)]  # this one: equal sides may differ in name
+        pairs.append((index, match, side))
+    return pairs
+
+
+def _where(e: Side) -> tuple[str, str, str]:
+    return (e.phase, e.collective, e.group)
+
+
+# The passes of pairing, strictest first: (sides that pair, the finding's kind; None: no
+# finding). Identical; same phase, collective and group, other bytes; then elsewhere, same
+# collective and bytes, then same collective with any bytes.
+_PASSES: tuple[tuple[Callable[[Side, Side], bool], Callable[[Side, Side], str | None], bool], ...] = (
+    (lambda e, f: _where(e) == _where(f) and e.bytes == f.bytes, lambda e, f: None, False),
+    (lambda e, f: _where(e) == _where(f), lambda e, f: "zero_bytes" if f.bytes == 0 else "size", True),
+    (lambda e, f: e.collective == f.collective and e.bytes == f.bytes, lambda e, f: "group", False),
+    (lambda e, f: e.collective == f.collective, lambda e, f: "group", False),
+)
+
+
+def _audit_unit(
+    workload: wf.Workload, unit: Unit, rows: list[int], expected: list[Side], sizes: dict[str, int]
+) -> list[Finding]:
+    found, free, out = _found_collectives(workload, unit, rows)
     left = list(expected)
-
-    def pair(same: Callable[[Side, Side], bool], kind_of: Callable[[Side, Side], str | None],
-             nearest: bool = False) -> None:
-        """Pair each found collective with the first expected one ``same`` accepts, or with
-        ``nearest`` the one closest in bytes (an MoE layer has several of one kind, e.g. the
-        token and probability gathers: a 1 KiB row stands for the small one)."""
-        for index, side in list(found):
-            candidates = [e for e in left if same(e, side)]
-            if nearest and len(candidates) > 1:
-                candidates.sort(key=lambda e: abs(math.log((e.bytes + 1) / (side.bytes + 1))))
-            match = candidates[0] if candidates else None
-            if match is None:
-                continue
-            found.remove((index, side))
-            del left[next(i for i, e in enumerate(left) if e is match)]  # this one: equal sides may differ in name
+    for same, kind_of, nearest in _PASSES:
+        for index, match, side in _pair(found, left, same, nearest):
             kind = kind_of(match, side)
             if kind is not None:
                 delta = wf.effective_size(side.phase, side.bytes) - match.bytes
                 out.append(Finding(index, unit, side.phase, kind, match, side, delta,
                                    row_name=workload.rows[index].name))
-
-    def where(e: Side) -> tuple[str, str, str]:
-        return (e.phase, e.collective, e.group)
-
-    # Pass 1: identical. Pass 2: same phase, collective and group, other bytes.
-    # Pass 3: same collective and bytes, then same collective with any bytes, elsewhere.
-    pair(lambda e, f: where(e) == where(f) and e.bytes == f.bytes, lambda e, f: None)
-    pair(lambda e, f: where(e) == where(f), lambda e, f: "zero_bytes" if f.bytes == 0 else "size", nearest=True)
-    pair(lambda e, f: e.collective == f.collective and e.bytes == f.bytes, lambda e, f: "group")
-    pair(lambda e, f: e.collective == f.collective, lambda e, f: "group")
-
     for index, side in found:
         if sizes[side.group] == 1:
             kind = "size1_group"
@@ -478,35 +567,36 @@ def _with_time(f: Finding, header: wf.Header, reference_header: wf.Header, time_
     expected = time_us(f.expected, reference_header) if f.expected is not None else 0.0
     # (Not dataclasses.replace, which costs more than the rest: an audit has thousands of findings.)
     return Finding(f.row, f.unit, f.phase, f.kind, f.expected, f.found, f.delta_bytes, found - expected,
-                   row_name=f.row_name)
+                   row_name=f.row_name, cause=f.cause)
+
+
+def _named(findings: list[Finding], pp: int) -> list[Finding]:
+    """The findings, each with its cause (``causes.rules.classify``: ``pp``, the point's
+    pipeline size, tells a stage without the embedding or output layer)."""
+    from .causes.rules import classify
+
+    return [Finding(f.row, f.unit, f.phase, f.kind, f.expected, f.found, f.delta_bytes, f.delta_us,
+                    row_name=f.row_name, cause=cause)
+            for f, cause in zip(findings, classify([record(f) for f in findings], pp))]
 
 
 # -- output ----------------------------------------------------------------------------
 
 
-def _cells(f: Finding) -> list[str]:
+def record(f: Finding) -> AuditRow:
+    """A finding as audit.csv holds it (``audit_csv``)."""
     e, g = f.expected, f.found
-    return [
-        "" if f.row is None else str(f.row),
-        f.layer,
-        f.phase,
-        f.kind,
-        e.collective if e else "", e.group if e else "", str(e.bytes) if e else "",
-        g.collective if g else "", g.group if g else "", str(g.bytes) if g else "",
-        str(f.delta_bytes),
-        "" if f.delta_us is None else f"{f.delta_us:.3f}",
-        f.row_name if g else "",
-        e.name if e else "",
-    ]
+    if e is None:
+        return AuditRow(f.row, f.layer, f.phase, f.kind, "", "", None, g.collective if g else "", g.group if g else "",
+                        g.bytes if g else None, f.delta_bytes, f.delta_us, f.row_name if g else "", "", f.cause)
+    return AuditRow(f.row, f.layer, f.phase, f.kind, e.collective, e.group, e.bytes, g.collective if g else "",
+                    g.group if g else "", g.bytes if g else None, f.delta_bytes, f.delta_us, f.row_name if g else "",
+                    e.name, f.cause)
 
 
 def to_csv(findings: Iterable[Finding]) -> str:
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(COLUMNS)
-    for f in findings:
-        writer.writerow(_cells(f))
-    return buf.getvalue()
+    """audit.csv of the findings."""
+    return audit_csv.to_csv(record(f) for f in findings)
 
 
 def _mib(n: int) -> str:
@@ -514,14 +604,15 @@ def _mib(n: int) -> str:
 
 
 def to_table(findings: list[Finding], families: dict[str, dict] | None = None) -> str:
-    """Findings for a reader: sizes in MiB, the size ratio, and totals per kind; ``families``:
-    per title, the totals per cause of a family (``causes.cause_families``), listed after them."""
-    head = ("row", "name", "layer", "phase", "kind", "expected", "found", "ratio", "delta MiB", "delta us")
+    """Findings for a reader: sizes in MiB, the size ratio, each finding's cause, and totals per
+    kind; ``families``: per title, the totals per cause of a family (``causes.cause_families``),
+    listed after them."""
+    head = ("row", "name", "layer", "phase", "kind", "cause", "expected", "found", "ratio", "delta MiB", "delta us")
     rows = []
     for f in findings:
         e, g = f.expected, f.found
         rows.append((
-            "" if f.row is None else str(f.row), f.row_name, f.layer, f.phase, f.kind,
+            "" if f.row is None else str(f.row), f.row_name, f.layer, f.phase, f.kind, f.cause,
             f"{e.collective} {e.group} {_mib(e.bytes)} {e.name}".rstrip() if e else "-",
             f"{g.collective} {g.group} {_mib(g.bytes)}".replace("  ", " ") if g else "-",
             f"x{f.ratio:.3g}" if f.ratio is not None and f.kind in ("size", "zero_bytes", "group") else "",
@@ -529,7 +620,7 @@ def to_table(findings: list[Finding], families: dict[str, dict] | None = None) -
             "" if f.delta_us is None else f"{f.delta_us:,.1f}",
         ))
     widths = [max([len(head[i])] + [len(r[i]) for r in rows]) for i in range(len(head))]
-    right = {0, 7, 8, 9}
+    right = {0, 8, 9, 10}
 
     def line(cells):
         return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
@@ -550,11 +641,6 @@ def to_table(findings: list[Finding], families: dict[str, dict] | None = None) -
     return "\n".join(lines) + "\n"
 
 
-def as_rows(findings: Iterable[Finding]) -> list[dict[str, str]]:
-    """Findings as the rows of their CSV (``COLUMNS``), as ``read_csv`` gives them back."""
-    return [dict(zip(COLUMNS, _cells(f))) for f in findings]
-
-
 def summarize(findings: Iterable[Finding]) -> dict[str, tuple[int, int, float | None]]:
     """Per kind: (count, summed delta_bytes, summed delta_us or None), in KINDS order."""
     acc: dict[str, list] = {}
@@ -567,72 +653,18 @@ def summarize(findings: Iterable[Finding]) -> dict[str, tuple[int, int, float | 
     return {k: tuple(acc[k]) for k in KINDS if k in acc}  # type: ignore[misc]
 
 
-def read_csv(text: str, *, source: str | Path = "<audit>") -> list[dict[str, str]]:
-    """Rows of an audit CSV this module wrote (as strings), checking its columns."""
-    reader = csv.DictReader(io.StringIO(text))
-    if tuple(reader.fieldnames or ()) != COLUMNS:
-        raise InputError(f"expected the columns {','.join(COLUMNS)}", file=source, line=1)
-    return list(reader)
-
-
-# The readers of a sweep's audits, which hold millions of rows, take them as text or lists.
-HEADER = ",".join(COLUMNS) + "\n"
-
-
-def read_body(path: str | Path) -> str:
-    """A point's audit.csv as ``to_csv`` wrote it: the text of its rows after the header
-    (an InputError naming the file for another header)."""
-    from ..base.files import read_text
-
-    text = read_text(path)
-    if not text.startswith(HEADER):
-        raise InputError(f"expected the columns {','.join(COLUMNS)}", file=path, line=1)
-    return text[len(HEADER):]
-
-
-def read_rows(path: str | Path) -> Iterator[tuple[int, list[str]]]:
-    """A point's audit.csv as (line number, cells) per row, each row of ``COLUMNS``' length
-    (an InputError naming the line of one that is not)."""
-    reader = csv.reader(io.StringIO(read_body(path)))
-    for n, cells in enumerate(reader, start=2):
-        if len(cells) != len(COLUMNS):
-            raise InputError(f"expected {len(COLUMNS)} fields, got {len(cells)}", file=path, line=n)
-        yield n, cells
-
-
 # -- delta_us: SimAI's time of one collective ----------------------------------------------
 
 
-def _has_network(ns) -> bool:
-    """Whether the parsed flags give a network: all four flags (ConfigError for only some)."""
-    values = [ns.gpus_per_server, ns.nics_per_server, ns.nvlink_gbps, ns.nic_gbps]
-    if all(v is None for v in values):
-        return False
-    if any(v is None for v in values):
-        raise ConfigError("give all four of -g_p_s, -n_p_s, -nv and -nic, or none", key="network")
-    return True
-
-
 def network_from_args(ns, header: wf.Header):
-    """The simulation engine's Network from the parsed flags (None without them)."""
-    if not _has_network(ns):
-        return None
-    from ..setup.network import Network
+    """The simulation engine's Network from the parsed flags (``simulate.stage.network_from_args``:
+    all four or none), with SimAI's ``-g`` (default: the header's ``all_gpus``); None without them."""
+    from dataclasses import replace
 
-    return Network(gpus=ns.gpus or header.all_gpus, gpus_per_server=ns.gpus_per_server,
-                   nics_per_server=ns.nics_per_server, nvlink_gbps=ns.nvlink_gbps, nic_gbps=ns.nic_gbps)
+    from ..simulate.stage import network_from_args as flags
 
-
-def time_function(ns) -> TimeFn | None:
-    """SimAI's time of one collective for the network in the parsed flags, or None."""
-    if not _has_network(ns):
-        return None
-    from ..simulate.engine import load_ratios
-
-    return collective_time(
-        gpus_per_server=ns.gpus_per_server, nics_per_server=ns.nics_per_server,
-        nvlink_gbps=ns.nvlink_gbps, nic_gbps=ns.nic_gbps, gpus=ns.gpus, ratios=load_ratios(ns.ratio_dir),
-    )
+    network = flags(ns)
+    return None if network is None else replace(network, gpus=ns.gpus or header.all_gpus)
 
 
 def collective_time(

@@ -45,7 +45,8 @@ from ..base.errors import InputError
 from ..setup.points import (AICB_AIOB, AICB_DEFAULT, AICB_PATHS, MEGATRON, MEGATRON_AIOB, SETTING_AXES, TABLE_COLUMNS,
                             VARIANTS, PointRow, read_points, table_columns)
 from ..simulate.collectives import csv_field
-from . import audit, summary as summary_table
+from ..base.files import read_text
+from . import audit_csv, summary as summary_table
 
 VARIANT_LABELS = {
     AICB_DEFAULT: "the AICB default path",
@@ -95,7 +96,7 @@ def time_columns(header: Iterable[str]) -> dict[str, tuple[str, str]]:
     return out
 
 
-FINDINGS_COLUMNS = ("point", *audit.COLUMNS)
+FINDINGS_COLUMNS = ("point", *audit_csv.COLUMNS)
 VERDICT_COLUMNS = (
     *TABLE_COLUMNS, "variant", "audited", "findings", "missing_bytes", "extra_bytes", "misses_bytes",
     "delta_us", "matches_megatron", "verdict",
@@ -132,74 +133,54 @@ class Totals(KindTotals):
         """No finding changes what SimAI executes: no bytes off, nothing on a wrong group."""
         return self.misses_bytes == 0 and self.group_findings == 0 and not self.delta_us
 
-    def add(self, kind: str, delta_bytes: int, delta_us: float | None) -> None:
-        """Count one finding (in the audit's row order: ``delta_us`` sums are order-exact)."""
-        k = self.kinds.get(kind)
-        if k is None:
-            k = self.kinds[kind] = KindTotals()
-        self.findings += 1
-        k.findings += 1
-        if delta_bytes < 0:
-            self.missing_bytes -= delta_bytes
-            k.missing_bytes -= delta_bytes
-        else:
-            self.extra_bytes += delta_bytes
-            k.extra_bytes += delta_bytes
-        if kind == "group":
-            self.group_findings += 1
-        if delta_us is not None:
-            self.delta_us = (self.delta_us or 0.0) + delta_us
-            k.delta_us = (k.delta_us or 0.0) + delta_us
-
-
-_KIND, _DELTA_BYTES, _DELTA_US = (audit.COLUMNS.index(c) for c in ("kind", "delta_bytes", "delta_us"))
+    @classmethod
+    def of(cls, rows: Iterable[audit_csv.AuditRow]) -> Totals:
+        """A point's audit rows, summed per kind (in the order kinds first occur) and in all;
+        in the rows' order, so that the ``delta_us`` sums are order-exact. (One loop over
+        plain lists: a sweep's audits hold millions of rows.)"""
+        per_kind: dict[str, list] = {}  # kind -> [findings, missing_bytes, extra_bytes, delta_us]
+        delta_us = None
+        for r in rows:
+            k = per_kind.get(r[3])  # kind, delta_bytes, delta_us: by place
+            if k is None:
+                k = per_kind[r[3]] = [0, 0, 0, None]
+            k[0] += 1
+            if r[10] < 0:
+                k[1] -= r[10]
+            else:
+                k[2] += r[10]
+            if r[11] is not None:
+                k[3] = (k[3] or 0.0) + r[11]
+                delta_us = (delta_us or 0.0) + r[11]
+        kinds = {kind: KindTotals(*k) for kind, k in per_kind.items()}
+        return cls(findings=sum(k.findings for k in kinds.values()),
+                   missing_bytes=sum(k.missing_bytes for k in kinds.values()),
+                   extra_bytes=sum(k.extra_bytes for k in kinds.values()), delta_us=delta_us,
+                   group_findings=kinds["group"].findings if "group" in kinds else 0, kinds=kinds)
 
 
 def stream_audit(path: Path | None, point: str, out: IO[str] | None) -> Totals | None:
     """Sum one point's audit, copying its rows to ``out`` after the point's key.
 
-    None when the point has no audit (MoE, or not run). Reads the file once; holds one
-    point's text at most. A file not written by ``audit.to_csv`` is an InputError naming
-    its line and field.
+    None when the point has no audit (MoE, or not run). Reads the file once, through its
+    reader (``audit_csv``); holds one point's rows at most. A file not written by
+    ``audit_csv.to_csv`` is an InputError naming its line and field.
     """
     if path is None or not path.exists():
         return None
-    body = audit.read_body(path)
-    t = Totals()
-    if not body:
-        return t
-    key = csv_field(point)
-    if '"' not in body and "\r" not in body and body.endswith("\n"):
-        # No quoted field: every line is one row of plain cells (the common case, fast).
-        lines = body[:-1].split("\n")
-        for n, line in enumerate(lines, start=2):
-            _add(t, line.split(","), path, n)
-        if out is not None:
+    text = read_text(path)
+    rows = audit_csv.read_csv(text, source=path)
+    t = Totals.of(rows)
+    if out is not None and rows:
+        body = audit_csv.body(text, source=path)
+        key = csv_field(point)
+        if '"' not in body and "\r" not in body and body.endswith("\n"):
+            # No quoted field: each line is one row, copied as it is (the common case, fast).
             out.write(key + "," + body[:-1].replace("\n", "\n" + key + ",") + "\n")
-        return t
-    writer = csv.writer(out, lineterminator="\n") if out is not None else None
-    reader = csv.reader(io.StringIO(body))
-    for cells in reader:
-        _add(t, cells, path, reader.line_num + 1)
-        if writer is not None:
-            writer.writerow((point, *cells))
+        else:
+            writer = csv.writer(out, lineterminator="\n")
+            writer.writerows((point, *r.cells()) for r in rows)
     return t
-
-
-def _add(t: Totals, cells: list[str], path: Path, line: int) -> None:
-    if len(cells) != len(audit.COLUMNS):
-        raise InputError(f"expected {len(audit.COLUMNS)} fields, got {len(cells)}", file=path, line=line)
-    try:
-        delta_bytes = int(cells[_DELTA_BYTES])
-    except ValueError:
-        raise InputError(f"expected an integer, got {cells[_DELTA_BYTES]!r}", file=path, line=line,
-                         field="delta_bytes") from None
-    us = cells[_DELTA_US]
-    try:
-        delta_us = float(us) if us else None
-    except ValueError:
-        raise InputError(f"expected a number, got {us!r}", file=path, line=line, field="delta_us") from None
-    t.add(cells[_KIND], delta_bytes, delta_us)
 
 
 # -- the tables ------------------------------------------------------------------------
@@ -406,7 +387,6 @@ _KIND_FIELDS = BY_KIND_COLUMNS[len(TABLE_COLUMNS):]
 def read_by_kind(path: str | Path) -> tuple[tuple[str, ...], list[KindRow]]:
     """findings_by_kind.csv as ``by_kind_csv`` wrote it: its columns and its rows; an
     ``InputError`` naming the file, line and field of anything else."""
-    from ..base.files import read_text
     from ..setup.points import OPTIONAL_AXES
 
     reader = csv.reader(io.StringIO(read_text(path)))

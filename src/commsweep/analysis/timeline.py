@@ -20,6 +20,7 @@ from ..simulate import endtoend
 from ..simulate.endtoend import RowTimes
 from ..workload import format as wf
 from . import audit
+from .audit_csv import AuditRow
 
 ITERATION_LANE = "per iteration"
 _TAIL_LANES = {"output_layer": "output layer", "loss": "loss", "embedding_norm": "embedding_norm"}
@@ -113,12 +114,12 @@ def events(workload: wf.Workload, times: tuple[RowTimes, ...], units: list[audit
     return out
 
 
-def audit_by_lane(findings: list[dict[str, str]]) -> dict[str, tuple[int, int]]:
+def audit_by_lane(findings: list[AuditRow]) -> dict[str, tuple[int, int]]:
     """Per lane: (bytes short of Megatron, bytes in excess) from an audit CSV's rows."""
     out: dict[str, list[int]] = {}
     for f in findings:
-        entry = out.setdefault(lane_of_label(f["layer"]), [0, 0])
-        delta = int(f["delta_bytes"])
+        entry = out.setdefault(lane_of_label(f.layer), [0, 0])
+        delta = f.delta_bytes
         if delta < 0:
             entry[0] -= delta
         else:

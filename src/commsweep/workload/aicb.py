@@ -35,6 +35,7 @@ from ..aiob.profile_file import AiobProfile
 from ..base.errors import ConfigError
 from ..setup.training import TrainingSetup
 from . import format as wformat
+from .row_names import AICB_GRAD_NORM, AICB_LAYERNORM, AICB_MOE_LAYER
 
 # AICB's ``Work_Item`` defaults: placeholder -1 (SimAI's dependency) and process_time 100.
 _PLACEHOLDER = -1
@@ -201,7 +202,7 @@ def modules(setup: TrainingSetup) -> list[Module]:
         if m.is_moe:
             assert m.num_experts is not None
             expert_width = _ffn(m) * (m.num_experts // setup.ep) // t
-            mlp = [Module("mlp_moelayer", 2 * h * expert_width)]
+            mlp = [Module(AICB_MOE_LAYER, 2 * h * expert_width)]
         else:
             mlp = [Module("mlp_column", fc1), Module("mlp_row", fc2)]
         layer = [Module("attention_column", qkv), Module("attention_row", proj), Module("fused", 2 * h), *mlp]
@@ -330,9 +331,9 @@ def default_rows(setup: TrainingSetup, mods: list[Module] | None = None, *,
     mods = modules(setup) if mods is None else mods
     total, moe_params = parameter_counts(setup, mods)
     recompute = setup.recompute
-    rows = [_row("grad_norm", (1, "ALLGATHER", 2 * total), wg=(1, "REDUCESCATTER", 4 * total))]
+    rows = [_row(AICB_GRAD_NORM, (1, "ALLGATHER", 2 * total), wg=(1, "REDUCESCATTER", 4 * total))]
     if not setup.sp:
-        rows.append(_row("layernorm", ig=(1, "ALLREDUCE", 2 * total)))
+        rows.append(_row(AICB_LAYERNORM, ig=(1, "ALLREDUCE", 2 * total)))
     if setup.ep != setup.dp:
         rows += _moe_grad_rows(moe_params)
     body: list[wformat.Row] = []
@@ -387,7 +388,7 @@ def aiob_rows(setup: TrainingSetup, profile: AiobProfile, mods: list[Module] | N
         _row("grad_param_compute", ig=(fwd_time + bwd_time, "NONE", 0)),
     ]
     if not sp:
-        rows.append(_row("layernorm", ig=(1, "ALLREDUCE", 2 * total)))
+        rows.append(_row(AICB_LAYERNORM, ig=(1, "ALLREDUCE", 2 * total)))
     rows.append(_row("embedding_grads", ig=(1, "NONE" if t == 1 else "ALLREDUCE", u)))
     if ep != setup.dp:
         rows += _moe_grad_rows(moe_params)

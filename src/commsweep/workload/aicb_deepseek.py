@@ -42,6 +42,7 @@ from ..setup.training import TrainingSetup
 from . import aicb
 from . import format as wformat
 from .aicb import Module
+from .row_names import AICB_MLA_KV_COLUMN, AICB_MLA_KV_LORA, AICB_MLA_Q_COLUMN, AICB_MLA_Q_LORA, AICB_MOE_LAYER
 
 # DeepEP's bytes per bf16 element in FP8 with one fp32 scale per 128 (MockedDeepSeek.FP8_FACTOR).
 FP8_FACTOR = (1 + 4 / 128) / 2
@@ -179,19 +180,19 @@ def modules(setup: TrainingSetup, num_experts: int | None = None) -> list[Module
     vocab_part = setup.padded_vocab // t
     q_up, kv_up, o_in = heads * (f.nope + f.rope) // t, heads * (f.nope + f.v) // t, heads * f.v // t
     attention = [
-        Module("attention_linear_q_lora", h * f.q_lora + bias(f.q_lora)),
+        Module(AICB_MLA_Q_LORA, h * f.q_lora + bias(f.q_lora)),
         Module("fused", 2 * f.q_lora),
-        Module("attention_q_column", f.q_lora * q_up + bias(q_up)),
-        Module("attention_linear_kv_lora", h * (f.kv_lora + f.rope) + bias(f.kv_lora + f.rope)),
+        Module(AICB_MLA_Q_COLUMN, f.q_lora * q_up + bias(q_up)),
+        Module(AICB_MLA_KV_LORA, h * (f.kv_lora + f.rope) + bias(f.kv_lora + f.rope)),
         Module("fused", 2 * f.kv_lora),
-        Module("attention_kv_column", f.kv_lora * kv_up + bias(kv_up)),
+        Module(AICB_MLA_KV_COLUMN, f.kv_lora * kv_up + bias(kv_up)),
         Module("attention_o_row", h * o_in + bias(h)),
     ]
     part = f.ffn // t
     mlp = [Module("mlp_column", h * part + bias(part)), Module("mlp_row", part * h + bias(h))]
     experts = 3 * h * (f.ffn * (f.experts // setup.ep) // t)
     shared = mlp if f.shared else []
-    moe = Module("mlp_moelayer", experts + sum(x.params for x in shared))
+    moe = Module(AICB_MOE_LAYER, experts + sum(x.params for x in shared))
     out = [Module("embedding_layer", 4 * vocab_part * h + s * h)]
     for layer in range(aicb.layers_per_stage(setup)):
         if setup.sp:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from . import megatron_context_parallel, megatron_mla
 from .megatron_blocks import Build, Rows
 from .megatron_linear import column_parallel, row_parallel
+from .row_names import ATTENTION, dense, in_layer
 
 
 def layer_rows(build: Build, layer: int, micro_batch: int) -> Rows:
@@ -21,9 +22,8 @@ def layer_rows(build: Build, layer: int, micro_batch: int) -> Rows:
     if build.setup.model.is_mla:
         return Rows(megatron_mla.layer_blocks(build, layer, micro_batch))
     module = f"decoder.layers.{layer}.self_attention"
-    name = f"layer{layer}_attention"
-    out = Rows(column_parallel(build, f"{name}_qkv", f"{module}.linear_qkv", layer, micro_batch,
+    out = Rows(column_parallel(build, in_layer(layer, dense(ATTENTION, "qkv")), f"{module}.linear_qkv", layer, micro_batch,
                                kind="attention_qkv"))
     out.unexpressed += megatron_context_parallel.layer_unexpressed(build, layer, micro_batch)
-    out += row_parallel(build, f"{name}_proj", f"{module}.linear_proj", layer, micro_batch, kind="attention_proj")
+    out += row_parallel(build, in_layer(layer, dense(ATTENTION, "proj")), f"{module}.linear_proj", layer, micro_batch, kind="attention_proj")
     return out

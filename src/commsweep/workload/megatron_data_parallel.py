@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from .megatron_blocks import BF16, FP32, Block, Build, Comm, Rows, Unexpressed
 from .megatron_parameters import dense_parameters, expert_parameters, sequence_parallel_parameters
+from .row_names import SP_GRADS_ALLREDUCE, dp_ep
 
 
 def iteration_rows(build: Build, stage: int) -> Rows:
@@ -55,7 +56,7 @@ def _optimizer(build: Build, stage: int) -> list[Block]:
     rows = [Block("dp_param_allgather", "optimizer.param_allgather",
                   wg=Comm("allgather", "DP", BF16 * psi) if s.dp_cp > 1 else None, **build.timed("optimizer"))]
     if experts := _expert_dp(build, stage):
-        rows.append(Block("dp_ep_param_allgather", "optimizer.expert_param_allgather",
+        rows.append(Block(dp_ep("param_allgather"), "optimizer.expert_param_allgather",
                           wg=Comm("allgather", "DP_EP", BF16 * experts)))
     return rows
 
@@ -65,7 +66,7 @@ def _sequence_parallel_grads(build: Build, stage: int) -> list[Block]:
     if not build.sp:
         return []
     size = FP32 * sequence_parallel_parameters(build.setup, stage, build.release)
-    return [Block("sp_grads_allreduce", "finalize_model_grads.sequence_parallel", ig=Comm("allreduce", "TP", size))]
+    return [Block(SP_GRADS_ALLREDUCE, "finalize_model_grads.sequence_parallel", ig=Comm("allreduce", "TP", size))]
 
 
 def _dense_grads(build: Build, stage: int) -> list[Block]:
@@ -92,7 +93,7 @@ def _expert_grads(build: Build, stage: int) -> Rows:
                  ("optimizer.expert_param_allgather", Comm("allgather", "DP_EP", BF16 * experts))]
     else:
         comms = [("ddp.expert_grad_allreduce", Comm("allreduce", "DP_EP", grads))]
-    out.blocks.append(Block(f"dp_ep_grad_{comms[0][1].collective}", comms[0][0], wg=comms[0][1]))
+    out.blocks.append(Block(dp_ep(f"grad_{comms[0][1].collective}"), comms[0][0], wg=comms[0][1]))
     if s.expert_tp != s.tp:
         for module, comm in comms:
             out.unexpressed.append(Unexpressed(

@@ -19,6 +19,7 @@ At t = 1 the rows stay, with no collective.
 from __future__ import annotations
 
 from .megatron_blocks import Block, Build
+from .row_names import wgrad_gather
 
 
 def column_parallel(build: Build, name: str, module: str, layer: int | None, micro_batch: int, *,
@@ -30,7 +31,7 @@ def column_parallel(build: Build, name: str, module: str, layer: int | None, mic
         return [
             Block(name, module, layer, micro_batch, fwd=tp_comm("allgather", size), ig=tp_comm("reducescatter", size),
                   **build.timed(kind)),
-            Block(f"{name}_wgrad_gather", module, layer, micro_batch, ig=tp_comm("allgather", size)),
+            Block(wgrad_gather(name), module, layer, micro_batch, ig=tp_comm("allgather", size)),
         ]
     return [Block(name, module, layer, micro_batch, ig=tp_comm("allreduce", size), **build.timed(kind))]
 

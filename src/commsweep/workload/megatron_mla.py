@@ -51,6 +51,7 @@ from ..setup.training import TrainingSetup
 from .megatron_blocks import BF16, Block, Build
 from .megatron_linear import column_parallel, row_parallel
 from .megatron_releases import Release, release as newest
+from .row_names import MLA_K_ROPE_GATHER, MLA_KV_UP_PROJ, MLA_PROJ, MLA_Q_PROJ, MLA_Q_UP_PROJ, in_layer
 
 
 def problems(setup: TrainingSetup) -> list[str]:
@@ -111,22 +112,21 @@ def layer_blocks(build: Build, layer: int, micro_batch: int) -> list[Block]:
     m = setup.model
     tokens = setup.micro_batch * setup.seq_length
     attention = f"decoder.layers.{layer}.self_attention"
-    name = f"layer{layer}_attention"
     rows: list[Block] = []
     kind: str | None = "attention_qkv"
     if build.sp:
         rope = BF16 * tokens * m.qk_rope_head_dim
-        rows.append(Block(f"{name}_k_rope_gather", attention, layer, micro_batch,
+        rows.append(Block(in_layer(layer, MLA_K_ROPE_GATHER), attention, layer, micro_batch,
                           fwd=build.tp_comm("allgather", rope), ig=build.tp_comm("reducescatter", rope),
                           **build.timed(kind)))
         kind = None
     if m.q_lora_rank is not None:
-        rows += column_parallel(build, f"{name}_q_up_proj", f"{attention}.linear_q_up_proj", layer, micro_batch,
+        rows += column_parallel(build, in_layer(layer, MLA_Q_UP_PROJ), f"{attention}.linear_q_up_proj", layer, micro_batch,
                                 size=BF16 * tokens * m.q_lora_rank, kind=kind)
     else:
-        rows += column_parallel(build, f"{name}_q_proj", f"{attention}.linear_q_proj", layer, micro_batch,
+        rows += column_parallel(build, in_layer(layer, MLA_Q_PROJ), f"{attention}.linear_q_proj", layer, micro_batch,
                                 size=build.u, kind=kind)
-    rows += column_parallel(build, f"{name}_kv_up_proj", f"{attention}.linear_kv_up_proj", layer, micro_batch,
+    rows += column_parallel(build, in_layer(layer, MLA_KV_UP_PROJ), f"{attention}.linear_kv_up_proj", layer, micro_batch,
                             size=BF16 * tokens * m.kv_lora_rank)
-    rows += row_parallel(build, f"{name}_proj", f"{attention}.linear_proj", layer, micro_batch, kind="attention_proj")
+    rows += row_parallel(build, in_layer(layer, MLA_PROJ), f"{attention}.linear_proj", layer, micro_batch, kind="attention_proj")
     return rows

@@ -11,6 +11,7 @@ from __future__ import annotations
 from . import megatron_moe
 from .megatron_blocks import Build, Rows
 from .megatron_linear import column_parallel, row_parallel
+from .row_names import MLP, dense, in_layer
 
 
 def layer_rows(build: Build, layer: int, micro_batch: int) -> Rows:
@@ -18,7 +19,6 @@ def layer_rows(build: Build, layer: int, micro_batch: int) -> Rows:
     if build.setup.model.is_moe_layer(layer):
         return megatron_moe.layer_rows(build, layer, micro_batch)
     module = f"decoder.layers.{layer}.mlp"
-    name = f"layer{layer}_mlp"
-    out = Rows(column_parallel(build, f"{name}_fc1", f"{module}.linear_fc1", layer, micro_batch, kind="mlp_fc1"))
-    out += row_parallel(build, f"{name}_fc2", f"{module}.linear_fc2", layer, micro_batch, kind="mlp_fc2")
+    out = Rows(column_parallel(build, in_layer(layer, dense(MLP, "fc1")), f"{module}.linear_fc1", layer, micro_batch, kind="mlp_fc1"))
+    out += row_parallel(build, in_layer(layer, dense(MLP, "fc2")), f"{module}.linear_fc2", layer, micro_batch, kind="mlp_fc2")
     return out

@@ -69,6 +69,9 @@ from dataclasses import dataclass, field
 
 from ..setup.training import TrainingSetup
 from .megatron_blocks import BF16, INT64, Block, Build, Comm, Rows, Unexpressed
+from .row_names import (MOE_COMBINE, MOE_DISPATCH, MOE_DISPATCH_METADATA, MOE_DISPATCH_PROBS, MOE_EXPERT_FC1,
+                        MOE_EXPERT_FC2, MOE_EXPERT_PROBS_GATHER, MOE_ROUTER, MOE_SHARED_FC1, MOE_SHARED_FC1_WGRAD,
+                        MOE_SHARED_FC2, MOE_TP_COMBINE, MOE_TP_DISPATCH, in_layer)
 
 ROUTING = (
     "sized for balanced routing: megatron's dispatcher moves as many tokens as the router sends each rank "
@@ -175,8 +178,8 @@ class _LayerRows:
         return f"decoder.layers.{self.layer}.mlp"
 
     def row_name(self, step: str) -> str:
-        """The row of ``step`` (``dispatch``, ``expert_fc1``, ...): ``layer<l>_moe_<step>``."""
-        return f"layer{self.layer}_moe_{step}"
+        """The row of ``step`` (``row_names.MOE_DISPATCH``, ...): ``layer<l>_moe_<step>``."""
+        return in_layer(self.layer, step)
 
     def add(self, step: str, module: str, fwd: Comm | None = None, ig: Comm | None = None, *,
             kind: str | None = None, routed: bool = False, always: bool = False) -> None:
@@ -222,9 +225,9 @@ def _shared_experts(rows: _LayerRows) -> None:
     if m.moe_shared_expert_intermediate_size is None or not rows.build.sp:
         return
     shared = f"{rows.mlp}.shared_experts"
-    rows.add("shared_fc1", f"{shared}.linear_fc1", Comm("allgather", "TP", u), Comm("reducescatter", "TP", u))
-    rows.add("shared_fc1_wgrad_gather", f"{shared}.linear_fc1", ig=Comm("allgather", "TP", u))
-    rows.add("shared_fc2", f"{shared}.linear_fc2", Comm("reducescatter", "TP", u), Comm("allgather", "TP", u))
+    rows.add(MOE_SHARED_FC1, f"{shared}.linear_fc1", Comm("allgather", "TP", u), Comm("reducescatter", "TP", u))
+    rows.add(MOE_SHARED_FC1_WGRAD, f"{shared}.linear_fc1", ig=Comm("allgather", "TP", u))
+    rows.add(MOE_SHARED_FC2, f"{shared}.linear_fc2", Comm("reducescatter", "TP", u), Comm("allgather", "TP", u))
 
 
 def _router(rows: _LayerRows) -> None:
@@ -240,29 +243,29 @@ def _router(rows: _LayerRows) -> None:
     assert E is not None
     if _tp_routing(rows.build):
         logits = BF16 * tokens_per_rank(setup) * t * E
-        rows.add("router", f"{mlp}.router", Comm("allgather", "TP", logits), Comm("reducescatter", "TP", logits))
+        rows.add(MOE_ROUTER, f"{mlp}.router", Comm("allgather", "TP", logits), Comm("reducescatter", "TP", logits))
     elif m.moe_aux_loss_coeff > 0 or release.counts_without_loss:
-        rows.add("router", f"{mlp}.router", _maybe("allreduce", "TP", INT64 * E, t, INT64))
+        rows.add(MOE_ROUTER, f"{mlp}.router", _maybe("allreduce", "TP", INT64 * E, t, INT64))
     if _tp_routing(rows.build):
-        rows.add("dispatch_metadata", mlp, _maybe("allgather", "EP", INT64 * ep * E, ep, INT64))
+        rows.add(MOE_DISPATCH_METADATA, mlp, _maybe("allgather", "EP", INT64 * ep * E, ep, INT64))
     else:
         metadata = INT64 * etp * ep * E
-        rows.add("dispatch_metadata", mlp, _maybe("allgather", tp_ep_group(setup), metadata, etp * ep, INT64))
+        rows.add(MOE_DISPATCH_METADATA, mlp, _maybe("allgather", tp_ep_group(setup), metadata, etp * ep, INT64))
     # 0.8: the rank's sequence shard becomes a hidden shard of the whole sequence (u/t each way).
     if _tp_routing(rows.build):
         shard = Comm("alltoall", "TP", rows.build.u // t)
-        rows.add("tp_dispatch", mlp, shard, shard)
+        rows.add(MOE_TP_DISPATCH, mlp, shard, shard)
 
 
 def _dispatch(rows: _LayerRows) -> None:
     """4. Dispatch over EP: the permuted tokens and (from 0.12) their probabilities."""
     setup = rows.build.setup
     ep, routed = setup.ep, _routed_bytes(setup)
-    rows.add("dispatch", rows.mlp, _maybe("alltoall", "EP", routed, ep), _maybe("alltoall", "EP", routed, ep),
+    rows.add(MOE_DISPATCH, rows.mlp, _maybe("alltoall", "EP", routed, ep), _maybe("alltoall", "EP", routed, ep),
              routed=True)
     if rows.build.release.probs_travel:
         probs = BF16 * tokens_per_rank(setup) * setup.model.moe_topk
-        rows.add("dispatch_probs", rows.mlp, _maybe("alltoall", "EP", probs, ep), _maybe("alltoall", "EP", probs, ep),
+        rows.add(MOE_DISPATCH_PROBS, rows.mlp, _maybe("alltoall", "EP", probs, ep), _maybe("alltoall", "EP", probs, ep),
                  routed=True)
 
 
@@ -272,13 +275,13 @@ def _experts(rows: _LayerRows) -> None:
     setup = rows.build.setup
     etp, group = setup.expert_tp, expert_tp_group(setup)
     gathered = _routed_bytes(setup) * etp
-    rows.add("expert_fc1", rows.mlp, _maybe("allgather", group, gathered, etp),
+    rows.add(MOE_EXPERT_FC1, rows.mlp, _maybe("allgather", group, gathered, etp),
              _maybe("reducescatter", group, gathered, etp), kind="mlp_fc1", routed=True, always=True)
     if rows.build.release.probs_travel:
         probs = BF16 * tokens_per_rank(setup) * setup.model.moe_topk * etp
-        rows.add("expert_probs_gather", rows.mlp, _maybe("allgather", group, probs, etp),
+        rows.add(MOE_EXPERT_PROBS_GATHER, rows.mlp, _maybe("allgather", group, probs, etp),
                  _maybe("reducescatter", group, probs, etp), routed=True)
-    rows.add("expert_fc2", rows.mlp, _maybe("reducescatter", group, gathered, etp),
+    rows.add(MOE_EXPERT_FC2, rows.mlp, _maybe("reducescatter", group, gathered, etp),
              _maybe("allgather", group, gathered, etp), kind="mlp_fc2", routed=True, always=True)
 
 
@@ -287,8 +290,8 @@ def _combine(rows: _LayerRows) -> None:
     whole sequence to the rank's sequence shard."""
     setup = rows.build.setup
     ep, routed, t = setup.ep, _routed_bytes(setup), setup.tp
-    rows.add("combine", rows.mlp, _maybe("alltoall", "EP", routed, ep), _maybe("alltoall", "EP", routed, ep),
+    rows.add(MOE_COMBINE, rows.mlp, _maybe("alltoall", "EP", routed, ep), _maybe("alltoall", "EP", routed, ep),
              routed=True)
     if _tp_routing(rows.build):
         shard = Comm("alltoall", "TP", rows.build.u // t)
-        rows.add("tp_combine", rows.mlp, shard, shard)
+        rows.add(MOE_TP_COMBINE, rows.mlp, shard, shard)

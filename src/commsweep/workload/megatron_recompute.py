@@ -9,6 +9,7 @@ schedule refuses full recompute of MoE layers and of multi-latent attention).
 from __future__ import annotations
 
 from .megatron_blocks import Block, Build
+from .row_names import in_layer, recompute_row
 
 # The forward's TP collectives of one part (attention or MLP), in the order the rows are
 # written: SimAI runs rows backwards in backward, so the last written runs first.
@@ -31,6 +32,6 @@ def layer_rows(build: Build, layer: int, micro_batch: int) -> list[Block]:
     for part in ("mlp", "attention"):
         for collective in collectives:
             timed = build.timed(f"recompute_{part}") if collective == collectives[-1] else {}
-            rows.append(Block(f"layer{layer}_recompute_{part}_{collective}", module, layer, micro_batch,
+            rows.append(Block(in_layer(layer, recompute_row(part, collective)), module, layer, micro_batch,
                               ig=build.tp_comm(collective), **timed))
     return rows
