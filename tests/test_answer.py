@@ -167,7 +167,8 @@ def test_the_readme_quotes_the_default_sweeps_answer(results):
 
 
 def test_a_sweep_without_aicb_points_still_has_its_page_and_figures(tmp_path):
-    from commsweep.analysis import plots, summary
+    from commsweep.analysis import summary
+    from commsweep.analysis.figures import difference_by_cause, exposed_tp_by_overlap
 
     results = tmp_path / "results"
     run_sweep(results, default_config(tp=[2], schedule=["megatron"], network=["netA"]))
@@ -176,8 +177,8 @@ def test_a_sweep_without_aicb_points_still_has_its_page_and_figures(tmp_path):
                      "-o", str(results / "difference_by_cause.csv")]) == 0
     assert (results / "difference_by_cause.csv").read_text() == ",".join(causes.COLUMNS) + "\n"
     (results / "plots").mkdir()
-    plots.difference_by_cause(results / "difference_by_cause.csv", results / "plots" / "difference_by_cause.png")
-    plots.exposed_tp_by_overlap(results / "summary.csv", results / "plots" / "exposed_tp_by_overlap.png")
+    difference_by_cause.draw(results / "difference_by_cause.csv", results / "plots" / "difference_by_cause.png")
+    exposed_tp_by_overlap.draw(results / "summary.csv", results / "plots" / "exposed_tp_by_overlap.png")
     assert cli.main(["answer", str(results / "difference_by_cause.csv"), "--sweep", str(results / "sweep.csv"),
                      "-o", str(results / "answer.md")]) == 0
     text = (results / "answer.md").read_text()

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from ..setup.points import AICB_AIOB, AICB_DEFAULT, PointRow
 from . import causes as cz
+from .figures import names
 
 GiB = 2**30
 PATH_NAMES = {AICB_DEFAULT: "AICB default path", AICB_AIOB: "AICB AIOB path"}
@@ -401,12 +402,11 @@ def to_rst(blocks: list[Block], base: Path) -> str:
     return "\n\n".join(out) + "\n"
 
 
-FIGURES = {
-    "Each AICB path's difference from Megatron by cause, signed (plots/difference_by_cause.png)":
-        "plots/difference_by_cause.png",
-    "Exposed TP communication against SimAI's TP overlap ratio (plots/exposed_tp_by_overlap.png)":
-        "plots/exposed_tp_by_overlap.png",
-}
+# The page's figures (each PNG relative to the page), the answer's first.
+FIGURES = {f"{caption} ({figure.png})": figure.png for caption, figure in (
+    ("Each AICB path's difference from Megatron by cause, signed", names.FIGURES[names.DIFFERENCE_BY_CAUSE]),
+    ("Exposed TP communication against SimAI's TP overlap ratio", names.FIGURES[names.EXPOSED_TP_BY_OVERLAP]),
+)}
 
 
 def write(causes_csv: Path, sweep_csv: Path, markdown: Path, rst: Path | None = None,
