@@ -252,8 +252,36 @@ def test_exposed_tp_by_overlap_keeps_the_simulated_points_with_tp(results):
     df = tables.read_summary(results / "summary.csv")
     points = exposed_tp_by_overlap.simulated_points(df, 0.25)
     assert set(points["tp"]) == {2, 8} and set(points["tp_overlap"]) == {0.25} and set(points["ep"]) == {1}
-    for key, row in points.iterrows():
-        tp_time = sum(r.time_us or 0 for r in summary.read(results / "summary.csv").rows
-                      if r.point.point == key and r.volume is not None and r.volume.group == "TP")
-        assert row["tp_time_us"] == pytest.approx(tp_time)
     assert exposed_tp_by_overlap.panels_of(points) == [("gpt-7b", 1, tp, sp) for tp in (2, 8) for sp in (False, True)]
+
+
+def test_exposed_tp_by_overlap_draws_only_what_was_simulated(results, drawn):
+    """No line through a ratio the sweep never simulated: every point drawn is a simulated one."""
+    from commsweep.analysis.figures import exposed_tp_by_overlap, tables
+
+    points = exposed_tp_by_overlap.simulated_points(tables.read_summary(results / "summary.csv"))
+    simulated = {(float(r), round(float(t) / 1000, 9)) for r, t in zip(points["tp_overlap"], points["sim_tp_us"])}
+    fig = drawn[names.EXPOSED_TP_BY_OVERLAP]
+    plotted = [(float(x), round(float(y), 9)) for ax in fig.axes for line in ax.lines
+               for x, y in zip(line.get_xdata(), line.get_ydata())]
+    assert plotted and set(plotted) <= simulated
+    # One ratio simulated: markers alone, no line, and the title says how to get lines.
+    assert all(line.get_linestyle() == "None" for ax in fig.axes for line in ax.lines)
+    assert "simulated at one ratio only (0): list several in sweep.tp_overlap" in fig._suptitle.get_text()
+
+
+def test_exposed_tp_by_overlap_joins_the_ratios_simulated_in_order(results):
+    from commsweep.analysis.figures import exposed_tp_by_overlap, tables
+
+    import pandas as pd
+
+    points = exposed_tp_by_overlap.simulated_points(tables.read_summary(results / "summary.csv"))
+    # The same points simulated again at ratio 0.5, exposing half their TP time, as SimAI does.
+    half = points.assign(tp_overlap=0.5, sim_tp_us=points["sim_tp_us"] / 2)
+    both = pd.concat([half, points])
+    sub = both[(both["tp"] == 8) & (~both["sp"])]
+    curves = {c.variant: c for c in exposed_tp_by_overlap.curves(sub)}
+    assert set(curves) == {"aicb_default", "aicb_aiob", "megatron_aiob"}  # one Megatron curve: the same exposure
+    for variant, curve in curves.items():
+        first = sub[(sub["variant"] == variant) & (sub["tp_overlap"] == 0.0)]["sim_tp_us"].mean() / 1000
+        assert curve.ratios == (0.0, 0.5) and curve.exposed_ms == pytest.approx((first, first / 2))

@@ -2,16 +2,17 @@
 ratio (-tp_o), per path.
 
 Volume is volume, exposure is a separate knob: SimAI exposes ``time x (1 - tp_o)`` of every
-TP collective, so each path's line runs from its TP time before overlap (at 0) down to 0
-(at 1). Lines: that formula from the points' TP time before overlap (the summary's
-``time_us`` on TP); markers: the simulated exposed TP time of each point at its ratio (the
-``tp_overlap`` axis, or ``default_tp_overlap`` for a sweep without it). One panel per model,
-EP, TP > 1 and SP setting on the first network; the Megatron line is the same for both
-``aiob`` settings (exposure does not depend on compute).
+TP collective. Only what was simulated is drawn: a marker per generator at each ratio the
+sweep simulated (the ``tp_overlap`` axis, or ``default_tp_overlap`` for a sweep without it),
+the simulated exposed TP time of its points there, and lines only between simulated ratios
+(a sweep of one ratio has markers alone, and the title says how to get lines). One panel per
+model, EP, TP > 1 and SP setting on the first network; Megatron's points are the same for
+both ``aiob`` settings (exposure does not depend on compute).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from ...setup.points import AICB_AIOB, AICB_DEFAULT, MEGATRON, MEGATRON_AIOB, variant_of
@@ -24,16 +25,14 @@ STYLES = {AICB_DEFAULT: ("#c44e52", "-"), AICB_AIOB: ("#dd8452", "-"), MEGATRON:
 
 def simulated_points(df, default_tp_overlap: float = 0.0):
     """One row per point with TP > 1 on the sweep's first network that SimAI did not
-    overflow: its ``variant``, ``tp_overlap``, simulated exposed TP time (``sim_tp_us``) and
-    TP time before overlap (``tp_time_us``); an ``ep`` of 1 where the sweep has no EP axis."""
+    overflow: its ``variant``, ``tp_overlap`` and simulated exposed TP time (``sim_tp_us``);
+    an ``ep`` of 1 where the sweep has no EP axis."""
     df = df[df["network"] == df["network"].iloc[0]].copy()
     if "tp_overlap" not in df.columns:
         df["tp_overlap"] = default_tp_overlap
     df = df[df["tp"] > 1]
     df["variant"] = [variant_of(s, a) for s, a in zip(df["schedule"], df["aiob"])]
-    tp_time = df[df["group"] == "TP"].groupby("point")["time_us"].sum()
     points = df.drop_duplicates("point").set_index("point")
-    points["tp_time_us"] = tp_time.reindex(points.index).fillna(0.0)
     points = points[points["sim_tp_us"] <= cv.OVERFLOW_US]
     if "ep" not in points.columns:
         points["ep"] = 1
@@ -59,15 +58,33 @@ def lines(sub) -> list[tuple[str, object]]:
     return out
 
 
-def _panel(ax, sub, title: str, first_column: bool) -> list[str]:
-    """One panel's lines and markers; the generators drawn."""
-    shown = []
+@dataclass(frozen=True)
+class Curve:
+    """One generator's simulated exposed TP time (ms per iteration, its points averaged) at each
+    TP overlap ratio simulated, in increasing ratio."""
+
+    variant: str
+    ratios: tuple[float, ...]
+    exposed_ms: tuple[float, ...]
+
+
+def curves(sub) -> list[Curve]:
+    """The panel's curves: what its points ``sub`` simulated, nothing in between or beyond."""
+    out = []
     for var, mine in lines(sub):
-        colour, style = STYLES[var]
-        before = float(mine["tp_time_us"].mean()) / 1000
-        ax.plot([0, 1], [before, 0], color=colour, linestyle=style, linewidth=1.2)
-        ax.plot(mine["tp_overlap"], mine["sim_tp_us"] / 1000, marker="o", color=colour, linestyle="", markersize=4)
-        shown.append(cv.GENERATORS[var])
+        by_ratio = mine.groupby("tp_overlap")["sim_tp_us"].mean().sort_index()
+        out.append(Curve(var, tuple(float(r) for r in by_ratio.index), tuple(float(v) / 1000 for v in by_ratio)))
+    return out
+
+
+def _panel(ax, sub, title: str, first_column: bool) -> list[str]:
+    """One panel's markers, and lines between them; the generators drawn."""
+    shown = []
+    for curve in curves(sub):
+        colour, style = STYLES[curve.variant]
+        ax.plot(curve.ratios, curve.exposed_ms, color=colour, linestyle=style if len(curve.ratios) > 1 else "",
+                linewidth=1.2, marker="o", markersize=4)
+        shown.append(cv.GENERATORS[curve.variant])
     ax.set_xlim(-0.03, 1.03)
     ax.set_ylim(bottom=0)
     ax.set_title(title, fontsize=9)
@@ -107,10 +124,14 @@ def draw(summary_csv: Path, output: Path, *, default_tp_overlap: float = 0.0) ->
                 shown.append(label)
     for j in range(len(panels), nrows * ncols):
         axes[j // ncols][j % ncols].axis("off")
-    handles = [Line2D([], [], color=cv.VARIANT_COLOURS[v], linestyle="--" if v == "Megatron" else "-", label=v)
-               for v in shown]
-    handles.append(Line2D([], [], marker="o", color="grey", linestyle="", label="simulated point"))
+    ratios = sorted(set(points["tp_overlap"]))
+    handles = [Line2D([], [], color=cv.VARIANT_COLOURS[v], linestyle=("--" if v == "Megatron" else "-")
+                      if len(ratios) > 1 else "", marker="o", markersize=4, label=v) for v in shown]
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False, fontsize=8)
-    fig.suptitle(f"Exposed TP communication against the TP overlap ratio (network {network})", fontsize=10)
+    title = f"Exposed TP communication against the TP overlap ratio (network {network})"
+    if len(ratios) == 1:
+        title += (f"\nsimulated at one ratio only ({ratios[0]:g}): list several in sweep.tp_overlap "
+                  "to see exposure fall with overlap")
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, 0.6 / fig.get_figheight(), 1, 0.96))
     cv.finish(fig, output)
