@@ -106,6 +106,15 @@ def test_the_answers_figure_is_drawn_at_the_width_the_report_shows(drawn):
     assert any(t.endswith("smaller causes (difference_by_cause.csv)") for t in legend)
 
 
+def test_each_generator_of_the_exposed_figure_has_a_hatch_of_its_own(drawn):
+    """Megatron with and without AIOB times are different points: the legend tells them apart."""
+    legend = drawn[names.EXPOSED_BY_GROUP].legends[0]
+    hatches = {t.get_text(): h.get_hatch() for t, h in zip(legend.get_texts(), legend.legend_handles)
+               if not t.get_text().endswith(" group")}
+    assert set(hatches) == {"AICB default path", "AICB AIOB path", "Megatron", "Megatron (AIOB times)"}
+    assert len(set(hatches.values())) == 4
+
+
 def test_the_timeline_is_titled_in_words(drawn):
     title = drawn["timeline"]._suptitle.get_text()
     assert title.startswith("gpt-7b, 16 GPUs, TP 2, PP 1, SP off, AICB, AIOB times, network netA\n")
