@@ -85,6 +85,6 @@ def draw(by_kind_csv: Path, output: Path) -> None:
             ax.margins(y=0.08)
     handles = cv.colour_handles(KIND_COLOURS, kinds) + cv.hatch_handles(variants)
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), frameon=False, fontsize=8)
-    fig.suptitle("Audit against Megatron: bytes each workload misses, by kind of finding")
+    fig.suptitle("Audit against Megatron: bytes each workload is off, in excess and short, by kind of finding")
     fig.tight_layout(rect=(0, 0.09, 1, 0.96))
     cv.finish(fig, output)
