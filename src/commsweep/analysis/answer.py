@@ -439,10 +439,12 @@ def to_rst(blocks: list[Block], base: Path) -> str:
 
 
 # The page's figures (each PNG relative to the page), the answer's first.
-FIGURES = {f"{caption} ({figure.png})": figure.png for caption, figure in (
-    ("Each AICB path's difference from Megatron by cause, signed", names.FIGURES[names.DIFFERENCE_BY_CAUSE]),
-    ("Exposed TP communication against SimAI's TP overlap ratio", names.FIGURES[names.EXPOSED_TP_BY_OVERLAP]),
-)}
+CAPTIONS = {
+    names.DIFFERENCE_BY_CAUSE: "Each AICB path's difference from Megatron by cause, signed",
+    names.EXPOSED_TP_BY_OVERLAP: "Exposed TP communication against SimAI's TP overlap ratio",
+}
+FIGURES = {f"{CAPTIONS[name]} ({png})": png
+           for name, png in ((n, names.FIGURES[n].png) for n in names.ON_THE_ANSWER_PAGE)}
 
 
 def write(causes_csv: Path, sweep_csv: Path, markdown: Path, rst: Path | None = None,
