@@ -321,6 +321,42 @@ def packet_blocks(packet_rows: list[cz.Row] | None, points: dict[str, PointRow],
     return blocks
 
 
+def headline_blocks(head: cz.Panel, figures: dict[str, str]) -> list[Block]:
+    """The one-line answer at the headline setting, the answer's figure under it, and what
+    both paths add there beside it (so that neither error hides the other)."""
+    blocks = []
+    aiob = head.rows[AICB_AIOB]
+    n, missing, missing_us = _cause_total(aiob, "missing_bwd_tp_allreduce")
+    _, layernorm, layernorm_us = _cause_total(aiob, "extra_layernorm_grad_allreduce")
+    _, embedding, _ = _cause_total(aiob, "extra_embedding_grad_allreduce")
+    where = f"{head.label} (network {head.network})"
+    blocks.append(Block("p", (
+        f"**ALLREDUCE is what Megatron issues.** Without sequence parallelism Megatron all-reduces on TP "
+        "the input gradients of `linear_qkv` and `linear_fc1` in every layer's backward pass, and of the "
+        "output layer, in every micro-batch. AICB's default path writes them as `ALLREDUCE` (all but the "
+        "output layer's); its AIOB path writes `NONE`, and SimAI skips a `NONE`. "
+        f"For {where} the AIOB path so drops {n} all-reduces per iteration: "
+        f"{exact_bytes(missing)} ({gib(missing)})"
+        + (f" and {ms(missing_us)} of exposed TP time" if missing_us is not None else "")
+        + " (`missing_bwd_tp_allreduce`).")))
+    # The answer's figure right under it, on the report's first screen.
+    blocks += [Block("img", caption, path=path) for caption, path in list(figures.items())[:1]]
+    extra = (f" With its `embedding_grads` all-reduce ({exact_bytes(embedding)}), the AIOB path's extra "
+             f"backward all-reduces come to {exact_bytes(layernorm + embedding)}." if embedding else "")
+    blocks.append(Block("p", (
+        "**And both paths add a whole-model all-reduce that Megatron never sends.** "
+        "With SP off, both AICB paths write a `layernorm` row whose backward pass all-reduces two bytes per "
+        "parameter of the whole model on TP (AICB 23eec3c, `SimAI_training_workload_generator.py`, the "
+        "`layernorm` Work_Item under `if not enable_sequence_parallel`), on top of the DP all-gather and "
+        "reduce-scatter of the same workload. Megatron all-reduces layernorm gradients on TP only *with* "
+        f"SP, and only the layernorm parameters. For {where} that is {exact_bytes(layernorm)} "
+        f"({gib(layernorm)}{'' if layernorm_us is None else ', ' + ms(layernorm_us)}; "
+        f"`extra_layernorm_grad_allreduce`).{extra} "
+        "A figure of TP bytes per phase nets the two and shows the AIOB path above Megatron; "
+        "the causes, kept apart, show both errors.")))
+    return blocks
+
+
 def page(rows: list[cz.Row], points: dict[str, PointRow], figures: dict[str, str],
          packet_rows: list[cz.Row] | None = None, skipped: list[Invalid] = ()) -> list[Block]:
     """The landing page's blocks (``figures``: caption -> path of a PNG, relative to the page;
@@ -331,35 +367,7 @@ def page(rows: list[cz.Row], points: dict[str, PointRow], figures: dict[str, str
     head = headline(panels)
     blocks += [Block("p", text) for text in lacks(rows, points, head, skipped)]
     if head is not None:
-        aiob = head.rows[AICB_AIOB]
-        n, missing, missing_us = _cause_total(aiob, "missing_bwd_tp_allreduce")
-        _, layernorm, layernorm_us = _cause_total(aiob, "extra_layernorm_grad_allreduce")
-        _, embedding, _ = _cause_total(aiob, "extra_embedding_grad_allreduce")
-        where = f"{head.label} (network {head.network})"
-        blocks.append(Block("p", (
-            f"**ALLREDUCE is what Megatron issues.** Without sequence parallelism Megatron all-reduces on TP "
-            "the input gradients of `linear_qkv` and `linear_fc1` in every layer's backward pass, and of the "
-            "output layer, in every micro-batch. AICB's default path writes them as `ALLREDUCE` (all but the "
-            "output layer's); its AIOB path writes `NONE`, and SimAI skips a `NONE`. "
-            f"For {where} the AIOB path so drops {n} all-reduces per iteration: "
-            f"{exact_bytes(missing)} ({gib(missing)})"
-            + (f" and {ms(missing_us)} of exposed TP time" if missing_us is not None else "")
-            + " (`missing_bwd_tp_allreduce`).")))
-        # The answer's figure right under it, on the report's first screen.
-        blocks += [Block("img", caption, path=path) for caption, path in list(figures.items())[:1]]
-        extra = (f" With its `embedding_grads` all-reduce ({exact_bytes(embedding)}), the AIOB path's extra "
-                 f"backward all-reduces come to {exact_bytes(layernorm + embedding)}." if embedding else "")
-        blocks.append(Block("p", (
-            "**And both paths add a whole-model all-reduce that Megatron never sends.** "
-            "With SP off, both AICB paths write a `layernorm` row whose backward pass all-reduces two bytes per "
-            "parameter of the whole model on TP (AICB 23eec3c, `SimAI_training_workload_generator.py`, the "
-            "`layernorm` Work_Item under `if not enable_sequence_parallel`), on top of the DP all-gather and "
-            "reduce-scatter of the same workload. Megatron all-reduces layernorm gradients on TP only *with* "
-            f"SP, and only the layernorm parameters. For {where} that is {exact_bytes(layernorm)} "
-            f"({gib(layernorm)}{'' if layernorm_us is None else ', ' + ms(layernorm_us)}; "
-            f"`extra_layernorm_grad_allreduce`).{extra} "
-            "A figure of TP bytes per phase nets the two and shows the AIOB path above Megatron; "
-            "the causes, kept apart, show both errors.")))
+        blocks += headline_blocks(head, figures)
     if deepseek(rows):
         blocks += deepseek_blocks(panels, points)
     none = sum(r.rows for r in rows if r.cause == "size_in_none_column")
