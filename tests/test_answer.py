@@ -167,7 +167,8 @@ def test_the_readme_quotes_the_default_sweeps_answer(results):
 
 
 def test_a_sweep_without_aicb_points_still_has_its_page_and_figures(tmp_path):
-    from commsweep.analysis import plots, summary
+    from commsweep.analysis import summary
+    from commsweep.analysis.figures import difference_by_cause, exposed_tp_by_overlap
 
     results = tmp_path / "results"
     run_sweep(results, default_config(tp=[2], schedule=["megatron"], network=["netA"]))
@@ -176,8 +177,8 @@ def test_a_sweep_without_aicb_points_still_has_its_page_and_figures(tmp_path):
                      "-o", str(results / "difference_by_cause.csv")]) == 0
     assert (results / "difference_by_cause.csv").read_text() == ",".join(causes.COLUMNS) + "\n"
     (results / "plots").mkdir()
-    plots.difference_by_cause(results / "difference_by_cause.csv", results / "plots" / "difference_by_cause.png")
-    plots.exposed_tp_by_overlap(results / "summary.csv", results / "plots" / "exposed_tp_by_overlap.png")
+    difference_by_cause.draw(results / "difference_by_cause.csv", results / "plots" / "difference_by_cause.png")
+    exposed_tp_by_overlap.draw(results / "summary.csv", results / "plots" / "exposed_tp_by_overlap.png")
     assert cli.main(["answer", str(results / "difference_by_cause.csv"), "--sweep", str(results / "sweep.csv"),
                      "-o", str(results / "answer.md")]) == 0
     text = (results / "answer.md").read_text()
@@ -233,3 +234,29 @@ def test_the_packet_level_section_quotes_its_table_beside_the_analytical_one(res
     assert section.count("AICB AIOB path: net ") == 4
     alone = answer.to_markdown(answer.page(rows, {**table, **packet}, {}, [r for r in packet_rows if "megatron" in r.point]))
     assert "no packet-level pair to answer with" in alone
+
+
+def test_an_moe_sweep_is_told_that_aicb_refuses_sp_off_not_to_add_it(tmp_path):
+    """config/moe.yaml asks for SP off, and AICB refuses MoE without SP (those points are
+    skipped): the page must not advise adding what the sweep already asks for."""
+    from commsweep.setup.points import read_points, read_skipped
+    from test_causes import config_of
+
+    from conftest import REPO
+
+    config = config_of((REPO / "config" / "moe.yaml").read_text())
+    config["sweep"].update(model=["qwen1.5-moe-a2.7b"], tp=[2], ep=[2], aiob=[True], network=["netA"])
+    results = tmp_path / "results"
+    run_sweep(results, config)
+    assert cli.main(["causes", "--sweep", str(results / "sweep.csv"), "--results", str(results),
+                     "-o", str(results / "d.csv")]) == 0
+    rows = causes.read_csv(results / "d.csv")
+    skipped = read_skipped(results / "sweep.csv")
+    assert rows and any(s.values["schedule"] == "aicb" and s.values["sp"] == "False" for s in skipped)
+    text = answer.to_markdown(answer.page(rows, points(results), {}, skipped=skipped))
+    assert "`sweep.sp`" not in text and "add to" not in text.split("\n\n")[1]
+    assert ("it asks for AICB points with SP off, but AICB cannot make them (skipped, see `sweep.csv`): AICB "
+            "refuses MoE without sequence parallelism") in text
+    # A sweep that never asks for SP off is told to add it (the next run's page says if AICB refuses it).
+    asked_for_sp_on_only = {p.point: p for p in read_points(results / "sweep.csv")}
+    assert "add to `sweep.sp` (false)" in "\n".join(answer.lacks(rows, asked_for_sp_on_only, None, []))

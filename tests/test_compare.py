@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from commsweep.analysis import audit, audit_csv, compare, plots, summary, timeline, volumes
+from commsweep.analysis import audit, audit_csv, compare, summary, timeline, volumes
+from commsweep.analysis.figures import canvas, exposed_by_group, plot, tables, tp_bytes_by_phase, volume_by_tp
 from commsweep.base import paths
 from commsweep.orchestration import cli
 from commsweep.setup.arguments import add_aiob_arguments, add_training_arguments, setup_from_args
@@ -379,7 +380,7 @@ def test_figures_are_png_and_deterministic(sweep, tmp_path, kind):
         source = tmp_path / "findings_by_kind.csv"
         source.write_text(_tables_text(sweep)[3])
     assert cli.main(["plot", kind, str(source), "-o", str(a)]) == 0
-    plots.PLOTS[kind](source, b)
+    plot.plot(kind, source, b)
     assert a.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert a.read_bytes() == b.read_bytes()
 
@@ -396,10 +397,10 @@ def test_exposed_figure_without_times_says_so(sweep, tmp_path):
     plain.write_text(buf.getvalue())
     assert all(not r.iteration and r.time_us is None for r in summary.read(plain).rows)
     said, drawn = tmp_path / "said.png", tmp_path / "drawn.png"
-    plots.exposed_by_group(plain, said)
-    plots.message_figure(drawn, "No simulated times in the summary table:\nno point of this sweep was simulated.")
+    exposed_by_group.draw(plain, said)
+    canvas.message_figure(drawn, "No simulated times in the summary table:\nno point of this sweep was simulated.")
     assert said.read_bytes() == drawn.read_bytes()
-    plots.exposed_by_group(sweep / "summary.csv", drawn)
+    exposed_by_group.draw(sweep / "summary.csv", drawn)
     assert said.read_bytes() != drawn.read_bytes()
 
 
@@ -484,7 +485,7 @@ def test_setting_verdicts_in_words():
 
 def test_figures_leave_failed_points_out(tmp_path):
     """A failed point's one summary row has no numbers: the figures must not count it as 0 bytes."""
-    from commsweep.analysis import plots, summary
+    from commsweep.analysis import summary
 
     columns = summary.COLUMNS
     point = dict(model="gpt-7b", world_size="16", tp="2", pp="1", ep="1", sp="False", aiob="False", schedule="megatron",
@@ -505,8 +506,8 @@ def test_figures_leave_failed_points_out(tmp_path):
         return path
 
     with_failed, without = write([ok, failed], "with.csv"), write([ok], "without.csv")
-    assert list(plots.read_summary(with_failed)["point"]) == ["p1__netA"]
-    for draw in (plots.tp_bytes_by_phase, plots.volume_by_tp):
+    assert list(tables.read_summary(with_failed)["point"]) == ["p1__netA"]
+    for draw in (tp_bytes_by_phase.draw, volume_by_tp.draw):
         draw(with_failed, tmp_path / "a.png")
         draw(without, tmp_path / "b.png")
-        assert (tmp_path / "a.png").read_bytes() == (tmp_path / "b.png").read_bytes(), draw.__name__
+        assert (tmp_path / "a.png").read_bytes() == (tmp_path / "b.png").read_bytes(), draw.__module__

@@ -132,7 +132,7 @@ def test_ctrl_c_in_a_command_says_one_line_and_ends_as_interrupted(tmp_path):
 def test_the_command_line_page_covers_every_command_and_plot_kind():
     """docs/cli.md says it lists every command: each subcommand has its row, and the plot row
     names every kind of figure."""
-    from commsweep.analysis.plots import PLOTS
+    from commsweep.analysis.figures.names import KINDS as PLOTS
     from commsweep.orchestration import cli
 
     page = (REPO / "docs" / "cli.md").read_text()

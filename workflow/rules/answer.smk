@@ -7,7 +7,7 @@ rule answer:
     input:
         causes=L.difference_by_cause(),
         sweep=L.sweep_table(),
-        figures=[L.plot("difference_by_cause"), L.plot("exposed_tp_by_overlap")],
+        figures=[L.plot(name) for name in figure_names.ON_THE_ANSWER_PAGE],
         # With packet-level points, the answer under packet-level simulation too (packet.smk).
         packet=[L.packet_causes()] if PACKET_POINTS else [],
         after=[L.step_status("difference_by_cause")]

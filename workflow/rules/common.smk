@@ -8,6 +8,7 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 
 from commsweep.analysis import timeline
+from commsweep.analysis.figures import names as figure_names
 from commsweep.base import paths, status
 from commsweep.base.errors import CommsweepError
 from commsweep.orchestration import batch, pipeline, steps, storage, sweep
@@ -230,7 +231,7 @@ def figure_commands(wildcards):
     commands = []
     for name, fig in FIGURES.items():
         command, after = list(fig.command), [L.step_status(step) for step in fig.after]
-        if name == "timeline":
+        if name == figure_names.TIMELINE:
             command, after = timeline_command()
         commands.append(guarded_step(fig.name, [*command, "-o", f"<output.{name}>"], [f"<output.{name}>"], after,
                                      f"<output.{name}_status>"))

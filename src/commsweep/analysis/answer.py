@@ -29,8 +29,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..setup.points import AICB_AIOB, AICB_DEFAULT, PointRow
+from ..setup.points import AICB_AIOB, AICB_DEFAULT, Invalid, PointRow
 from . import causes as cz
+from .figures import names
 
 GiB = 2**30
 PATH_NAMES = {AICB_DEFAULT: "AICB default path", AICB_AIOB: "AICB AIOB path"}
@@ -149,10 +150,46 @@ def headline(panels: list[cz.Panel]) -> cz.Panel | None:
     return None
 
 
-def lacks(rows: list[cz.Row], points: dict[str, PointRow], head: cz.Panel | None) -> list[str]:
+# What the headline's setting needs of an AICB point, per config key: the advice that adds
+# it, the words for points that have it, and the test of a point's (tp, sp, aiob).
+HEADLINE_NEEDS = (
+    ("`sweep.tp` (a TP above 1)", "TP above 1", lambda tp, sp, aiob: tp > 1),
+    ("`sweep.sp` (false)", "SP off", lambda tp, sp, aiob: not sp),
+    ("`sweep.aiob` (true)", "AIOB on", lambda tp, sp, aiob: aiob),
+)
+
+
+def headline_missing(aicb: list[PointRow], skipped: list[Invalid]) -> tuple[list[str], dict[str, list[str]]]:
+    """Why no AICB point has the headline's setting (TP > 1, SP off, AIOB on): the config
+    keys whose value the sweep never asks for (adding it would make such points), and the
+    settings it asks for but could not run, with the reasons (``skipped``: the points
+    table's skipped rows; advice to ask again for what AICB refuses cannot be followed)."""
+    def cells(s: Invalid) -> tuple[int, bool, bool]:
+        return int(s.values["tp"]), s.values["sp"] == "True", s.values["aiob"] == "True"
+
+    refused = [s for s in skipped if s.values.get("schedule") == "aicb"]
+    add, cannot = [], {}
+    for key, words, has in HEADLINE_NEEDS:
+        if any(has(p.tp, p.sp, p.aiob) for p in aicb):
+            continue
+        why = [s for s in refused if has(*cells(s))]
+        if why:
+            cannot[words] = list(dict.fromkeys(r for s in why for r in s.reasons))
+        else:
+            add.append(key)
+    if not add and not cannot:  # each value runs, but never all three together
+        why = [s for s in refused if all(has(*cells(s)) for _, _, has in HEADLINE_NEEDS)]
+        if why:
+            cannot["TP above 1, SP off and AIOB on together"] = list(dict.fromkeys(r for s in why for r in s.reasons))
+    return add, cannot
+
+
+def lacks(rows: list[cz.Row], points: dict[str, PointRow], head: cz.Panel | None,
+          skipped: list[Invalid] = ()) -> list[str]:
     """What keeps this sweep from answering, each with the config key that adds it: no
     ``aicb`` point (nothing to hold against Megatron), no ``megatron`` point (bytes but no
-    simulated time), or no setting the headline quotes (TP > 1, SP off, AIOB on)."""
+    simulated time), or no setting the headline quotes (TP > 1, SP off, AIOB on; where the
+    sweep asks for it but AICB refuses it, the reason instead of a key)."""
     aicb = [p for p in points.values() if p.schedule == "aicb"]
     if not aicb:
         return ["**This sweep cannot answer: it has no `aicb` point.** The answer holds the workloads of AICB's "
@@ -166,11 +203,10 @@ def lacks(rows: list[cz.Row], points: dict[str, PointRow], head: cz.Panel | None
         out.append("**No AICB point of this sweep has a difference to show:** each matches Megatron, or has no "
                    "audit (a failed point: `results/status.txt` lists them).")
     elif head is None and not deepseek(rows):  # a DeepSeek sweep has its own headline (AICB refuses SP off)
-        missing = [key for key, found in (
-            ("`sweep.tp` (a TP above 1)", any(p.tp > 1 for p in aicb)),
-            ("`sweep.sp` (false)", any(not p.sp for p in aicb)),
-            ("`sweep.aiob` (true)", any(p.aiob for p in aicb))) if not found]
-        what = f"; add to {', '.join(missing)}" if missing else ""
+        add, cannot = headline_missing(aicb, list(skipped))
+        what = f"; add to {', '.join(add)}" if add else ""
+        what += "".join(f"; it asks for AICB points with {words}, but AICB cannot make them (skipped, see "
+                        f"`sweep.csv`): {'; '.join(why)}" for words, why in cannot.items())
         out.append("**The headline, what the AIOB path drops, needs a setting with TP above 1, SP off and AIOB "
                    f"on, where the AIOB path writes `NONE`:** this sweep has none{what}.")
     return out
@@ -285,44 +321,53 @@ def packet_blocks(packet_rows: list[cz.Row] | None, points: dict[str, PointRow],
     return blocks
 
 
+def headline_blocks(head: cz.Panel, figures: dict[str, str]) -> list[Block]:
+    """The one-line answer at the headline setting, the answer's figure under it, and what
+    both paths add there beside it (so that neither error hides the other)."""
+    blocks = []
+    aiob = head.rows[AICB_AIOB]
+    n, missing, missing_us = _cause_total(aiob, "missing_bwd_tp_allreduce")
+    _, layernorm, layernorm_us = _cause_total(aiob, "extra_layernorm_grad_allreduce")
+    _, embedding, _ = _cause_total(aiob, "extra_embedding_grad_allreduce")
+    where = f"{head.label} (network {head.network})"
+    blocks.append(Block("p", (
+        f"**ALLREDUCE is what Megatron issues.** Without sequence parallelism Megatron all-reduces on TP "
+        "the input gradients of `linear_qkv` and `linear_fc1` in every layer's backward pass, and of the "
+        "output layer, in every micro-batch. AICB's default path writes them as `ALLREDUCE` (all but the "
+        "output layer's); its AIOB path writes `NONE`, and SimAI skips a `NONE`. "
+        f"For {where} the AIOB path so drops {n} all-reduces per iteration: "
+        f"{exact_bytes(missing)} ({gib(missing)})"
+        + (f" and {ms(missing_us)} of exposed TP time" if missing_us is not None else "")
+        + " (`missing_bwd_tp_allreduce`).")))
+    # The answer's figure right under it, on the report's first screen.
+    blocks += [Block("img", caption, path=path) for caption, path in list(figures.items())[:1]]
+    extra = (f" With its `embedding_grads` all-reduce ({exact_bytes(embedding)}), the AIOB path's extra "
+             f"backward all-reduces come to {exact_bytes(layernorm + embedding)}." if embedding else "")
+    blocks.append(Block("p", (
+        "**And both paths add a whole-model all-reduce that Megatron never sends.** "
+        "With SP off, both AICB paths write a `layernorm` row whose backward pass all-reduces two bytes per "
+        "parameter of the whole model on TP (AICB 23eec3c, `SimAI_training_workload_generator.py`, the "
+        "`layernorm` Work_Item under `if not enable_sequence_parallel`), on top of the DP all-gather and "
+        "reduce-scatter of the same workload. Megatron all-reduces layernorm gradients on TP only *with* "
+        f"SP, and only the layernorm parameters. For {where} that is {exact_bytes(layernorm)} "
+        f"({gib(layernorm)}{'' if layernorm_us is None else ', ' + ms(layernorm_us)}; "
+        f"`extra_layernorm_grad_allreduce`).{extra} "
+        "A figure of TP bytes per phase nets the two and shows the AIOB path above Megatron; "
+        "the causes, kept apart, show both errors.")))
+    return blocks
+
+
 def page(rows: list[cz.Row], points: dict[str, PointRow], figures: dict[str, str],
-         packet_rows: list[cz.Row] | None = None) -> list[Block]:
+         packet_rows: list[cz.Row] | None = None, skipped: list[Invalid] = ()) -> list[Block]:
     """The landing page's blocks (``figures``: caption -> path of a PNG, relative to the page;
-    ``packet_rows``: the packet-level difference by cause, where the sweep has packet-level points)."""
+    ``packet_rows``: the packet-level difference by cause, where the sweep has packet-level points;
+    ``skipped``: the combinations the sweep asked for and could not run)."""
     panels = cz.panels(rows, points)
     blocks = [Block("h1", "The answer: what each AICB path gets wrong, by cause")]
     head = headline(panels)
-    blocks += [Block("p", text) for text in lacks(rows, points, head)]
+    blocks += [Block("p", text) for text in lacks(rows, points, head, skipped)]
     if head is not None:
-        aiob = head.rows[AICB_AIOB]
-        n, missing, missing_us = _cause_total(aiob, "missing_bwd_tp_allreduce")
-        _, layernorm, layernorm_us = _cause_total(aiob, "extra_layernorm_grad_allreduce")
-        _, embedding, _ = _cause_total(aiob, "extra_embedding_grad_allreduce")
-        where = f"{head.label} (network {head.network})"
-        blocks.append(Block("p", (
-            f"**ALLREDUCE is what Megatron issues.** Without sequence parallelism Megatron all-reduces on TP "
-            "the input gradients of `linear_qkv` and `linear_fc1` in every layer's backward pass, and of the "
-            "output layer, in every micro-batch. AICB's default path writes them as `ALLREDUCE` (all but the "
-            "output layer's); its AIOB path writes `NONE`, and SimAI skips a `NONE`. "
-            f"For {where} the AIOB path so drops {n} all-reduces per iteration: "
-            f"{exact_bytes(missing)} ({gib(missing)})"
-            + (f" and {ms(missing_us)} of exposed TP time" if missing_us is not None else "")
-            + " (`missing_bwd_tp_allreduce`).")))
-        # The answer's figure right under it, on the report's first screen.
-        blocks += [Block("img", caption, path=path) for caption, path in list(figures.items())[:1]]
-        extra = (f" With its `embedding_grads` all-reduce ({exact_bytes(embedding)}), the AIOB path's extra "
-                 f"backward all-reduces come to {exact_bytes(layernorm + embedding)}." if embedding else "")
-        blocks.append(Block("p", (
-            "**And both paths add a whole-model all-reduce that Megatron never sends.** "
-            "With SP off, both AICB paths write a `layernorm` row whose backward pass all-reduces two bytes per "
-            "parameter of the whole model on TP (AICB 23eec3c, `SimAI_training_workload_generator.py`, the "
-            "`layernorm` Work_Item under `if not enable_sequence_parallel`), on top of the DP all-gather and "
-            "reduce-scatter of the same workload. Megatron all-reduces layernorm gradients on TP only *with* "
-            f"SP, and only the layernorm parameters. For {where} that is {exact_bytes(layernorm)} "
-            f"({gib(layernorm)}{'' if layernorm_us is None else ', ' + ms(layernorm_us)}; "
-            f"`extra_layernorm_grad_allreduce`).{extra} "
-            "A figure of TP bytes per phase nets the two and shows the AIOB path above Megatron; "
-            "the causes, kept apart, show both errors.")))
+        blocks += headline_blocks(head, figures)
     if deepseek(rows):
         blocks += deepseek_blocks(panels, points)
     none = sum(r.rows for r in rows if r.cause == "size_in_none_column")
@@ -401,12 +446,13 @@ def to_rst(blocks: list[Block], base: Path) -> str:
     return "\n\n".join(out) + "\n"
 
 
-FIGURES = {
-    "Each AICB path's difference from Megatron by cause, signed (plots/difference_by_cause.png)":
-        "plots/difference_by_cause.png",
-    "Exposed TP communication against SimAI's TP overlap ratio (plots/exposed_tp_by_overlap.png)":
-        "plots/exposed_tp_by_overlap.png",
+# The page's figures (each PNG relative to the page), the answer's first.
+CAPTIONS = {
+    names.DIFFERENCE_BY_CAUSE: "Each AICB path's difference from Megatron by cause, signed",
+    names.EXPOSED_TP_BY_OVERLAP: "Exposed TP communication against SimAI's TP overlap ratio",
 }
+FIGURES = {f"{CAPTIONS[name]} ({png})": png
+           for name, png in ((n, names.FIGURES[n].png) for n in names.ON_THE_ANSWER_PAGE)}
 
 
 def write(causes_csv: Path, sweep_csv: Path, markdown: Path, rst: Path | None = None,
@@ -414,14 +460,14 @@ def write(causes_csv: Path, sweep_csv: Path, markdown: Path, rst: Path | None = 
     """Write answer.md (figures linked relative to it) and, if asked, answer.rst (embedded);
     ``packet_csv``: packet_difference_by_cause.csv, for a sweep with packet-level points."""
     from ..base.files import write_text
-    from ..setup.points import read_points
+    from ..setup.points import read_points, read_skipped
 
     rows = cz.read_csv(causes_csv)
     packet_rows = cz.read_csv(packet_csv) if packet_csv is not None else None
     points = {p.point: p for p in read_points(sweep_csv)}
     base = Path(markdown).parent
     figures = {caption: path for caption, path in FIGURES.items() if (base / path).exists()}
-    blocks = page(rows, points, figures, packet_rows)
+    blocks = page(rows, points, figures, packet_rows, read_skipped(sweep_csv))
     write_text(markdown, to_markdown(blocks))
     if rst is not None:
         write_text(rst, to_rst(blocks, base))

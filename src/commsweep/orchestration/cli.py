@@ -109,14 +109,14 @@ def cmd_summarize(ns: argparse.Namespace) -> None:
 
 
 def cmd_plot(ns: argparse.Namespace) -> None:
-    from ..analysis import plots
+    from ..analysis.figures import names, plot
 
     options = {}
-    if ns.kind == "difference-by-cause" and ns.sweep:
+    if ns.kind == names.FIGURES[names.DIFFERENCE_BY_CAUSE].kind and ns.sweep:
         options["sweep_csv"] = Path(ns.sweep)
-    if ns.kind == "exposed-tp-by-overlap":
+    if ns.kind == names.FIGURES[names.EXPOSED_TP_BY_OVERLAP].kind:
         options["default_tp_overlap"] = ns.tp_overlap
-    plots.PLOTS[ns.kind](Path(ns.summary), Path(ns.output), **options)
+    plot.plot(ns.kind, Path(ns.summary), Path(ns.output), **options)
 
 
 def cmd_causes(ns: argparse.Namespace) -> None:
@@ -197,7 +197,8 @@ def cmd_compare(ns: argparse.Namespace) -> None:
 
 
 def cmd_timeline(ns: argparse.Namespace) -> None:
-    from ..analysis import audit, plots, timeline
+    from ..analysis import audit, timeline
+    from ..analysis.figures import timeline as timeline_figure
     from ..base.errors import ConfigError
     from ..setup.arguments import setup_from_args
     from ..workload import format as wformat
@@ -215,7 +216,7 @@ def cmd_timeline(ns: argparse.Namespace) -> None:
         from ..simulate.engine import load_ratios
 
         times = timeline.simulate(workload, network, load_ratios(ns.ratio_dir))
-    plots.timeline(
+    timeline_figure.draw(
         Path(ns.workload), times, setup, Path(ns.output),
         stage=pipeline_stage(ns.pp_stage, setup.pp), audit_csv=Path(ns.audit) if ns.audit else None, title=ns.title,
     )
@@ -396,8 +397,9 @@ def add_check_parser(sub) -> None:
 
 def add_plot_parser(sub) -> None:
     p = sub.add_parser("plot", help="draw a figure from the summary table")
-    p.add_argument("kind", choices=("volume-by-tp", "volume-by-group", "tp-bytes-by-phase", "exposed-by-group",
-                                    "audit-by-kind", "difference-by-cause", "exposed-tp-by-overlap"))
+    from ..analysis.figures.names import KINDS
+
+    p.add_argument("kind", choices=KINDS)
     # audit-by-kind reads results/findings_by_kind.csv; difference-by-cause
     # results/difference_by_cause.csv; the others results/summary.csv
     p.add_argument("summary", help="results/summary.csv (results/findings_by_kind.csv for audit-by-kind, "

@@ -17,6 +17,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ..analysis.figures.names import (AUDIT_BY_KIND, DIFFERENCE_BY_CAUSE, EXPOSED_BY_GROUP, EXPOSED_TP_BY_OVERLAP,
+                                      FIGURES, TIMELINE, TP_BYTES_BY_PHASE, VOLUME_BY_GROUP, VOLUME_BY_TP)
+
 # The sweeps that have a step: every sweep, or one with an audited point, an MoE point,
 # a packet-level point, measured traces, or traces of several megatron-core releases.
 WHEN = ("always", "audited", "moe", "packet", "traces", "releases")
@@ -45,12 +48,16 @@ class Step:
 
     @property
     def figure(self) -> str | None:
-        """The figure it draws (results/plots/<figure>.png), for a figure's step."""
+        """The figure it draws (results/plots/<figure>.png, ``figures.names``), for a figure's step."""
         return self.name.removeprefix("plot_") if self.rule == "figures" else None
 
 
-def _figure(name: str, command: tuple[str, ...], after: str, category: str, caption: str | None = None,
+def _figure(name: str, after: str, category: str, *options: str, caption: str | None = None,
             when: str = "always") -> Step:
+    """A figure's step: ``commsweep plot`` draws figure ``name`` (``figures.names``) from the
+    table its rule's input of that name holds (``<input.summary>``, ...)."""
+    figure = FIGURES[name]
+    command = ("plot", figure.kind, f"<input.{figure.reads}>", *options)
     return Step(f"plot_{name}", command, (after,), category, caption or name, when, "figures")
 
 
@@ -62,19 +69,16 @@ def table(tp_overlap: float | int = 0) -> tuple[Step, ...]:
         Step("summarize", ("summarize",), rule="tables"),
         Step("compare", ("compare",), ("summarize",), "Audit against Megatron", rule="tables"),
         Step("difference_by_cause", ("causes",), (), "1. The answer", rule="tables"),
-        _figure("volume_by_tp", ("plot", "volume-by-tp", "<input.summary>"), "summarize", "Communication volumes"),
-        _figure("tp_bytes_by_phase", ("plot", "tp-bytes-by-phase", "<input.summary>"), "summarize",
-                "Communication volumes"),
-        _figure("exposed_by_group", ("plot", "exposed-by-group", "<input.summary>"), "summarize", "Simulated times"),
-        _figure("audit_by_kind", ("plot", "audit-by-kind", "<input.by_kind>"), "compare", "Audit against Megatron"),
-        Step("plot_timeline", ("timeline",), (), "Simulated times", "timeline", "audited", "figures"),
-        _figure("difference_by_cause", ("plot", "difference-by-cause", "<input.causes>", "--sweep", "<input.sweep>"),
-                "difference_by_cause", "1. The answer", caption="difference_by_cause_plot"),
-        _figure("exposed_tp_by_overlap", ("plot", "exposed-tp-by-overlap", "<input.summary>", "--tp-overlap",
-                                          str(tp_overlap)), "summarize", "1. The answer"),
+        _figure(VOLUME_BY_TP, "summarize", "Communication volumes"),
+        _figure(TP_BYTES_BY_PHASE, "summarize", "Communication volumes"),
+        _figure(EXPOSED_BY_GROUP, "summarize", "Simulated times"),
+        _figure(AUDIT_BY_KIND, "compare", "Audit against Megatron"),
+        Step(f"plot_{TIMELINE}", ("timeline",), (), "Simulated times", TIMELINE, "audited", "figures"),
+        _figure(DIFFERENCE_BY_CAUSE, "difference_by_cause", "1. The answer", "--sweep", "<input.sweep>",
+                caption="difference_by_cause_plot"),
+        _figure(EXPOSED_TP_BY_OVERLAP, "summarize", "1. The answer", "--tp-overlap", str(tp_overlap)),
         # The MoE view (docs/moe.md): bytes per group, EP and DP_EP beside TP and DP.
-        _figure("volume_by_group", ("plot", "volume-by-group", "<input.summary>"), "summarize",
-                "Communication volumes", when="moe"),
+        _figure(VOLUME_BY_GROUP, "summarize", "Communication volumes", when="moe"),
         # The answer under packet-level simulation: each packet-level AICB point against its
         # packet-level Megatron point (no batch holds both: each packet point is a batch of its own).
         Step("packet_difference_by_cause", ("causes", "--simulation", "packet"), (), "1. The answer", when="packet",

@@ -275,3 +275,13 @@ def read_points(path: str | Path) -> list[PointRow]:
         raise InputError("not a points table (no 'point' column)", file=path, line=1)
     return [PointRow.from_cells(r, file=path, line=n) for n, r in enumerate(reader, start=2)
             if r.get("status", "ok") == "ok"]
+
+
+def read_skipped(path: str | Path) -> list[Invalid]:
+    """The skipped combinations of a points table written by ``to_csv``, each with its axes'
+    cells (text, as written) and the reasons it cannot run: what a sweep asked for but lacks."""
+    from ..base.files import read_text
+
+    prefix = "skipped: "
+    return [Invalid({a: r[a] for a in AXES if a in r}, tuple(r["status"].removeprefix(prefix).split("; ")))
+            for r in csv.DictReader(io.StringIO(read_text(path))) if r.get("status", "").startswith(prefix)]
