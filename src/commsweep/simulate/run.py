@@ -14,13 +14,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from typing import TYPE_CHECKING
-
 from ..base.errors import ConfigError
 from ..base.files import write_text
-
-if TYPE_CHECKING:
-    from .stage import SimulateJob
 
 
 def number_text(text: str) -> str:
@@ -40,21 +35,6 @@ def add_gpus_argument(parser, *, required: bool) -> None:
 
     parser.add_argument(GPUS_FLAG, "--gpus", type=int, required=required, default=None,
                         help="SimAI's -g: GPUs (sets DP = g / (tp * pp))" + ("" if required else "; default: the header's all_gpus"))
-
-
-def add_network_arguments(parser, *, title: str) -> None:
-    """SimAI_analytical's four network flags, and the ratio tables, for a command that takes
-    them all four or none (``audit``, ``timeline``): ``simulate``'s own flags (its job's
-    fields, ``stage.SimulateJob``), one definition for every command.
-
-    Each keeps SimAI's spelling; the names ``audit`` once had (``--nvlink_gbps`` ...) parse
-    as aliases. The bandwidths stay text, as typed: SimAI reads them with ``std::stof``, and
-    so does the engine.
-    """
-    from ..base.jobfields import add_arguments
-    from .stage import NETWORK_FIELDS, SimulateJob
-
-    add_arguments(parser.add_argument_group(title), SimulateJob, only=NETWORK_FIELDS, grouped=False)
 
 
 def ratio_dir_for(ratio_dir: str | None, simai_root: str | None) -> str | None:
@@ -104,8 +84,9 @@ def note(text: str) -> None:
     print(f"commsweep simulate: {text}", file=sys.stderr)
 
 
-def run(job: SimulateJob) -> None:
-    """One simulation with an analytical backend (builtin or simai): its three tables written."""
+def run(job) -> None:
+    """One simulation with an analytical backend (builtin or simai): its three tables written.
+    ``job``: a ``stage.SimulateJob`` (this module is below the stage, which imports it)."""
     if job.backend not in ("builtin", "simai"):
         raise ConfigError(f"must be builtin or simai here, got {job.backend!r} (the ns3 backend's job is the "
                           "packet-level stage's)", key="backend")
@@ -141,7 +122,7 @@ def run(job: SimulateJob) -> None:
     write_text(endtoend_path, endtoend_text)
 
 
-def _run_builtin(job: SimulateJob, network, ratio_dir: str | None) -> tuple[str, str]:
+def _run_builtin(job, network, ratio_dir: str | None) -> tuple[str, str]:
     from ..workload import format as wformat
     from .engine import load_ratios, simulate
 

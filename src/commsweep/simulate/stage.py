@@ -120,7 +120,7 @@ class SimulateJob:
                        dp_overlap=self.dp_overlap, ep_overlap=self.ep_overlap, pp_overlap=self.pp_overlap)
 
 
-# The network's fields: SimAI's four flags and the ratio tables (``run.add_network_arguments``).
+# The network's fields: SimAI's four flags and the ratio tables (``add_network_arguments``).
 NETWORK_FIELDS = ("gpus_per_server", "nics_per_server", "nvlink_gbps", "nic_gbps", "ratio_dir")
 # The flags the analytical backends need, by dest (their spelling in an error).
 _NETWORK_FLAGS = (("-g_p_s/--gpus-per-server", "gpus_per_server"), ("-n_p_s/--nic_per_server", "nics_per_server"),
@@ -243,7 +243,7 @@ def add_point_arguments(p, *, schedule: bool, network_title: str) -> None:
     AICB's training arguments (and Megatron's schedule options), AIOB's switches, the
     pipeline stage, SimAI's -g and its network flags (all four or none)."""
     from ..setup.arguments import add_aiob_arguments, add_schedule_arguments, add_stage_argument, add_training_arguments
-    from .run import add_gpus_argument, add_network_arguments
+    from .run import add_gpus_argument
 
     add_training_arguments(p)
     if schedule:
@@ -252,6 +252,18 @@ def add_point_arguments(p, *, schedule: bool, network_title: str) -> None:
     add_stage_argument(p)
     add_gpus_argument(p, required=False)
     add_network_arguments(p, title=network_title)
+
+
+def add_network_arguments(parser, *, title: str) -> None:
+    """SimAI_analytical's four network flags, and the ratio tables, for a command that takes
+    them all four or none (``audit``, ``timeline``): ``simulate``'s own flags (``SimulateJob``'s
+    fields), one definition for every command.
+
+    Each keeps SimAI's spelling; the names ``audit`` once had (``--nvlink_gbps`` ...) parse
+    as aliases. The bandwidths stay text, as typed: SimAI reads them with ``std::stof``, and
+    so does the engine.
+    """
+    add_arguments(parser.add_argument_group(title), SimulateJob, only=NETWORK_FIELDS, grouped=False)
 
 
 RATIO_FILES = ("nvlink_ratio.csv", "nic_ratio.csv", "ata_ratio.csv")
