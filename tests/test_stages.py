@@ -21,6 +21,7 @@ from commsweep.base.stage import LEVELS, Stage
 from commsweep.orchestration import batch, provenance, stages, sweep
 from commsweep.setup import models
 from commsweep.setup.arguments import as_commanded, setup_from_args, to_commsweep_argv
+from commsweep.setup.network import Network
 
 ROOT = Path(__file__).resolve().parent.parent
 # Every sweep of the project but those meant to fail their check (tests/sweeps/bad-*.yaml).
@@ -58,9 +59,16 @@ def plannable(path: Path, folder: Path):
 
 
 def normal(job):
-    """A job as its stage runs it: the setup as its command line stands for it (the job of a
-    point keeps the point's setup; ``test_a_stage_runs_the_setup_its_command_line_gives_back``)."""
-    return dataclasses.replace(job, setup=as_commanded(job.setup)) if hasattr(job, "setup") else job
+    """A job as its stage runs it: the setup and the network as its command line stands for them
+    (the job of a point keeps the point's, which its stage's ``run`` takes as commanded)."""
+    from commsweep.simulate.stage import as_commanded as network_as_commanded
+
+    changes = {}
+    if hasattr(job, "setup"):
+        changes["setup"] = as_commanded(job.setup)
+    if isinstance(getattr(job, "network", None), Network):
+        changes["network"] = network_as_commanded(job.network)
+    return dataclasses.replace(job, **changes)
 
 
 def test_the_table_lists_each_stage_under_its_name_after_those_it_reads():

@@ -133,11 +133,12 @@ class AuditStage(Stage[AuditJob]):
 
     def job(self, point, config: Mapping, inputs: tuple, outputs: tuple) -> AuditJob:
         """A point's audit (``inputs``: its workload) against the release the sweep follows, costed
-        on its network (as its flags write it) with the simulation's ratio tables."""
+        on its network with the simulation's ratio tables (``run`` takes the network as its flags
+        give it: ``as_commanded``)."""
         (workload,), (output,) = inputs, outputs
         return AuditJob(workload=workload, setup=point.setup, output=output,
                         pp_stage=config["generator"]["megatron_pp_stage"], megatron_version=megatron_version(config),
-                        network=network_as_commanded(point.net), ratio_dir=ratio_dir(config), format="csv")
+                        network=point.net, ratio_dir=ratio_dir(config), format="csv")
 
     def run(self, job: AuditJob) -> None:
         from ..base.files import emit
