@@ -26,6 +26,7 @@ from commsweep.orchestration import cli
 from commsweep.setup.arguments import add_aiob_arguments, add_training_arguments, setup_from_args
 from commsweep.setup.points import TABLE_COLUMNS
 from commsweep.simulate import run as simulate_run
+from commsweep.simulate.stage import SimulateJob
 from commsweep.simulate.collectives import csv_field
 from commsweep.simulate.engine import load_ratios
 from commsweep.workload import format as wf
@@ -92,10 +93,10 @@ def sweep(tmp_path_factory):
                     "network": net, "dp": setup.dp, "ga": setup.num_microbatches, **fields,
                 })
                 if schedule == "aicb" or net == "netA":
-                    simulate_run.run(simulate_run.Options(
+                    simulate_run.run(SimulateJob(
                         workload=str(paths.workload_file(results, key)), gpus=16,
                         gpus_per_server=fields["gpus_per_server"], nics_per_server=fields["nics_per_server"],
-                        nvlink=str(fields["nvlink_gbps"]), nic=str(fields["nic_gbps"]), prefix=f"{point}-",
+                        nvlink_gbps=str(fields["nvlink_gbps"]), nic_gbps=str(fields["nic_gbps"]), prefix=f"{point}-",
                         ratio_dir=str(REFERENCE / "simai" / "ratio"),
                         endtoend=str(paths.endtoend_file(results, point)),
                         collectives=str(paths.collectives_file(results, point)),

@@ -132,3 +132,23 @@ def test_simulated_times_join_the_summary(tmp_path):
     logs = "".join(p.read_text() for p in (results / "logs" / "batch").glob("*.log"))
     assert f"== simulate {point} " in logs and f"ratio tables: {simai_runs.RATIO_DIR}" in logs
     assert list((results / "benchmarks" / "batch").glob("*.tsv"))
+
+
+def test_a_one_off_simulation_writes_into_the_current_directory(tmp_path, monkeypatch):
+    """Without --out-dir, a simulation run from a sweep's folder leaves its results/ alone."""
+    run = run_by_name("example_microAllReduce__netA")
+    monkeypatch.chdir(tmp_path)
+    assert main(run.simulate_argv()) == 0
+    assert (tmp_path / f"{run.prefix}EndToEnd.csv").read_bytes() == run.endtoend.read_bytes()
+    assert (tmp_path / f"{run.prefix}collectives.csv").is_file()
+    assert not (tmp_path / "results").exists()
+
+
+def test_the_usage_line_shows_the_network_flags_required_unless_ns3(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["simulate", "--help"])
+    assert done.value.code == 0
+    usage = capsys.readouterr().out.split("\n\n")[0]
+    for shown in ("-g_p_s GPUS_PER_SERVER", "-n_p_s NICS_PER_SERVER", "-nv NVLINK_GBPS", "-nic NIC_GBPS"):
+        assert shown in usage and f"[{shown}]" not in usage, shown
+    assert "required unless --backend ns3" in usage

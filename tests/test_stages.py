@@ -1,11 +1,11 @@
-"""The stage contracts (``base.stage.Stage``) and the stage table (``orchestration.stages``).
+"""The stages (``base.stage.Stage``) and the stage table (``orchestration.stages``).
 
 A batch runs each task in-process on its typed job; the same task run as its command (a
 process of its own, or by hand) parses its command line. Both must do the same work, so every
 task a sweep plans must parse back to the job it was planned with; and the setup a stage runs
 (``as_commanded``) must be the one its command line gives back. Adding a stage is its own
-module and one line of the table: every stage there has its contract filled in, and the batch
-planner and provenance reach the stages only through the table.
+class and one line of the table: the batch planner and provenance reach the stages only
+through the table.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from commsweep.base.paths import Layout
-from commsweep.base.stage import Stage
+from commsweep.base.stage import LEVELS, Stage
 from commsweep.orchestration import batch, provenance, stages, sweep
 from commsweep.setup import models
 from commsweep.setup.arguments import as_commanded, setup_from_args, to_commsweep_argv
-from commsweep.simulate.stage import as_commanded as network_as_commanded
+from commsweep.setup.network import Network
 
 ROOT = Path(__file__).resolve().parent.parent
 # Every sweep of the project but those meant to fail their check (tests/sweeps/bad-*.yaml).
@@ -59,53 +59,59 @@ def plannable(path: Path, folder: Path):
 
 
 def normal(job):
-    """A job as its stage runs it: the setup and the network as its command line stands for
-    them, the overlap ratios as a mapping (the command line gives all four, in SimAI's order)."""
+    """A job as its stage runs it: the setup and the network as its command line stands for them
+    (the job of a point keeps the point's, which its stage's ``run`` takes as commanded)."""
+    from commsweep.simulate.stage import as_commanded as network_as_commanded
+
     changes = {}
     if hasattr(job, "setup"):
         changes["setup"] = as_commanded(job.setup)
-    if hasattr(job, "overlaps"):
-        changes["overlap"] = tuple(sorted(job.overlaps().items()))
-    if getattr(job, "network", None) is not None:
+    if isinstance(getattr(job, "network", None), Network):
         changes["network"] = network_as_commanded(job.network)
     return dataclasses.replace(job, **changes)
 
 
-def test_every_stage_in_the_table_has_its_contract_filled_in():
+def test_the_table_lists_each_stage_under_its_name_after_those_it_reads():
     assert list(stages.STAGES) == ["profile", "generate", "volumes", "simulate", "packet", "audit"]
+    order = list(stages.STAGES)
     for name, stage in stages.STAGES.items():
-        assert isinstance(stage, Stage), name
-        assert stage.summary and stage.per in ("profile", "workload", "point"), name
+        assert isinstance(stage, Stage) and stage.name == name, name
+        assert stage.per in LEVELS, name
         assert stage.outputs and all(hasattr(Layout(), f) for f in stage.inputs + stage.outputs), name
         assert len(stage.kinds) == len(stage.outputs) and set(stage.kinds) <= {None, *batch.FILE_KINDS}, name
-        assert all(up in stages.STAGES and list(stages.STAGES).index(up) < list(stages.STAGES).index(name)
-                   for up in stage.upstream), f"{name}: its upstream stages come before it in the table"
-        for function in (stage.from_args, stage.job, stage.argv, stage.run, stage.applies, stage.files, stage.status,
-                         stage.check_external, stage.reads, stage.resources, stage.input_files):
-            assert callable(function), name
+        assert all(order.index(up) < order.index(name) for up in stage.upstream), name
         # Its command is in the table: its own parser, or that of the stage whose command it shares.
-        assert stage.name in stages.STAGE_COMMANDS, name
+        assert stage.command in stages.STAGE_COMMANDS and stage.job_type.command == stage.command, name
 
 
-def test_a_new_stage_is_its_contract_and_a_line_in_the_table(tmp_path, monkeypatch):
+def test_a_new_stage_is_a_class_and_a_line_in_the_table(tmp_path, monkeypatch):
     """A stage added to the table alone (here: each workload's volumes as JSON too) is planned,
     run in-process by the batches and checked by provenance, with no other change."""
     from commsweep.analysis import volumes
-    from commsweep.analysis.stage import VOLUMES, VolumesJob
+    from commsweep.analysis.stage import VolumesJob, VolumesStage
     from commsweep.workload import format as wformat
 
     asked = []
 
-    def check_external(config, points):
-        asked.append(len(list(points)))
-        return {}
+    class JsonVolumes(VolumesStage):
+        name = "volumes_json"
+        summary = "a workload's volumes as JSON"
+        kinds = (None,)
 
-    json_volumes = dataclasses.replace(
-        VOLUMES, summary="a workload's volumes as JSON", kinds=(None,), check_external=check_external,
-        job=lambda point, config, inputs, outputs: VolumesJob(workload=inputs[0], output=outputs[0], format="json"),
-        files=lambda layout, key, config: (layout.volumes(key).removesuffix(".csv") + ".json",),
-        status=lambda layout, key, config: layout.workload_status("volumes_json", key))
-    monkeypatch.setitem(stages.STAGES, "volumes_json", json_volumes)
+        def check_external(self, config, points):
+            asked.append(len(list(points)))
+            return {}
+
+        def job(self, point, config, inputs, outputs):
+            return VolumesJob(workload=inputs[0], output=outputs[0], format="json")
+
+        def files(self, layout, key, config):
+            return (layout.volumes(key).removesuffix(".csv") + ".json",)
+
+        def status(self, layout, key, config):
+            return layout.workload_status("volumes_json", key)
+
+    monkeypatch.setitem(stages.STAGES, "volumes_json", JsonVolumes())
     monkeypatch.chdir(tmp_path)
     config = sweep.load_config(str(ROOT / "tests" / "sweeps" / "two-points.yaml"))
     points, _ = sweep.points_from_config(config)
@@ -114,6 +120,7 @@ def test_a_new_stage_is_its_contract_and_a_line_in_the_table(tmp_path, monkeypat
     plans = batch.plan(points, config, Layout(), run)
     added = [t for b in plans.values() for t in b.tasks if t.stage == "volumes_json"]
     assert sorted(t.key for t in added) == sorted({p.workload_key for p in points})
+    assert "volumes_json" in batch.describe_pending(plans)
     for name, b in plans.items():
         outcome = batch.run(b, 1, Layout().batch_manifest(name), running_dir=".running")
         assert not outcome.failed, [t.status for t in outcome.failed]
@@ -126,8 +133,8 @@ def test_a_new_stage_is_its_contract_and_a_line_in_the_table(tmp_path, monkeypat
 
 @pytest.mark.parametrize("path", SWEEPS, ids=lambda p: p.name)
 def test_every_planned_task_parses_back_to_its_job(path, tmp_path, monkeypatch):
-    """The command a task's contract writes is the command of its job: parsing it gives the
-    job back, so the task does the same work in-process and as a command."""
+    """The command a task's stage writes is the command of its job: parsing it gives the job
+    back, so the task does the same work in-process and as a command."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("SIMAI_ROOT", "")
     planned = plannable(path, tmp_path)
@@ -141,11 +148,11 @@ def test_every_planned_task_parses_back_to_its_job(path, tmp_path, monkeypatch):
     if path.name == "ns3.yaml":
         assert any(t.stage == "packet" for t in tasks)
     for task in tasks:
-        contract = stages.STAGES[task.stage]
-        assert tuple(contract.argv(task.job)) == task.command
+        stage = stages.STAGES[task.stage]
+        assert tuple(stage.argv(task.job)) == task.command
         if task.command[0] not in parsers:
             parsers[task.command[0]] = stages.build_parser(task.command[0])
-        back = contract.from_args(parsers[task.command[0]].parse_args(list(task.command)))
+        back = stage.from_args(parsers[task.command[0]].parse_args(list(task.command)))
         assert normal(back) == normal(task.job), task.command
 
 
@@ -192,7 +199,7 @@ def imported(path: Path) -> set[str]:
 def test_the_batch_runner_and_provenance_reach_the_stages_only_through_the_table(module):
     """Adding a stage touches its own module and the stage table only: the planner, the
     runner and provenance import no stage's contract module but the table's."""
-    contracts = {stage.run.__module__ for stage in stages.STAGES.values()}
+    contracts = {type(stage).__module__ for stage in stages.STAGES.values()}
     found = imported(ROOT / "src" / "commsweep" / "orchestration" / module)
     assert not found & contracts, f"{module} imports {sorted(found & contracts)}: go through orchestration.stages"
     stage_internals = {"commsweep.workload.aicb_runner", "commsweep.simulate.simai", "commsweep.aiob.backends",

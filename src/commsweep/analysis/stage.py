@@ -1,184 +1,181 @@
-"""The volumes and audit stages' contracts (``base.stage.Stage``): ``commsweep volumes``, a
-workload's communication volumes, and ``commsweep audit``, a point's workload against the
-collectives Megatron really issues."""
+"""The volumes and audit stages (``base.stage.Stage``): ``commsweep volumes``, a workload's
+communication volumes, and ``commsweep audit``, a point's workload against the collectives
+Megatron really issues. Each job's fields are its command's flags (``base.jobfields``)."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
-from ..base.stage import Resources, Stage, nothing
+from ..base.jobfields import add_arguments, block, flag
+from ..base.stage import Stage
+from ..setup.arguments import as_commanded, setup_from_args, to_commsweep_argv
+from ..setup.network import GPUS_FLAG, Network
 from ..setup.training import TrainingSetup
-from ..setup.arguments import as_commanded, to_commsweep_argv
-from ..setup.network import Network
-from ..simulate.stage import ratio_dir
+from ..simulate.stage import add_point_arguments, network_from_args, ratio_dir
+from ..simulate.stage import as_commanded as network_as_commanded
 from ..workload.stage import megatron_version
 
 
-@dataclass(frozen=True)
+def _add_gpus(parser) -> None:
+    from ..simulate.run import add_gpus_argument
+
+    add_gpus_argument(parser, required=False)
+
+
+@dataclass(frozen=True, kw_only=True)
 class VolumesJob:
-    """A workload's volumes: the file, the output format, SimAI's -g (None: the header's)."""
+    """A workload's volumes, as ``commsweep volumes``'s flags: the file, the output format,
+    SimAI's -g (None: the header's) and the output (None: stdout)."""
 
-    workload: str
-    output: str | None
-    format: str = "table"
-    gpus: int | None = None
+    command: ClassVar[str] = "volumes"
 
-
-def volumes_job(point, config: Mapping, inputs: tuple, outputs: tuple) -> VolumesJob:
-    """A workload's volumes (``inputs``: the workload) as the sweep-wide steps read them: CSV."""
-    (workload,), (output,) = inputs, outputs
-    return VolumesJob(workload=workload, output=output, format="csv")
+    workload: str = flag(help="a SimAI workload file")
+    format: str = flag("--format", choices=("csv", "json", "table"), default="table", when="always")
+    gpus: int | None = flag(GPUS_FLAG, default=None, add=_add_gpus)
+    output: str | None = flag("-o", "--output", default=None, help="output file (default: stdout)")
 
 
-def volumes_argv(job: VolumesJob) -> list[str]:
-    out = ["volumes", job.workload, "--format", job.format]
-    if job.gpus is not None:
-        out += ["-g", str(job.gpus)]
-    return out + (["-o", job.output] if job.output is not None else [])
+class VolumesStage(Stage[VolumesJob]):
+    name = "volumes"
+    command = "volumes"
+    summary = "a workload's communication volumes per phase, collective and group"
+    job_type = VolumesJob
+    per = "workload"
+    inputs = ("workload",)
+    outputs = ("volumes",)
+    kinds = ("volumes",)
+    upstream = ("generate",)
+
+    def files(self, layout, key: str, config: Mapping) -> tuple[str, ...]:
+        return (layout.volumes(key),)
+
+    def status(self, layout, key: str, config: Mapping) -> str:
+        return layout.workload_status("volumes", key)
+
+    def job(self, point, config: Mapping, inputs: tuple, outputs: tuple) -> VolumesJob:
+        """A workload's volumes (``inputs``: the workload) as the sweep-wide steps read them: CSV."""
+        (workload,), (output,) = inputs, outputs
+        return VolumesJob(workload=workload, output=output, format="csv")
+
+    def run(self, job: VolumesJob) -> None:
+        from ..base.files import emit
+        from ..workload import format as wformat
+        from . import volumes
+
+        table = volumes.tally(wformat.read(job.workload), gpus=job.gpus)
+        render = {"csv": volumes.to_csv, "json": volumes.to_json, "table": volumes.to_table}[job.format]
+        emit(render(table), job.output)
+
+    def add_parser(self, sub) -> None:
+        p = sub.add_parser("volumes", help="communication volumes of a workload per phase, collective and group")
+        add_arguments(p, VolumesJob)
+        p.set_defaults(func=cmd_volumes)
 
 
-def volumes_from_args(ns: argparse.Namespace) -> VolumesJob:
-    return VolumesJob(workload=ns.workload, output=ns.output, format=ns.format, gpus=ns.gpus)
-
-
-def run_volumes(job: VolumesJob) -> None:
-    from ..base.files import emit
-    from ..workload import format as wformat
-    from . import volumes
-
-    table = volumes.tally(wformat.read(job.workload), gpus=job.gpus)
-    render = {"csv": volumes.to_csv, "json": volumes.to_json, "table": volumes.to_table}[job.format]
-    emit(render(table), job.output)
+VOLUMES = VolumesStage()
 
 
 def cmd_volumes(ns: argparse.Namespace) -> None:
-    run_volumes(volumes_from_args(ns))
+    VOLUMES.run(VOLUMES.from_args(ns))
 
 
-def add_volumes_parser(sub) -> None:
-    from ..simulate.run import add_gpus_argument
-
-    p = sub.add_parser("volumes", help="communication volumes of a workload per phase, collective and group")
-    p.add_argument("workload", help="a SimAI workload file")
-    p.add_argument("--format", choices=("csv", "json", "table"), default="table")
-    add_gpus_argument(p, required=False)
-    p.add_argument("-o", "--output", help="output file (default: stdout)")
-    p.set_defaults(func=cmd_volumes)
+def _add_point(parser) -> None:
+    add_point_arguments(parser, schedule=True, network_title="network, for delta_us (SimAI's flags, all four or "
+                                                             "none; without them delta_us is empty)")
 
 
-VOLUMES = Stage(
-    name="volumes", summary="a workload's communication volumes per phase, collective and group",
-    per="workload", inputs=("workload",), outputs=("volumes",), kinds=("volumes",), upstream=("generate",),
-    external=(), add_parser=add_volumes_parser, from_args=volumes_from_args, job=volumes_job, argv=volumes_argv,
-    run=run_volumes, applies=lambda point, audited: True, files=lambda layout, key, config: (layout.volumes(key),),
-    status=lambda layout, key, config: layout.workload_status("volumes", key), check_external=nothing,
-    reads=nothing, resources=lambda config, workload_mb: Resources(memory_mb=workload_mb), input_files=nothing,
-)
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AuditJob:
-    """A point's audit: its workload and setup, the pipeline stage and megatron-core release
-    Megatron's schedule follows, its network for each finding's cost (None: no cost)."""
+    """A point's audit, as ``commsweep audit``'s flags: its workload and setup, the pipeline
+    stage and megatron-core release Megatron's schedule follows, its network for each finding's
+    cost (None: no cost), the output's format and file."""
 
-    workload: str
-    setup: TrainingSetup
-    output: str | None
-    pp_stage: str | int = "first"
-    megatron_version: str | None = None
-    network: Network | None = None
-    ratio_dir: str | None = None
-    gpus: int | None = None
-    format: str = "table"
+    command: ClassVar[str] = "audit"
 
-
-def audit_job(point, config: Mapping, inputs: tuple, outputs: tuple) -> AuditJob:
-    """A point's audit (``inputs``: its workload) against the release the sweep follows, costed
-    on its network with the simulation's ratio tables."""
-    (workload,), (output,) = inputs, outputs
-    return AuditJob(workload=workload, setup=point.setup, output=output,
-                    pp_stage=config["generator"]["megatron_pp_stage"], megatron_version=megatron_version(config),
-                    network=point.net, ratio_dir=ratio_dir(config), format="csv")
+    workload: str = flag(help="a SimAI workload file")
+    setup: TrainingSetup = block(add=_add_point, write=to_commsweep_argv, read=setup_from_args)
+    # The flags below but --format and -o come with the setup's (``add_point_arguments``).
+    pp_stage: str | int = flag("--pp-stage", default="first", when="always", added=False)
+    megatron_version: str | None = flag("--megatron-version", default=None, added=False)
+    gpus: int | None = flag(GPUS_FLAG, default=None, added=False)
+    network: Network | None = flag(default=None, added=False, write=Network.server_flags, read=network_from_args)
+    ratio_dir: str | None = flag("--ratio-dir", default=None, added=False)
+    format: str = flag("--format", choices=("csv", "table"), default="table", when="always")
+    output: str | None = flag("-o", "--output", default=None, help="output file (default: stdout)")
 
 
-def audit_argv(job: AuditJob) -> list[str]:
-    out = ["audit", job.workload, *to_commsweep_argv(job.setup), "--pp-stage", job.pp_stage]
-    if job.megatron_version is not None:
-        out += ["--megatron-version", job.megatron_version]
-    if job.gpus is not None:
-        out += ["-g", str(job.gpus)]
-    if job.network is not None:
-        out += job.network.server_flags()
-    if job.ratio_dir is not None:
-        out += ["--ratio-dir", job.ratio_dir]
-    out += ["--format", job.format]
-    return out + (["-o", job.output] if job.output is not None else [])
+class AuditStage(Stage[AuditJob]):
+    name = "audit"
+    command = "audit"
+    summary = "a point's workload against the collectives Megatron really issues, each with its cost"
+    job_type = AuditJob
+    per = "point"
+    inputs = ("workload",)
+    outputs = ("audit",)
+    kinds = ("audits",)
+    upstream = ("generate",)
+    external = ("simulator.ratio_dir",)
+
+    def applies(self, point, audited: bool) -> bool:
+        return audited
+
+    def files(self, layout, key: str, config: Mapping) -> tuple[str, ...]:
+        return (layout.audit(key),)
+
+    def status(self, layout, key: str, config: Mapping) -> str:
+        return layout.point_status("audit", key)
+
+    def reads(self, point, config: Mapping) -> tuple[str, ...]:
+        return ("simulator.ratio_dir",)
+
+    def job(self, point, config: Mapping, inputs: tuple, outputs: tuple) -> AuditJob:
+        """A point's audit (``inputs``: its workload) against the release the sweep follows, costed
+        on its network with the simulation's ratio tables (``run`` takes the network as its flags
+        give it: ``as_commanded``)."""
+        (workload,), (output,) = inputs, outputs
+        return AuditJob(workload=workload, setup=point.setup, output=output,
+                        pp_stage=config["generator"]["megatron_pp_stage"], megatron_version=megatron_version(config),
+                        network=point.net, ratio_dir=ratio_dir(config), format="csv")
+
+    def run(self, job: AuditJob) -> None:
+        from ..base.files import emit
+        from ..workload import format as wformat
+        from ..workload.generate import pipeline_stage
+        from . import audit, causes
+
+        setup = as_commanded(job.setup)
+        time_us = None
+        if job.network is not None:
+            from ..simulate.engine import load_ratios
+
+            net = network_as_commanded(job.network)
+            time_us = audit.collective_time(gpus_per_server=net.gpus_per_server, nics_per_server=net.nics_per_server,
+                                            nvlink_gbps=net.nvlink_gbps, nic_gbps=net.nic_gbps, gpus=job.gpus,
+                                            ratios=load_ratios(job.ratio_dir))
+        findings = audit.audit(
+            wformat.read(job.workload), setup, stage=pipeline_stage(job.pp_stage, setup.pp), gpus=job.gpus,
+            time_us=time_us, source=job.workload, megatron_version=job.megatron_version,
+        )
+        text = audit.to_csv(findings) if job.format == "csv" else audit.to_table(findings,
+                                                                                  causes.cause_families(findings))
+        emit(text, job.output)
+
+    def add_parser(self, sub) -> None:
+        p = sub.add_parser(
+            "audit", allow_abbrev=False,
+            help="compare every row of a workload with the collectives Megatron really issues",
+            description="Align a workload with the Megatron schedule of the same setup (AICB's arguments) and "
+                        "list every missing, extra, mis-sized or misplaced collective with its cost.",
+        )
+        add_arguments(p, AuditJob)
+        p.set_defaults(func=cmd_audit)
 
 
-def audit_from_args(ns: argparse.Namespace) -> AuditJob:
-    from ..setup.arguments import setup_from_args
-    from ..simulate.stage import network_from_args
-
-    return AuditJob(workload=ns.workload, setup=setup_from_args(ns), output=ns.output, pp_stage=ns.pp_stage,
-                    megatron_version=ns.megatron_version, network=network_from_args(ns), ratio_dir=ns.ratio_dir,
-                    gpus=ns.gpus,
-                    format=ns.format)
-
-
-def run_audit(job: AuditJob) -> None:
-    from ..base.files import emit
-    from ..workload import format as wformat
-    from ..workload.generate import pipeline_stage
-    from . import audit, causes
-
-    setup = as_commanded(job.setup)
-    time_us = None
-    if job.network is not None:
-        from ..simulate.engine import load_ratios
-        from ..simulate.stage import as_commanded as network_as_commanded
-
-        net = network_as_commanded(job.network)
-        time_us = audit.collective_time(gpus_per_server=net.gpus_per_server, nics_per_server=net.nics_per_server,
-                                        nvlink_gbps=net.nvlink_gbps, nic_gbps=net.nic_gbps, gpus=job.gpus,
-                                        ratios=load_ratios(job.ratio_dir))
-    findings = audit.audit(
-        wformat.read(job.workload), setup, stage=pipeline_stage(job.pp_stage, setup.pp), gpus=job.gpus,
-        time_us=time_us, source=job.workload, megatron_version=job.megatron_version,
-    )
-    text = audit.to_csv(findings) if job.format == "csv" else audit.to_table(findings, causes.cause_families(findings))
-    emit(text, job.output)
+AUDIT = AuditStage()
 
 
 def cmd_audit(ns: argparse.Namespace) -> None:
-    run_audit(audit_from_args(ns))
-
-
-def add_audit_parser(sub) -> None:
-    from ..simulate.stage import add_point_arguments
-
-    p = sub.add_parser(
-        "audit", allow_abbrev=False,
-        help="compare every row of a workload with the collectives Megatron really issues",
-        description="Align a workload with the Megatron schedule of the same setup (AICB's arguments) and "
-                    "list every missing, extra, mis-sized or misplaced collective with its cost.",
-    )
-    p.add_argument("workload", help="a SimAI workload file")
-    add_point_arguments(p, schedule=True, network_title="network, for delta_us (SimAI's flags, all four or none; "
-                                                        "without them delta_us is empty)")
-    p.add_argument("--format", choices=("csv", "table"), default="table")
-    p.add_argument("-o", "--output", help="output file (default: stdout)")
-    p.set_defaults(func=cmd_audit)
-
-
-AUDIT = Stage(
-    name="audit", summary="a point's workload against the collectives Megatron really issues, each with its cost",
-    per="point", inputs=("workload",), outputs=("audit",), kinds=("audits",), upstream=("generate",),
-    external=("simulator.ratio_dir",), add_parser=add_audit_parser, from_args=audit_from_args, job=audit_job,
-    argv=audit_argv, run=run_audit, applies=lambda point, audited: audited,
-    files=lambda layout, key, config: (layout.audit(key),),
-    status=lambda layout, key, config: layout.point_status("audit", key), check_external=nothing,
-    reads=lambda point, config: ("simulator.ratio_dir",),
-    resources=lambda config, workload_mb: Resources(memory_mb=workload_mb), input_files=nothing,
-)
+    AUDIT.run(AUDIT.from_args(ns))

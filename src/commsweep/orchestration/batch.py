@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..base.stage import LEVELS, Stage
 from .stages import STAGES
 
 # Points per batch, as a target (``batch.points`` in the config), and the fewest batches a
@@ -95,7 +96,7 @@ class Task:
     (``Stage.run``), and the same job as a command line (``Stage.argv``), which its digest is
     made of and which ``commsweep guard -- COMMAND`` runs in a process of its own."""
 
-    rule: str  # the stage: profile_<backend>, generate, volumes, simulate, audit
+    rule: str  # its stage's rule: profile_<backend>, generate, volumes, simulate, packet, audit
     key: str  # the profile, workload or point it is made for
     command: tuple[str, ...]
     status: str
@@ -133,17 +134,16 @@ def make_task(rule: str, key: str, command: Sequence[str], status: str, outputs:
                 tuple(provenance), digest, memory_mb, runtime, threads, stage, job, gpu)
 
 
-def stage_task(stage: str, key: str, job, status: str, outputs: Sequence[str], *, config: Mapping, point, run,
-               upstream: Sequence[Task] = (), workload_mb: int = 512, rule: str | None = None) -> Task:
+def stage_task(stage: Stage, key: str, job, status: str, outputs: Sequence[str], *, config: Mapping, point, run,
+               upstream: Sequence[Task] = (), workload_mb: int = 512) -> Task:
     """A task of a stage of the table (``stages.STAGES``): its job, its command (the job's
     argv), the provenance of the external inputs the stage reads for the point, its resources."""
-    contract = STAGES[stage]
-    reads = contract.reads(point, config)
+    reads = stage.reads(point, config)
     profile = {"profile": point.profile_key} if "aiob.file" in reads else {}
-    res = contract.resources(config, workload_mb)
-    return make_task(rule or contract.name, key, contract.argv(job), status, outputs, upstream=upstream,
+    res = stage.resources(config, workload_mb)
+    return make_task(stage.rule(config), key, stage.argv(job), status, outputs, upstream=upstream,
                      provenance=run.job_provenance(*reads, **profile), memory_mb=res.memory_mb, runtime=res.runtime,
-                     threads=res.threads, stage=stage, job=job, gpu=res.gpu)
+                     threads=res.threads, stage=stage.name, job=job, gpu=res.gpu)
 
 
 @dataclass(frozen=True)
@@ -229,10 +229,23 @@ def count_of(name: str) -> int:
     return int(name.rsplit("-of-", 1)[1])
 
 
+@dataclass(frozen=True, eq=False)
+class _Point:
+    """A point with what planning asks of it again and again (its keys: strings built from
+    its whole setup), worked out once."""
+
+    point: Any
+    keys: Mapping[str, str]  # level (``base.stage.LEVELS``) -> key
+    audited: bool
+
+    def applies(self, stage: Stage) -> bool:
+        return stage.applies(self.point, self.audited)
+
+
 def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | None = None) -> dict[str, Batch]:
     """Every point's tasks, in batches (name -> Batch; batches without a point are left out).
 
-    The tasks are those of the stage table (``stages.STAGES``), each placed from its contract
+    The tasks are those of the stage table (``stages.STAGES``), each placed from its stage
     alone: a batch runs its points' profiles first, then each workload's tasks followed by
     those of the points on it (a workload is made once, and read while fresh:
     ``format.reuse_parsed``), each stage in the table's order; a stage whose tasks are
@@ -243,125 +256,138 @@ def plan(points: Sequence, config: Mapping, layout, run, *, audited: Iterable | 
     (``provenance.Run``); ``audited``: the points that get an audit (default: those
     Megatron's schedule describes).
     """
-    from . import limits
     points = list(points)
     if audited is None:
         from .sweep import audited_points, megatron_version
 
         audited = audited_points(points, megatron_version(config))
     audited_keys = {p.point_key for p in audited}
-    per_batch = int((config.get("batch") or {}).get("points") or DEFAULT_POINTS)
-    count = batch_count(len(points), per_batch)
-    by_level = {per: [(name, stage) for name, stage in STAGES.items() if stage.per == per]
-                for per in ("profile", "workload", "point")}
-
-    # Each point's keys, worked out once (a key is a string built from the whole setup).
-    keys = {id(p): {"profile": p.profile_key, "workload": p.workload_key, "point": p.point_key} for p in points}
-    is_audited = {id(p): keys[id(p)]["point"] in audited_keys for p in points}
-
-    def key_of(stage, p) -> str:
-        return keys[id(p)][stage.per]
-
-    def applies(stage, p) -> bool:
-        return stage.applies(p, is_audited[id(p)])
-
-    members: dict[int, list] = {}
+    count = batch_count(len(points), int((config.get("batch") or {}).get("points") or DEFAULT_POINTS))
+    members: dict[int, list[_Point]] = {}
     for p in points:
-        members.setdefault(bucket(unit_of(p), count), []).append(p)
-
-    batches = {}
+        keys = {"profile": p.profile_key, "workload": p.workload_key, "point": p.point_key}
+        members.setdefault(bucket(unit_of(p), count), []).append(_Point(p, keys, keys["point"] in audited_keys))
+    batches: dict[str, Batch] = {}
     for index in sorted(members):
-        name = batch_name(index, count)
-        group = sorted(members[index], key=lambda p: keys[id(p)]["point"])
+        group = sorted(members[index], key=lambda q: q.keys["point"])
+        planned = _BatchPlan(batch_name(index, count), config, layout, run)
+        batches.update(planned.plan(group))
+    return batches
+
+
+class _BatchPlan:
+    """One batch being planned (``plan``): the tasks made so far, by stage and key, and what
+    its manifest and its job's inputs list."""
+
+    def __init__(self, name: str, config: Mapping, layout, run) -> None:
+        self.name, self.config, self.layout, self.run = name, config, layout, run
+        self.levels = {level: [s for s in STAGES.values() if s.per == level] for level in LEVELS}
+        self.made: dict[tuple[str, str], Task] = {}
+        self.tasks: list[Task] = []
+        self.inputs: list[str] = []
+        self.files: dict[str, list[str]] = {kind: [] for kind in FILE_KINDS}
+
+    def plan(self, group: list[_Point]) -> dict[str, Batch]:
+        """The batch of ``group`` (sorted by point key), and those of its tasks that are
+        batches of their own, after it."""
         # The points a stage simulates in batches of their own (packet-level points) last:
         # their workloads are made here, and listed here, but not their points.
-        away = {id(p) for p in group if any(stage.own_batch and applies(stage, p) for _, stage in by_level["point"])}
-        own = [p for p in group if id(p) not in away]
-        ordered = own + [p for p in group if id(p) in away]
-        on_workload: dict[str, list] = {}
-        for p in group:
-            on_workload.setdefault(keys[id(p)]["workload"], []).append(p)
-        made: dict[tuple[str, str], Task] = {}
-        workloads: set[str] = set()
-        tasks: list[Task] = []
-        inputs: list[str] = []
-        files: dict[str, list[str]] = {kind: [] for kind in FILE_KINDS}
-        of_point: dict[str, list[Task]] = {}
-
-        def upstream_of(stage_name: str, p) -> list[Task | None]:
-            """The tasks whose outputs a stage's task for ``p`` reads (None: the point has none)."""
-            return [made.get((up, key_of(STAGES[up], p))) if applies(STAGES[up], p) else None
-                    for up in STAGES[stage_name].upstream]
-
-        def make(stage_name: str, p, memory: int = 512) -> Task:
-            """The task of a stage for point ``p``, after the tasks of its upstream stages."""
-            stage = STAGES[stage_name]
-            key = key_of(stage, p)
-            upstream = upstream_of(stage_name, p)
-            outputs = stage.files(layout, key, config)
-            job = stage.job(p, config, tuple(t.outputs[0] if t else None for t in upstream), outputs)
-            task = stage_task(stage_name, key, job, stage.status(layout, key, config), outputs,
-                              upstream=[t for t in upstream if t], config=config, point=p, run=run,
-                              workload_mb=memory, rule=stage.rule_of(config))
-            if not stage.own_batch:
-                made[(stage_name, key)] = task
-                tasks.append(task)
-                inputs.extend(f for f in stage.input_files(config, p) if f not in inputs)
-            return task
-
-        def listed(task: Task) -> None:
-            files["status"].append(task.status)
-            for kind, path in zip(STAGES[task.stage].kinds, task.outputs):
-                if kind:
-                    files[kind].append(path)
-
-        for p in ordered:
-            for stage_name, stage in by_level["profile"]:
-                if applies(stage, p) and (stage_name, key_of(stage, p)) not in made:
-                    make(stage_name, p)
-        for p in ordered:
-            workload = keys[id(p)]["workload"]
-            if workload in workloads:
-                continue
-            workloads.add(workload)
-            memory = max(512, limits.job_memory_mb(limits.workload_rows(p.setup)))
-            for stage_name, stage in by_level["workload"]:
-                if applies(stage, p):
-                    listed(make(stage_name, p, memory))
-            for q in on_workload[workload]:
-                for stage_name, stage in by_level["point"]:
-                    if not stage.own_batch and applies(stage, q):
-                        of_point.setdefault(keys[id(q)]["point"], []).append(make(stage_name, q, memory))
+        away = [q for q in group if any(s.own_batch and q.applies(s) for s in self.levels["point"])]
+        own = [q for q in group if q not in away]
+        ordered = own + away
+        for q in ordered:
+            for stage in self.levels["profile"]:
+                if q.applies(stage) and (stage.name, q.keys[stage.per]) not in self.made:
+                    self.make(stage, q)
+        of_point = self.workloads(ordered, group)
         # The points' files in point order, as the steps list them; those of points simulated
         # in batches of their own (audited here, with their workload) after.
-        in_order = [keys[id(p)]["point"] for p in own]
+        in_order = [q.keys["point"] for q in own]
         here = set(in_order)
         for key in in_order + [k for k in of_point if k not in here]:
             for task in of_point.get(key, ()):
-                listed(task)
-        files["causes"] = [layout.batch_causes(name)]
-        rows = tuple({k: str(v) for k, v in p.row().items()} for p in own)
-        batches[name] = Batch(name, tuple(in_order), tuple(tasks),
-                              {kind: tuple(v) for kind, v in files.items()}, tuple(inputs), rows)
-        for p in ordered:
-            for stage_name, stage in by_level["point"]:
-                if stage.own_batch and applies(stage, p):
-                    reads = tuple(t.outputs[0] for t in upstream_of(stage_name, p) if t)
-                    alone = own_batch(stage_name, make(stage_name, p), p, after=name, reads=reads)
-                    batches[alone.name] = alone
-    return batches
+                self.list(task)
+        self.files["causes"] = [self.layout.batch_causes(self.name)]
+        out = {self.name: Batch(self.name, tuple(in_order), tuple(self.tasks),
+                                {kind: tuple(v) for kind, v in self.files.items()}, tuple(self.inputs),
+                                tuple(_row(q.point) for q in own))}
+        for q in ordered:
+            for stage in self.levels["point"]:
+                if stage.own_batch and q.applies(stage):
+                    reads = tuple(t.outputs[0] for t in self.upstream(stage, q) if t)
+                    alone = own_batch(stage.name, self.make(stage, q), q.point, after=self.name, reads=reads)
+                    out[alone.name] = alone
+        return out
+
+    def workloads(self, ordered: list[_Point], group: list[_Point]) -> dict[str, list[Task]]:
+        """Each workload's tasks (listed in the manifest), each followed by the tasks of the
+        points on it; returns the points' tasks by point key."""
+        from . import limits
+
+        on_workload: dict[str, list[_Point]] = {}
+        for q in group:
+            on_workload.setdefault(q.keys["workload"], []).append(q)
+        of_point: dict[str, list[Task]] = {}
+        done: set[str] = set()
+        for q in ordered:
+            workload = q.keys["workload"]
+            if workload in done:
+                continue
+            done.add(workload)
+            memory = max(512, limits.job_memory_mb(limits.workload_rows(q.point.setup)))
+            for stage in self.levels["workload"]:
+                if q.applies(stage):
+                    self.list(self.make(stage, q, memory))
+            for r in on_workload[workload]:
+                for stage in self.levels["point"]:
+                    if not stage.own_batch and r.applies(stage):
+                        of_point.setdefault(r.keys["point"], []).append(self.make(stage, r, memory))
+        return of_point
+
+    def upstream(self, stage: Stage, q: _Point) -> list[Task | None]:
+        """The tasks whose outputs a stage's task for ``q`` reads (None: the point has none)."""
+        return [self.made.get((up, q.keys[STAGES[up].per])) if q.applies(STAGES[up]) else None
+                for up in stage.upstream]
+
+    def make(self, stage: Stage, q: _Point, memory: int = 512) -> Task:
+        """The task of a stage for point ``q``, after the tasks of its upstream stages (kept in
+        this batch unless the stage's tasks are batches of their own)."""
+        key = q.keys[stage.per]
+        upstream = self.upstream(stage, q)
+        outputs = stage.files(self.layout, key, self.config)
+        job = stage.job(q.point, self.config, tuple(t.outputs[0] if t else None for t in upstream), outputs)
+        task = stage_task(stage, key, job, stage.status(self.layout, key, self.config), outputs,
+                          upstream=[t for t in upstream if t], config=self.config, point=q.point, run=self.run,
+                          workload_mb=memory)
+        if not stage.own_batch:
+            self.made[(stage.name, key)] = task
+            self.tasks.append(task)
+            self.inputs.extend(f for f in stage.input_files(self.config, q.point) if f not in self.inputs)
+        return task
+
+    def list(self, task: Task) -> None:
+        """A task's status and outputs in the manifest, each under its kind."""
+        _list(self.files, task)
+
+
+def _list(files: dict[str, list[str]], task: Task) -> None:
+    files["status"].append(task.status)
+    for kind, path in zip(STAGES[task.stage].kinds, task.outputs):
+        if kind:
+            files[kind].append(path)
+
+
+def _row(point) -> dict[str, str]:
+    return {k: str(v) for k, v in point.row().items()}
 
 
 def own_batch(stage: str, task: Task, point, *, after: str, reads: tuple[str, ...]) -> Batch:
     """A task as a batch of its own (``<stage>-<key>``: one job, with what its task asks for),
     after the batch that makes what it reads, whose files it lists as inputs of its job."""
     files: dict[str, list[str]] = {kind: [] for kind in FILE_KINDS}
-    files["status"].append(task.status)
-    for kind, path in zip(STAGES[stage].kinds, task.outputs):
-        if kind:
-            files[kind].append(path)
+    _list(files, task)
     return Batch(f"{stage}-{task.key}", (task.key,), (task,), {kind: tuple(v) for kind, v in files.items()}, (),
-                 ({k: str(v) for k, v in point.row().items()},), after=(after,), reads=reads)
+                 (_row(point),), after=(after,), reads=reads)
 
 
 def batch_of_points(batches: Mapping[str, Batch]) -> dict[str, str]:
@@ -466,21 +492,24 @@ def pending(batch: Batch) -> list[Task]:
 
 
 def describe_pending(batches: Mapping[str, Batch]) -> str:
-    """One line on the work a run would do now: tasks per stage, points and batches."""
+    """One line on the work a run would do now: tasks per stage (in the stage table's order),
+    points and batches."""
     counts: dict[str, int] = {}
+    order: dict[str, int] = {}
     points: set[str] = set()
     touched = 0
+    stages = list(STAGES)
     for b in batches.values():
         todo = pending(b)
         touched += bool(todo)
         for task in todo:
             counts[task.rule] = counts.get(task.rule, 0) + 1
-            if task.rule in ("simulate", "audit"):
+            order.setdefault(task.rule, stages.index(task.stage) if task.stage in STAGES else len(stages))
+            if task.stage in STAGES and STAGES[task.stage].per == "point":
                 points.add(task.key)
     if not counts:
         return "to do: nothing (every point's outputs are current)"
-    order = [r for r in counts if r.startswith("profile_")] + ["generate", "volumes", "simulate", "audit"]
-    tasks = ", ".join(f"{counts[r]} {r}" for r in order if r in counts)
+    tasks = ", ".join(f"{counts[r]} {r}" for r in sorted(counts, key=lambda r: order[r]))
     return f"to do: {tasks} task(s) of {len(points)} point(s), in {touched} of {len(batches)} batch(es)"
 
 
@@ -523,10 +552,10 @@ def _run_in_process(task: Task, attempt_: int, parsers: _Parsers):
     would parse back to), or, without a job, its command line parsed."""
     from ..base import status
     if task.job is not None:
-        contract = STAGES[task.stage]
+        stage = STAGES[task.stage]
 
         def run() -> None:
-            contract.run(task.job)
+            stage.run(task.job)
     else:
         parser = parsers(task.command[0])
 

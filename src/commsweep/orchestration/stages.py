@@ -1,10 +1,10 @@
-"""The stage table: every per-point stage's contract (``base.stage.Stage``), in the order of
-a point's work, and their commands' parsers.
+"""The stage table: every per-point stage (``base.stage.Stage``), in the order of a point's
+work, and their commands' parsers.
 
-A contract lives next to its stage's code; this table is the one place that lists them. The
+A stage's class lives next to its code; this table is the one place that lists them. The
 batch planner and runner (``batch``), provenance (``provenance.check_external``) and the
-command line (``cli``) reach a stage only through it, so adding a stage is its own module
-and one line here (docs/development.md, "Adding a stage"; tests/test_stages.py checks it).
+command line (``cli``) reach a stage only through it, so adding a stage (another simulator
+backend, say) is its own module and one line here (docs/development.md, "Adding a stage").
 """
 
 from __future__ import annotations
@@ -18,19 +18,21 @@ from ..simulate.ns3.stage import PACKET
 from ..simulate.stage import SIMULATE
 from ..workload.stage import GENERATE
 
-# By name, in the order of a point's work. "packet" is the packet-level simulation, whose
-# command is ``simulate --backend ns3``.
-STAGES: dict[str, Stage] = {
-    "profile": PROFILE,
-    "generate": GENERATE,
-    "volumes": VOLUMES,
-    "simulate": SIMULATE,
-    "packet": PACKET,
-    "audit": AUDIT,
-}
+# By name, in the order of a point's work: a stage comes after those it reads.
+STAGES: dict[str, Stage] = {stage.name: stage for stage in (PROFILE, GENERATE, VOLUMES, SIMULATE, PACKET, AUDIT)}
 
-# The stages' commands by name, each with its parser (``commsweep COMMAND``).
-STAGE_COMMANDS = {stage.name: stage.add_parser for stage in STAGES.values() if stage.add_parser is not None}
+
+def commands() -> dict:
+    """The stages' commands by name, each with its parser (``commsweep COMMAND``); a command
+    two stages share (``simulate``, whose ``--backend ns3`` is the packet-level stage's) once."""
+    out: dict = {}
+    for stage in STAGES.values():
+        if stage.command not in out and type(stage).add_parser is not Stage.add_parser:
+            out[stage.command] = stage.add_parser
+    return out
+
+
+STAGE_COMMANDS = commands()
 
 
 def build_parser(command: str) -> argparse.ArgumentParser:
@@ -50,3 +52,4 @@ def check_external(config, points) -> dict:
         for key, value in dict(stage.check_external(config, points)).items():
             out.setdefault(key, value)
     return out
+

@@ -1,5 +1,7 @@
 """``commsweep simulate``: one workload through the built-in engine or a user's SimAI.
 
+Runs a ``stage.SimulateJob`` (the command's flags, typed), in-process or from the command line.
+
 Writes ``<out-dir>/<PREFIX>EndToEnd.csv`` (SimAI's file, byte-identical for the engine)
 and ``<out-dir>/<PREFIX>collectives.csv`` (the tidy per-collective table), or the paths
 given with ``--endtoend`` / ``--collectives``; with ``--times``, also their sums, what the
@@ -14,24 +16,6 @@ from pathlib import Path
 
 from ..base.errors import ConfigError
 from ..base.files import write_text
-
-
-class Options:
-    """The command's options (``commsweep simulate --help``), with SimAI's defaults."""
-
-    DEFAULTS = dict(
-        tp_overlap="0", dp_overlap="0", ep_overlap="0", pp_overlap="1", ratio_dir=None, out_dir="results",
-        endtoend=None, collectives=None, times=None, simai_bugs="fix", backend="builtin", simai_root=None, timeout=None,
-        strict=False, ns3=None,
-    )
-    REQUIRED = ("workload", "gpus", "gpus_per_server", "nics_per_server", "nvlink", "nic", "prefix")
-
-    def __init__(self, **values) -> None:
-        missing = [k for k in self.REQUIRED if k not in values]
-        unknown = [k for k in values if k not in self.DEFAULTS and k not in self.REQUIRED]
-        if missing or unknown:
-            raise TypeError(f"Options: missing {missing}, unknown {unknown}")
-        self.__dict__.update({**self.DEFAULTS, **values})
 
 
 def number_text(text: str) -> str:
@@ -51,30 +35,6 @@ def add_gpus_argument(parser, *, required: bool) -> None:
 
     parser.add_argument(GPUS_FLAG, "--gpus", type=int, required=required, default=None,
                         help="SimAI's -g: GPUs (sets DP = g / (tp * pp))" + ("" if required else "; default: the header's all_gpus"))
-
-
-def add_network_arguments(parser, *, required: bool, title: str = "network (SimAI's flags)") -> None:
-    """SimAI_analytical's four network flags, and the ratio tables: one definition for every command.
-
-    ``simulate`` requires them; ``audit`` and ``timeline`` take all four or none. Each keeps
-    SimAI's spelling; the names ``audit`` once had (``--nvlink_gbps`` ...) parse as aliases.
-    The bandwidths stay text, as typed: SimAI reads them with ``std::stof``, and so does the engine.
-    """
-    from ..base.flags import add_flag
-    from ..setup.network import SERVER_FLAGS as FLAG
-
-    n = parser.add_argument_group(title)
-    add_flag(n, FLAG["gpus_per_server"], "--gpus-per-server", dest="gpus_per_server", type=int, required=required,
-             default=None, help="GPUs per server (per NVLink domain)")
-    add_flag(n, FLAG["nics_per_server"], "--nic_per_server", dest="nics_per_server", type=int, required=required,
-             default=None, aliases=("--nics_per_server",), help="NICs per server")
-    add_flag(n, FLAG["nvlink_gbps"], "--nvlink", dest="nvlink_gbps", type=number_text, required=required, default=None,
-             aliases=("--nvlink_gbps",), help="NVLink bandwidth per GPU, GB/s")
-    add_flag(n, FLAG["nic_gbps"], "--nic_busbw", dest="nic_gbps", type=number_text, required=required, default=None,
-             aliases=("--nic_gbps",), help="bandwidth per NIC, GB/s")
-    add_flag(n, "--ratio-dir", metavar="DIR", default=None,
-             help="SimAI's ratio tables ({nvlink,nic,ata}_ratio.csv); default: a SimAI root's (simulate "
-                  "--simai-root), else the engine's default (efficiency 1.0)")
 
 
 def ratio_dir_for(ratio_dir: str | None, simai_root: str | None) -> str | None:
@@ -108,13 +68,14 @@ def gpu_mismatch(gpus: int, header) -> str | None:
     return why
 
 
-def _check_gpus(opts: Options) -> None:
+def check_gpus(workload: str, gpus: int, strict: bool) -> None:
+    """Warn (or with ``strict`` fail) where ``-g`` is not the workload's all_gpus (``gpu_mismatch``)."""
     from ..workload import format as wformat
 
-    problem = gpu_mismatch(opts.gpus, wformat.read_header(opts.workload))
+    problem = gpu_mismatch(gpus, wformat.read_header(workload))
     if problem is None:
         return
-    if opts.strict:
+    if strict:
         raise ConfigError(problem)
     note(f"warning: {problem} (--strict makes this an error)")
 
@@ -123,61 +84,52 @@ def note(text: str) -> None:
     print(f"commsweep simulate: {text}", file=sys.stderr)
 
 
-def run(opts: Options) -> None:
-    if opts.backend == "ns3":  # SimAI's packet-level simulator: a topology, not the analytical flags
-        from .ns3 import command
-
-        _check_gpus(opts)
-        command.run(opts)
-        return
-    from ..setup.network import Network
-
-    network = Network(
-        gpus=opts.gpus, gpus_per_server=opts.gpus_per_server, nics_per_server=opts.nics_per_server,
-        nvlink_gbps=opts.nvlink, nic_gbps=opts.nic, tp_overlap=opts.tp_overlap, dp_overlap=opts.dp_overlap,
-        ep_overlap=opts.ep_overlap, pp_overlap=opts.pp_overlap,
-    )
-    out_dir = Path(opts.out_dir)
-    endtoend_path = Path(opts.endtoend) if opts.endtoend else out_dir / f"{opts.prefix}EndToEnd.csv"
-    collectives_path = Path(opts.collectives) if opts.collectives else out_dir / f"{opts.prefix}collectives.csv"
-    ratio_dir = ratio_dir_for(opts.ratio_dir, opts.simai_root)
-    _check_gpus(opts)
-    if opts.backend == "builtin":
-        endtoend_text, collectives_text = _run_builtin(opts, network, ratio_dir)
-    elif opts.backend == "simai":
-        if not opts.simai_root:
+def run(job) -> None:
+    """One simulation with an analytical backend (builtin or simai): its three tables written.
+    ``job``: a ``stage.SimulateJob`` (this module is below the stage, which imports it)."""
+    if job.backend not in ("builtin", "simai"):
+        raise ConfigError(f"must be builtin or simai here, got {job.backend!r} (the ns3 backend's job is the "
+                          "packet-level stage's)", key="backend")
+    network = job.network()
+    out_dir = Path(job.out_dir)
+    endtoend_path = Path(job.endtoend) if job.endtoend else out_dir / f"{job.prefix}EndToEnd.csv"
+    collectives_path = Path(job.collectives) if job.collectives else out_dir / f"{job.prefix}collectives.csv"
+    ratio_dir = ratio_dir_for(job.ratio_dir, job.simai_root)
+    check_gpus(job.workload, job.gpus, job.strict)
+    if job.backend == "builtin":
+        endtoend_text, collectives_text = _run_builtin(job, network, ratio_dir)
+    else:
+        if not job.simai_root:
             raise ConfigError("the simai backend needs the root of a built SimAI (--simai-root)", key="simai_root")
         from . import simai
 
-        result = simai.run(Path(opts.simai_root), Path(opts.workload), network, prefix=opts.prefix,
-                           ratio_dir=Path(ratio_dir) if ratio_dir else None, simai_bugs=opts.simai_bugs,
-                           timeout=opts.timeout, log=sys.stdout)
+        result = simai.run(Path(job.simai_root), Path(job.workload), network, prefix=job.prefix,
+                           ratio_dir=Path(ratio_dir) if ratio_dir else None, simai_bugs=job.simai_bugs,
+                           timeout=job.timeout, log=sys.stdout)
         for warning in result.warnings:
             note(f"warning: {warning}")
         endtoend_text, collectives_text = result.endtoend_text, result.collectives_csv()
-    else:
-        raise ConfigError(f"must be builtin, simai or ns3, got {opts.backend!r}", key="backend")
     times_text = None
-    if opts.times:
+    if job.times:
         from . import times
 
         times_text = times.table(collectives_text, endtoend_text, collectives_source=collectives_path,
                                  endtoend_source=endtoend_path)
     # The tidy tables first: the EndToEnd.csv is the file pipelines wait for.
     if times_text is not None:
-        write_text(opts.times, times_text)
+        write_text(job.times, times_text)
     write_text(collectives_path, collectives_text)
     write_text(endtoend_path, endtoend_text)
 
 
-def _run_builtin(opts: Options, network, ratio_dir: str | None) -> tuple[str, str]:
+def _run_builtin(job, network, ratio_dir: str | None) -> tuple[str, str]:
     from ..workload import format as wformat
     from .engine import load_ratios, simulate
 
     ratios = load_ratios(ratio_dir)
     note(f"ratio tables: {ratios.source}")
-    workload = wformat.read(opts.workload)
-    sim = simulate(workload, network, ratios, prefix=opts.prefix, simai_bugs=opts.simai_bugs)
+    workload = wformat.read(job.workload)
+    sim = simulate(workload, network, ratios, prefix=job.prefix, simai_bugs=job.simai_bugs)
     for warning in sim.warnings():
         note(f"warning: {warning}")
     return sim.endtoend, sim.collectives_csv()

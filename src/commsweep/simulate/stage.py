@@ -1,20 +1,32 @@
-"""The simulate stage's contract (``base.stage.Stage``): ``commsweep simulate``, one point's
-iteration through SimAI's analytical model (the built-in engine, or a user's SimAI)."""
+"""The simulate stage (``base.stage.Stage``): ``commsweep simulate``, one point's iteration
+through SimAI's analytical model (the built-in engine, or a user's SimAI).
+
+``SimulateJob`` is the command: each field is one of its flags (``base.jobfields``), so the
+parser, the command line a task is planned as and the job parsed back all come from it. A
+new option is one field here, read where the simulation runs (``simulate.run``).
+"""
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
+from ..base.jobfields import add_arguments, flag, from_namespace
 from ..base.stage import Resources, Stage
-from ..setup.network import GPUS_FLAG, Network, overlap_flag
-from .run import ratio_dir_for
+from ..setup.network import GPUS_FLAG, SERVER_FLAGS, Network
+from .run import number_text, ratio_dir_for
 
 # SimAI's overlap ratios and their defaults as its command line writes them, in its flags' order.
 OVERLAPS = (("tp", "0"), ("dp", "0"), ("ep", "0"), ("pp", "1"))
+NETWORK = "network (SimAI's flags; required unless --backend ns3)"
+# Where a one-off simulation writes by default: here, not a sweep's results folder (the
+# pipeline names every file it writes).
+OUT_DIR = "."
 
 
 def network_from_args(ns: argparse.Namespace) -> Network | None:
@@ -45,105 +57,176 @@ def ratio_dir(config: Mapping) -> str | None:
     return ratio_dir_for(sim["ratio_dir"], sim["root"])
 
 
-@dataclass(frozen=True)
-class SimulateJob:
-    """One point's simulation: the workload, SimAI's -g, its network, the overlap ratios (as
-    (name, text) pairs in command order), the backend and where the three tables go."""
+def _overlap(name: str, default: str):
+    return flag(f"-{name}_o", f"--{name}_overlap", type=number_text, default=default, when="always",
+                help=f"{name.upper()} overlap ratio (default {default})")
 
-    workload: str
-    gpus: int
-    prefix: str
-    # The point's network (``setup.network.Network``: its servers, NVLink and NICs) and the
-    # ratio tables (None: the engine's default).
-    network: Network
-    ratio_dir: str | None = None
-    overlap: tuple[tuple[str, str], ...] = ()
-    simai_bugs: str = "fix"
-    backend: str = "builtin"
-    strict: bool = False
-    simai_root: str | None = None
-    endtoend: str | None = None
-    collectives: str | None = None
-    times: str | None = None
-    out_dir: str = "results"
-    timeout: float | None = None
+
+@dataclass(frozen=True, kw_only=True)
+class SimulateJob:
+    """One point's simulation, as ``commsweep simulate``'s flags (in the order its command line
+    writes them): the workload, SimAI's -g, its network, the overlap ratios, the backend and
+    where the three tables go."""
+
+    command: ClassVar[str] = "simulate"
+
+    workload: str = flag("-w", "--workload", help="a SimAI workload file")
+    gpus: int = flag(GPUS_FLAG, "--gpus", type=int, help="SimAI's -g: GPUs (sets DP = g / (tp * pp))")
+    # The network, as SimAI's four flags write it (its bandwidths the text they are typed as).
+    gpus_per_server: int | None = flag(SERVER_FLAGS["gpus_per_server"], "--gpus-per-server", type=int, default=None,
+                                       group=NETWORK, help="GPUs per server (per NVLink domain)")
+    nics_per_server: int | None = flag(SERVER_FLAGS["nics_per_server"], "--nic_per_server", type=int, default=None,
+                                       aliases=("--nics_per_server",), group=NETWORK, help="NICs per server")
+    nvlink_gbps: str | None = flag(SERVER_FLAGS["nvlink_gbps"], "--nvlink", type=number_text, default=None,
+                                   aliases=("--nvlink_gbps",), group=NETWORK, help="NVLink bandwidth per GPU, GB/s")
+    nic_gbps: str | None = flag(SERVER_FLAGS["nic_gbps"], "--nic_busbw", type=number_text, default=None,
+                                aliases=("--nic_gbps",), group=NETWORK, help="bandwidth per NIC, GB/s")
+    prefix: str = flag("-r", "--result", dest="prefix", help="output name prefix (SimAI's -r)")
+    tp_overlap: str = _overlap("tp", "0")
+    dp_overlap: str = _overlap("dp", "0")
+    ep_overlap: str = _overlap("ep", "0")
+    pp_overlap: str = _overlap("pp", "1")
+    simai_bugs: str = flag("--simai-bugs", choices=("fix", "reproduce", "error"), default="fix", when="always",
+                           help="where SimAI prints nonsense: fix it and warn (default), reproduce SimAI's output, "
+                                "or fail")
+    backend: str = flag("--backend", choices=("builtin", "simai", "ns3"), default="builtin", when="always",
+                        help="builtin: the closed-form engine; simai: run <simai-root>/bin/SimAI_analytical; "
+                             "ns3: run SimAI's packet-level SimAI_simulator (--ns3-root)")
+    strict: bool = flag("--strict", action="store_true", default=False,
+                        help="fail when -g is not the workload's all_gpus (default: warn; SimAI takes DP from -g)")
+    simai_root: str | None = flag("--simai-root", default=None, help="a built SimAI checkout")
+    ratio_dir: str | None = flag("--ratio-dir", metavar="DIR", default=None, group=NETWORK,
+                                 help="SimAI's ratio tables ({nvlink,nic,ata}_ratio.csv); default: a SimAI root's "
+                                      "(simulate --simai-root), else the engine's default (efficiency 1.0)")
+    out_dir: str = flag("--out-dir", default=OUT_DIR, when="changed",
+                        help="the folder of <PREFIX>EndToEnd.csv and <PREFIX>collectives.csv (default: the current "
+                             "directory)")
+    timeout: float | None = flag("--timeout", type=float, default=None,
+                                 help="seconds before a SimAI run is stopped (simai and ns3 backends)")
+    endtoend: str | None = flag("--endtoend", default=None, help="write the EndToEnd.csv here instead")
+    collectives: str | None = flag("--collectives", default=None, help="write the per-collective table here instead")
+    times: str | None = flag("--times", metavar="FILE", default=None,
+                             help="also write the simulated times summed per phase, collective and group, and "
+                                  "SimAI's summary line, here (what summarize reads)")
 
     def overlaps(self) -> dict[str, str]:
-        """Every ratio, SimAI's default where the job gives none."""
-        return {**dict(OVERLAPS), **dict(self.overlap)}
+        """Every ratio, as its flag writes it."""
+        return {name: getattr(self, f"{name}_overlap") for name, _ in OVERLAPS}
+
+    def network(self) -> Network:
+        """The simulation's network: its servers, -g and overlap ratios, as the flags give them."""
+        return Network(gpus=self.gpus, gpus_per_server=self.gpus_per_server, nics_per_server=self.nics_per_server,
+                       nvlink_gbps=self.nvlink_gbps, nic_gbps=self.nic_gbps, tp_overlap=self.tp_overlap,
+                       dp_overlap=self.dp_overlap, ep_overlap=self.ep_overlap, pp_overlap=self.pp_overlap)
 
 
-def job(point, config: Mapping, inputs: tuple, outputs: tuple) -> SimulateJob:
-    """A point's simulation (``inputs``: its workload) as ``simulator:`` in the config asks,
-    into its EndToEnd.csv, collectives and times (``outputs``)."""
-    (workload,), (endtoend, collectives, times) = inputs, outputs
-    sim = config["simulator"]
-    # The sweep's tp_overlap axis first, as its flag writes it (``overlap_flag``).
-    overlap = tuple((name, overlap_flag(name, point.tp_overlap if name == "tp" and point.tp_overlap is not None
-                                         else value)[1]) for name, value in sim["overlap"].items())
-    return SimulateJob(
-        workload=workload, gpus=point.world_size, prefix=f"{point.point_key}-",
-        network=point.net, ratio_dir=ratio_dir(config), overlap=overlap, simai_bugs=sim["simai_bugs"],
-        backend=sim["backend"], strict=True, simai_root=sim["root"] or None, endtoend=endtoend,
-        collectives=collectives, times=times)
+# The network's fields: SimAI's four flags and the ratio tables (``add_network_arguments``).
+NETWORK_FIELDS = ("gpus_per_server", "nics_per_server", "nvlink_gbps", "nic_gbps", "ratio_dir")
+# The flags the analytical backends need, by dest (their spelling in an error).
+_NETWORK_FLAGS = (("-g_p_s/--gpus-per-server", "gpus_per_server"), ("-n_p_s/--nic_per_server", "nics_per_server"),
+                  ("-nv/--nvlink", "nvlink_gbps"), ("-nic/--nic_busbw", "nic_gbps"))
 
 
-def argv(job: SimulateJob) -> list[str]:
-    out = ["simulate", "-w", job.workload, GPUS_FLAG, str(job.gpus), *job.network.server_flags(), "-r", job.prefix]
-    for name, value in job.overlap:
-        out += overlap_flag(name, value)
-    out += ["--simai-bugs", job.simai_bugs, "--backend", job.backend]
-    if job.strict:
-        out.append("--strict")
-    if job.simai_root is not None:
-        out += ["--simai-root", job.simai_root]
-    if job.ratio_dir is not None:
-        out += ["--ratio-dir", job.ratio_dir]
-    if job.out_dir != "results":
-        out += ["--out-dir", job.out_dir]
-    if job.timeout is not None:
-        out += ["--timeout", str(job.timeout)]
-    for flag, path in (("--endtoend", job.endtoend), ("--collectives", job.collectives), ("--times", job.times)):
-        if path is not None:
-            out += [flag, path]
-    return out
+class _Usage(argparse.HelpFormatter):
+    """``simulate``'s usage line: the network flags shown as required (argparse brackets an
+    option that is not ``required``, and they are not where ``--backend ns3`` runs), and a
+    line saying when."""
+
+    _OPTIONAL = re.compile(r"\[(-g_p_s|-n_p_s|-nv|-nic) ([A-Z_]+)\]")
+
+    def _format_usage(self, usage, actions, groups, prefix) -> str:
+        text = super()._format_usage(usage, actions, groups, prefix)
+        return self._OPTIONAL.sub(r"\1 \2", text).rstrip("\n") + \
+            "\n       (-g_p_s, -n_p_s, -nv and -nic: required unless --backend ns3)\n\n"
 
 
-def from_args(ns: argparse.Namespace) -> SimulateJob:
-    missing = [flag for flag, dest in (("-g_p_s/--gpus-per-server", "gpus_per_server"),
-                                       ("-n_p_s/--nic_per_server", "nics_per_server"),
-                                       ("-nv/--nvlink", "nvlink_gbps"), ("-nic/--nic_busbw", "nic_gbps"))
-               if getattr(ns, dest) is None]
-    if missing:
-        # argparse's way (status 2): they are required but with --backend ns3
-        print("commsweep simulate: error: the following arguments are required: " + ", ".join(missing),
-              file=sys.stderr)
-        raise SystemExit(2)
-    return SimulateJob(
-        workload=ns.workload, gpus=ns.gpus, prefix=ns.prefix, network=network_from_args(ns), ratio_dir=ns.ratio_dir,
-        overlap=tuple((name, getattr(ns, f"{name}_overlap")) for name, _ in OVERLAPS), simai_bugs=ns.simai_bugs,
-        backend=ns.backend, strict=ns.strict, simai_root=ns.simai_root, endtoend=ns.endtoend,
-        collectives=ns.collectives, times=ns.times, out_dir=ns.out_dir, timeout=ns.timeout)
+class SimulateStage(Stage[SimulateJob]):
+    name = "simulate"
+    command = "simulate"
+    summary = "a point's iteration through SimAI's analytical model (engine or a user's SimAI)"
+    job_type = SimulateJob
+    per = "point"
+    inputs = ("workload",)
+    outputs = ("endtoend", "collectives", "times")
+    kinds = ("endtoend", "collectives", "times")
+    upstream = ("generate",)
+    external = ("simulator.root", "simulator.ratio_dir")
+
+    def applies(self, point, audited: bool) -> bool:
+        return not point.packet
+
+    def files(self, layout, key: str, config: Mapping) -> tuple[str, ...]:
+        return layout.endtoend(key), layout.collectives(key), layout.times(key)
+
+    def status(self, layout, key: str, config: Mapping) -> str:
+        return layout.point_status("simulate", key)
+
+    def job(self, point, config: Mapping, inputs: tuple, outputs: tuple) -> SimulateJob:
+        """A point's simulation (``inputs``: its workload) as ``simulator:`` in the config asks,
+        into its EndToEnd.csv, collectives and times (``outputs``); the sweep's tp_overlap axis
+        first."""
+        (workload,), (endtoend, collectives, times) = inputs, outputs
+        sim = config["simulator"]
+        net = point.net
+        overlap = {f"{name}_overlap": str(value) for name, value in sim["overlap"].items()}
+        if point.tp_overlap is not None:
+            overlap["tp_overlap"] = str(point.tp_overlap)
+        return SimulateJob(
+            workload=workload, gpus=point.world_size, gpus_per_server=net.gpus_per_server,
+            nics_per_server=net.nics_per_server, nvlink_gbps=str(net.nvlink_gbps), nic_gbps=str(net.nic_gbps),
+            prefix=f"{point.point_key}-", **overlap, simai_bugs=sim["simai_bugs"], backend=sim["backend"],
+            strict=True, simai_root=sim["root"] or None, ratio_dir=ratio_dir(config), endtoend=endtoend,
+            collectives=collectives, times=times)
+
+    def from_args(self, ns: argparse.Namespace) -> SimulateJob:
+        missing = [spelled for spelled, dest in _NETWORK_FLAGS if getattr(ns, dest) is None]
+        if missing:
+            # argparse's way (status 2): they are required unless --backend ns3
+            print("commsweep simulate: error: the following arguments are required: " + ", ".join(missing),
+                  file=sys.stderr)
+            raise SystemExit(2)
+        return from_namespace(SimulateJob, ns)
+
+    def run(self, job: SimulateJob) -> None:
+        from . import run as simulation
+
+        simulation.run(job)
+
+    def add_parser(self, sub) -> None:
+        from .ns3.stage import PacketJob
+
+        p = sub.add_parser(
+            "simulate", allow_abbrev=False, formatter_class=_Usage,
+            help="simulate a workload with SimAI's analytical model (built-in engine or a user's SimAI)",
+            description="Simulate one iteration of a SimAI workload. Takes SimAI_analytical's flags; writes "
+                        "<out-dir>/<PREFIX>EndToEnd.csv (SimAI's layout) and <out-dir>/<PREFIX>collectives.csv "
+                        "(<out-dir>: the current directory unless --out-dir says another).",
+        )
+        add_arguments(p, SimulateJob)
+        # The packet-level backend's own flags (the flags both take are SimulateJob's).
+        add_arguments(p, PacketJob, skip=[f.name for f in SimulateJob.__dataclass_fields__.values()])
+        p.set_defaults(func=cmd_simulate)
+
+    def check_external(self, config: Mapping, points: Sequence) -> dict:
+        return check_external(config, points)
+
+    def reads(self, point, config: Mapping) -> tuple[str, ...]:
+        return ("simulator.root", "simulator.ratio_dir")
+
+    def input_files(self, config: Mapping, point) -> tuple[str, ...]:
+        """Files from outside results/ a point's simulation reads: SimAI's ratio tables."""
+        from .ratio import table_files
+
+        ratios = ratio_dir(config)
+        return tuple(table_files(ratios)) if ratios else ()
+
+    def resources(self, config: Mapping, workload_mb: int) -> Resources:
+        """A user's SimAI: 4 GB and ten minutes on a cluster; the engine: what its workload needs."""
+        simai = config["simulator"]["backend"] == "simai"
+        return Resources(memory_mb=max(4096 if simai else 0, workload_mb), runtime=10 if simai else 0.1)
 
 
-def options(job: SimulateJob, ns3=None):
-    """The job as the simulation's ``run.Options`` (``ns3``: the packet-level backend's options)."""
-    from .run import Options
-
-    net = as_commanded(job.network)
-    return Options(
-        workload=job.workload, gpus=job.gpus, gpus_per_server=net.gpus_per_server,
-        nics_per_server=net.nics_per_server, nvlink=net.nvlink_gbps, nic=net.nic_gbps, prefix=job.prefix,
-        **{f"{name}_overlap": value for name, value in job.overlaps().items()}, ratio_dir=job.ratio_dir,
-        out_dir=job.out_dir, endtoend=job.endtoend, collectives=job.collectives, times=job.times,
-        simai_bugs=job.simai_bugs, backend=job.backend, simai_root=job.simai_root, timeout=job.timeout,
-        strict=job.strict, ns3=ns3)
-
-
-def run(job: SimulateJob) -> None:
-    from . import run as simulation
-
-    simulation.run(options(job))
+SIMULATE = SimulateStage()
 
 
 def cmd_simulate(ns: argparse.Namespace) -> None:
@@ -152,7 +235,7 @@ def cmd_simulate(ns: argparse.Namespace) -> None:
 
         PACKET.run(PACKET.from_args(ns))
         return
-    run(from_args(ns))
+    SIMULATE.run(SIMULATE.from_args(ns))
 
 
 def add_point_arguments(p, *, schedule: bool, network_title: str) -> None:
@@ -160,7 +243,7 @@ def add_point_arguments(p, *, schedule: bool, network_title: str) -> None:
     AICB's training arguments (and Megatron's schedule options), AIOB's switches, the
     pipeline stage, SimAI's -g and its network flags (all four or none)."""
     from ..setup.arguments import add_aiob_arguments, add_schedule_arguments, add_stage_argument, add_training_arguments
-    from .run import add_gpus_argument, add_network_arguments
+    from .run import add_gpus_argument
 
     add_training_arguments(p)
     if schedule:
@@ -168,43 +251,19 @@ def add_point_arguments(p, *, schedule: bool, network_title: str) -> None:
     add_aiob_arguments(p)
     add_stage_argument(p)
     add_gpus_argument(p, required=False)
-    add_network_arguments(p, required=False, title=network_title)
+    add_network_arguments(p, title=network_title)
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "simulate", allow_abbrev=False,
-        help="simulate a workload with SimAI's analytical model (built-in engine or a user's SimAI)",
-        description="Simulate one iteration of a SimAI workload. Takes SimAI_analytical's flags; writes "
-                    "<out-dir>/<PREFIX>EndToEnd.csv (SimAI's layout) and <out-dir>/<PREFIX>collectives.csv.",
-    )
-    from .run import add_gpus_argument, add_network_arguments, number_text
+def add_network_arguments(parser, *, title: str) -> None:
+    """SimAI_analytical's four network flags, and the ratio tables, for a command that takes
+    them all four or none (``audit``, ``timeline``): ``simulate``'s own flags (``SimulateJob``'s
+    fields), one definition for every command.
 
-    p.add_argument("-w", "--workload", required=True, help="a SimAI workload file")
-    add_gpus_argument(p, required=True)
-    p.add_argument("-r", "--result", dest="prefix", required=True, help="output name prefix (SimAI's -r)")
-    add_network_arguments(p, required=False, title="network (SimAI's flags; required but with --backend ns3)")
-    for name, default in OVERLAPS:
-        p.add_argument(f"-{name}_o", f"--{name}_overlap", dest=f"{name}_overlap", type=number_text,
-                       default=default, help=f"{name.upper()} overlap ratio (default {default})")
-    p.add_argument("--out-dir", default="results", help="output directory (default: results)")
-    p.add_argument("--endtoend", help="write the EndToEnd.csv here instead")
-    p.add_argument("--collectives", help="write the per-collective table here instead")
-    p.add_argument("--times", metavar="FILE", help="also write the simulated times summed per phase, collective "
-                                                  "and group, and SimAI's summary line, here (what summarize reads)")
-    p.add_argument("--simai-bugs", choices=("fix", "reproduce", "error"), default="fix",
-                   help="where SimAI prints nonsense: fix it and warn (default), reproduce SimAI's output, or fail")
-    p.add_argument("--backend", choices=("builtin", "simai", "ns3"), default="builtin",
-                   help="builtin: the closed-form engine; simai: run <simai-root>/bin/SimAI_analytical; "
-                        "ns3: run SimAI's packet-level SimAI_simulator (--ns3-root)")
-    p.add_argument("--simai-root", help="a built SimAI checkout")
-    p.add_argument("--timeout", type=float, help="seconds before a SimAI run is stopped (simai and ns3 backends)")
-    p.add_argument("--strict", action="store_true",
-                   help="fail when -g is not the workload's all_gpus (default: warn; SimAI takes DP from -g)")
-    from .ns3.command import add_arguments as add_ns3_arguments
-
-    add_ns3_arguments(p)
-    p.set_defaults(func=cmd_simulate)
+    Each keeps SimAI's spelling; the names ``audit`` once had (``--nvlink_gbps`` ...) parse
+    as aliases. The bandwidths stay text, as typed: SimAI reads them with ``std::stof``, and
+    so does the engine.
+    """
+    add_arguments(parser.add_argument_group(title), SimulateJob, only=NETWORK_FIELDS, grouped=False)
 
 
 RATIO_FILES = ("nvlink_ratio.csv", "nic_ratio.csv", "ata_ratio.csv")
@@ -239,30 +298,3 @@ def check_external(config: Mapping, points: Sequence) -> dict:
         out["simulator.ratio_dir"] = External(key, str(ratios), files_digest(folder, [folder / n for n in RATIO_FILES]),
                                               ", ".join(RATIO_FILES))
     return out
-
-
-def input_files(config: Mapping, point) -> tuple[str, ...]:
-    """Files from outside results/ a point's simulation reads: SimAI's ratio tables."""
-    from .ratio import table_files
-
-    ratios = ratio_dir(config)
-    return tuple(table_files(ratios)) if ratios else ()
-
-
-def resources(config: Mapping, workload_mb: int) -> Resources:
-    """A user's SimAI: 4 GB and ten minutes on a cluster; the engine: what its workload needs."""
-    simai = config["simulator"]["backend"] == "simai"
-    return Resources(memory_mb=max(4096 if simai else 0, workload_mb), runtime=10 if simai else 0.1)
-
-
-SIMULATE = Stage(
-    name="simulate", summary="a point's iteration through SimAI's analytical model (engine or a user's SimAI)",
-    per="point", inputs=("workload",), outputs=("endtoend", "collectives", "times"),
-    kinds=("endtoend", "collectives", "times"), upstream=("generate",),
-    external=("simulator.root", "simulator.ratio_dir"), add_parser=add_parser, from_args=from_args, job=job,
-    argv=argv, run=run, applies=lambda point, audited: not point.packet,
-    files=lambda layout, key, config: (layout.endtoend(key), layout.collectives(key), layout.times(key)),
-    status=lambda layout, key, config: layout.point_status("simulate", key), check_external=check_external,
-    reads=lambda point, config: ("simulator.root", "simulator.ratio_dir"), resources=resources,
-    input_files=input_files,
-)

@@ -1,6 +1,6 @@
 """``commsweep simulate --backend ns3``: one workload through a user's SimAI_simulator.
 
-Its options (:func:`add_arguments`) name the binary, the topology (a template of SimAI's
+Its options (``stage.PacketJob``'s fields) name the binary, the topology (a template of SimAI's
 generator and its parameters, or a topology file) and the SimAI.conf/AS_* settings;
 :func:`run` writes the same files as the analytical backends (SimAI's EndToEnd.csv as the
 simulator wrote it, the collectives table, and with ``--times`` their sums) plus the run's
@@ -10,7 +10,6 @@ keeps both.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,34 +17,6 @@ from pathlib import Path
 from ...base.errors import ConfigError
 from ...base.files import read_text, write_text
 from . import conf, record, runner, topology
-
-
-def key_value(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    return key, value
-
-
-def add_arguments(parser) -> None:
-    g = parser.add_argument_group("packet-level simulation (--backend ns3: SimAI_simulator)")
-    g.add_argument("--ns3-root", metavar="PATH",
-                   help="a SimAI checkout built with './scripts/build.sh -c ns3', or its SimAI_simulator")
-    g.add_argument("--ns3-build", metavar="LABEL",
-                   help="how the binary was built, stated beside its times (default: its ns-3 profile, from its name)")
-    g.add_argument("--topology", default="rail-optimized", choices=tuple(topology.TEMPLATES),
-                   help="a template of SimAI's topology generator (default: rail-optimized, its quickstart's --ro)")
-    g.add_argument("--topology-param", action="append", type=key_value, default=[], metavar="KEY=VALUE",
-                   help="a generator parameter (gpu_per_server, gpu_type, bandwidth, nvlink_bw, latency, ...); "
-                        "gpu is -g")
-    g.add_argument("--topology-file", metavar="FILE", help="a topology file to use instead of a template")
-    g.add_argument("--ns3-set", action="append", type=key_value, default=[], metavar="KEY=VALUE",
-                   help="a SimAI.conf or AS_* setting: cc_mode, buffer_mb, ecn, dynamic_pfc_threshold, "
-                        "packet_payload, send_latency_us (us per flow: AS_SEND_LAT), nvls, pxn")
-    g.add_argument("--threads", type=int, default=1, help="SimAI_simulator's -t (default 1)")
-    g.add_argument("--stall", type=float, default=600.0, metavar="SECONDS",
-                   help="stop a run when no flow finishes and nothing is printed for this long (default 600)")
-    g.add_argument("--record", metavar="FILE", help="the run's record (default: <out-dir>/<PREFIX>ns3.csv)")
 
 
 _INTS = {"cc_mode", "buffer_mb", "packet_payload", "send_latency_us"}
@@ -94,37 +65,37 @@ def note(text: str) -> None:
     print(f"commsweep simulate: {text}", file=sys.stderr)
 
 
-def run(opts) -> None:
-    """Run one packet-level simulation with ``commsweep simulate``'s options (``run.Options``)."""
-    ns = opts.ns3
-    if not ns.ns3_root:
+def run(job) -> None:
+    """Run one packet-level simulation (``stage.PacketJob``: ``commsweep simulate --backend ns3``)."""
+    if not job.ns3_root:
         raise ConfigError("the ns3 backend needs SimAI_simulator (--ns3-root: a SimAI checkout or the binary)",
                           key="ns3_root")
-    settings = settings_from_pairs(ns.ns3_set)
-    params = {k: _typed(k, v, _TOPO_INTS, set(), "--topology-param") for k, v in ns.topology_param}
-    topo = topology_for(opts.gpus, ns.topology, params, ns.topology_file)
+    settings = settings_from_pairs(job.ns3_set)
+    params = {k: _typed(k, v, _TOPO_INTS, set(), "--topology-param") for k, v in job.topology_param}
+    topo = topology_for(job.gpus, job.topology, params, job.topology_file)
     for text in topo.notes:
         note(text)
     note(conf.describe(settings))
-    result = runner.run(Path(ns.ns3_root), Path(opts.workload), topo.name, topo.text, settings, threads=ns.threads,
-                        timeout=opts.timeout, stall=ns.stall, log=sys.stdout, build=ns.ns3_build)
+    result = runner.run(Path(job.ns3_root), Path(job.workload), topo.name, topo.text, settings,
+                        threads=int(job.threads), timeout=None if job.timeout is None else float(job.timeout),
+                        stall=float(job.stall), log=sys.stdout, build=job.ns3_build)
     for warning in result.warnings:
         note(f"warning: {warning}")
     note(f"{result.endtoend.total_time:.3f} us simulated in {result.wall_s:.1f} s by a {result.build} build")
-    write_outputs(opts, result, settings, threads=ns.threads, topology_name=topo.name)
+    write_outputs(job, result, settings, threads=int(job.threads), topology_name=topo.name)
 
 
-def write_outputs(opts, result: runner.Ns3Run, settings: conf.Settings, *, threads: int, topology_name: str) -> None:
+def write_outputs(job, result: runner.Ns3Run, settings: conf.Settings, *, threads: int, topology_name: str) -> None:
     """The analytical backend's files (times, collectives, EndToEnd.csv last), then the record."""
     from .. import times
 
-    out_dir = Path(opts.out_dir)
-    endtoend_path = Path(opts.endtoend) if opts.endtoend else out_dir / f"{opts.prefix}EndToEnd.csv"
-    collectives_path = Path(opts.collectives) if opts.collectives else out_dir / f"{opts.prefix}collectives.csv"
-    record_path = Path(opts.ns3.record) if opts.ns3.record else out_dir / f"{opts.prefix}ns3.csv"
+    out_dir = Path(job.out_dir)
+    endtoend_path = Path(job.endtoend) if job.endtoend else out_dir / f"{job.prefix}EndToEnd.csv"
+    collectives_path = Path(job.collectives) if job.collectives else out_dir / f"{job.prefix}collectives.csv"
+    record_path = Path(job.record) if job.record else out_dir / f"{job.prefix}ns3.csv"
     collectives_text = result.collectives_csv()
-    if opts.times:
-        write_text(opts.times, times.table(collectives_text, result.endtoend_text, collectives_source=collectives_path,
+    if job.times:
+        write_text(job.times, times.table(collectives_text, result.endtoend_text, collectives_source=collectives_path,
                                            endtoend_source=endtoend_path))
     write_text(collectives_path, collectives_text)
     record.write(record_path, record.row(result, settings, threads=threads, topology=topology_name))
