@@ -173,10 +173,24 @@ def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
             reasons += [r for r in (memory_problem(setup, gpu),) if r]
         if reasons:
             invalid.append(Invalid(values=values, reasons=tuple(reasons)))
-        else:
+            continue
+        for sim in simulations:
+            refused = packet_refusals(setup) if sim == "packet" else []
+            if refused:  # its analytical twin stays: only SimAI_simulator cannot run it
+                invalid.append(Invalid(values={**values, "simulation": sim}, reasons=tuple(refused)))
+                continue
             points += [Point(**values, setup=setup, net=nets[values["network"]], gpu=gpu, tp_overlap=tpo,
-                             simulation=sim) for tpo in overlaps for sim in simulations]
+                             simulation=sim) for tpo in overlaps]
     return points, invalid
+
+
+def packet_refusals(setup: TrainingSetup) -> list[str]:
+    """Why SimAI's packet-level simulator cannot run a point of ``setup``, known before its
+    workload is made (``simulate.ns3.checks``): refused with the sweep's other invalid points,
+    not when its job runs."""
+    from ..simulate.ns3.checks import setup_refusals
+
+    return [f"packet-level simulation: {reason}" for reason in setup_refusals(setup.pp)]
 
 
 def points_from_config(config: dict) -> tuple[list[Point], list[Invalid]]:

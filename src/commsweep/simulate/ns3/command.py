@@ -99,7 +99,7 @@ def run(opts) -> None:
     ns = opts.ns3
     if not ns.ns3_root:
         raise ConfigError("the ns3 backend needs SimAI_simulator (--ns3-root: a SimAI checkout or the binary)",
-                          key="ns3_root")
+                          key="--ns3-root")
     settings = settings_from_pairs(ns.ns3_set)
     params = {k: _typed(k, v, _TOPO_INTS, set(), "--topology-param") for k, v in ns.topology_param}
     topo = topology_for(opts.gpus, ns.topology, params, ns.topology_file)
