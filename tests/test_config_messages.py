@@ -91,3 +91,17 @@ def test_an_empty_config_file_is_refused(tmp_path):
         with pytest.raises(ConfigError, match=f"^{path}:1: the file is empty"):
             configfile.load([path])
     assert configfile.load([write(tmp_path, "{}\n")])["sweep"]["tp"] == [1]  # every default, asked for
+
+
+def test_snakemake_reads_the_config_as_commsweep_sweep_does(tmp_path):
+    """The Snakefile's reading (``snakemake --configfile``): a single value is a one-value axis,
+    and a key written twice is refused at its line, as ``commsweep sweep`` reads them."""
+    import sweeps
+
+    path = write(tmp_path, "sweep:\n  tp: 4\n  sp: [false, true]\n")
+    assert sweeps.planned(sweeps.run(tmp_path / "w", "--configfile", str(path), "--dry-run"))["points"] == 2
+    assert [p.tp for p in sweep.points_from_config(sweep.load_config(path))[0]] == [4, 4]
+    path = write(tmp_path, "sweep:\n  tp: [4]\n  tp: [2]\n")
+    result = sweeps.run(tmp_path / "w", "--configfile", str(path), "--dry-run", check=False)
+    assert result.returncode != 0
+    assert f"{path}:3: sweep.tp: given twice (first at line 2)" in result.stdout + result.stderr
