@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import reference_files
 
+from commsweep.base.errors import ConfigError
 from commsweep.simulate.ns3 import checks, conf, outputs, runner, topology
 from commsweep.workload import format as wf
 
@@ -514,6 +515,66 @@ def test_a_failed_packet_run_is_a_named_failed_point(stand_in, reference, monkey
     st = status.read(Layout().point_status("simulate", points[1].point_key))
     assert not st.ok and "EMPTY ncclFlowModel_EndToEnd.csv" in st.error
     assert status.read(Layout().point_status("simulate", points[0].point_key)).ok
+
+
+def test_a_failed_packet_point_is_named_by_the_sweep_wide_steps(stand_in, reference, monkeypatch, capsys):
+    """A packet-level point whose run failed: the comparison with its analytical twin lists it with
+    its failure (its ns3.csv is the failed job's marker, not read as a record), and the packet-level
+    difference by cause, its header alone, says in its log which point failed and why."""
+    from commsweep.base.paths import Layout
+    from commsweep.orchestration import batch, cli, provenance, sweep
+    from commsweep.setup import configfile
+
+    binary, _, tmp = stand_in
+    monkeypatch.setenv("STAND_IN_MODE", "empty")
+    monkeypatch.setenv("SIMAI_ROOT", str(binary))
+    config = configfile.load([str(CONFIG_NS3)], [REPLAYED])
+    monkeypatch.chdir(tmp)
+    points, invalid = sweep.points_from_config(config)
+    run_plan(batch.plan(points, config, Layout(), provenance.Run(config=config,
+                                                                  inputs=provenance.check_external(config, points))))
+    packet = points[1].point_key
+    Path("results/sweep.csv").write_text(sweep.table_csv(points, invalid))
+    assert cli.main(["summarize", "--sweep", "results/sweep.csv", "-o", "results/summary.csv"]) == 0
+    assert cli.main(["packet-compare", "--summary", "results/summary.csv", "--records", Layout().packet_record(packet),
+                     "-o", "results/packet_vs_analytical.csv"]) == 0
+    (row,) = csv.DictReader(open("results/packet_vs_analytical.csv", newline=""))
+    assert (row["point"], row["flows"]) == (packet, "")
+    assert row["status"].startswith("failed: simulate: ") and "EMPTY ncclFlowModel_EndToEnd.csv" in row["status"]
+    capsys.readouterr()
+    assert cli.main(["causes", "--simulation", "packet", "--sweep", "results/sweep.csv",
+                     "-o", "results/packet_difference_by_cause.csv"]) == 0
+    assert Path("results/packet_difference_by_cause.csv").read_text().count("\n") == 1
+    said = capsys.readouterr().err
+    assert f"commsweep causes: no packet-level row: failed: {packet}: simulate: " in said
+
+
+def test_packet_points_the_simulator_would_hang_on_are_refused_when_the_sweep_is_checked(tmp_path, monkeypatch, capsys):
+    """PP > 1 hangs SimAI_simulator: `commsweep sweep --check` names each such packet-level point
+    with the other invalid points, before any job and without SimAI; skip_invalid drops them and
+    keeps their analytical twins."""
+    from commsweep.orchestration import cli, sweep
+
+    monkeypatch.setenv("SIMAI_ROOT", str(tmp_path / "no-simai"))
+    config = tmp_path / "pp.yaml"
+    config.write_text(CONFIG_NS3.read_text().replace("  pp: [1]\n", "  pp: [1, 2]\n"))
+    assert cli.main(["sweep", "--check", str(config)]) == 2
+    said = capsys.readouterr().err
+    assert "sweep: 2 invalid sweep point(s)" in said and said.count("pp=2") == 2
+    assert said.count("simulation=packet]: packet-level simulation: pp 2: SimAI's NS-3 path hard-codes PP_size = 1") == 2
+    config.write_text(config.read_text() + "skip_invalid: true\n")
+    points, invalid = sweep.points_from_config(sweep.load_config(config))
+    assert sorted((p.pp, p.simulation) for p in points) == [(1, "analytical")] * 2 + [(1, "packet")] * 2 + \
+        [(2, "analytical")] * 2
+    assert [(bad.values["pp"], bad.values["simulation"]) for bad in invalid] == [(2, "packet")] * 2
+    table = list(csv.DictReader(io.StringIO(sweep.table_csv(points, invalid))))
+    assert [r["status"].split(":")[0] for r in table if r["simulation"] == "packet" and r["pp"] == "2"] == ["skipped"] * 2
+
+
+def test_a_missing_simulator_names_the_config_key(tmp_path):
+    with pytest.raises(ConfigError, match=r"^simulator\.ns3\.root: .*no-simai/bin/SimAI_simulator not found: point "
+                                          r"simulator\.ns3\.root "):
+        runner.find_binary(tmp_path / "no-simai")
 
 
 @needs_simai

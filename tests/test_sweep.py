@@ -110,7 +110,7 @@ def test_bad_custom_model_field_names_the_key():
     "mutate, key",
     [
         (lambda c: c["sweep"].__setitem__("tp", [0]), "sweep.tp[0]"),
-        (lambda c: c["sweep"].__setitem__("tp", 2), "sweep.tp"),
+        (lambda c: c["sweep"].__setitem__("tp", "2"), "sweep.tp"),
         (lambda c: c["sweep"].__setitem__("sp", ["yes"]), "sweep.sp[0]"),
         (lambda c: c["sweep"].__setitem__("schedule", ["aicbx"]), "sweep.schedule[0]"),
         (lambda c: c.__setitem__("colour", 1), "colour"),

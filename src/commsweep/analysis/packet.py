@@ -17,6 +17,8 @@ import csv
 import io
 from pathlib import Path
 
+from ..base import paths
+from ..setup.points import PointRow
 from ..simulate.ns3 import record
 from . import summary
 
@@ -68,10 +70,30 @@ def table(summary_rows: list[summary.Row], records: dict[str, dict[str, str]]) -
 
 
 def read_records(paths: list[str | Path]) -> dict[str, dict[str, str]]:
-    """Packet-level records by point (the point folder's name); a missing one (a failed point) is left out."""
+    """Packet-level records by point (the point folder's name). A failed point's record is
+    left out, whether missing or its failed job's marker (``status.MARKER``): its line in the
+    table has no record columns, and its status (the summary's) names the failure."""
+    from ..base.status import is_marker
+
     out = {}
     for path in paths:
         path = Path(path)
-        if path.exists():
+        if path.exists() and not is_marker(path):
             out[path.parent.name] = record.read(path)
+    return out
+
+
+def without_pairs(points: list[PointRow], files: paths.PointFiles) -> list[str]:
+    """Why ``packet_difference_by_cause.csv`` has no row: each packet-level point of an AICB
+    point and its Megatron partner that failed, ``point: cause`` (empty when none did). The
+    table is then its header alone, which the landing page reads (and says the sweep has no
+    pair); this says which points and why, in the step's log."""
+    from ..base.status import failures, reasons
+
+    out = []
+    for p in points:
+        if p.simulation == "packet":
+            failed = failures(files, p.workload, p.point)
+            if failed:
+                out.append(f"{p.point}: {reasons(failed)}")
     return out

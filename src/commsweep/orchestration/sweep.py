@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from ..base.errors import ConfigError
-from ..setup.models import ModelSpec, model_from_dict, resolve_model
-from ..setup.network import NETWORK_FIELDS, Network
+from ..setup.configfile import networks_and_models
+from ..setup.network import NETWORK_FIELDS  # noqa: F401 (a network's keys, beside the axes, for the sweep's readers)
 from ..setup.points import AXES, SIMULATIONS, Invalid, Point, to_csv
 from ..setup.training import TrainingSetup
 from ..workload.generate import schedule_problems
@@ -33,43 +33,6 @@ def _axis(config: dict, name: str) -> list:
         if v not in seen:
             seen.append(v)
     return seen
-
-
-def networks_from_config(config: dict) -> dict[str, Network]:
-    out = {}
-    for name, values in (config.get("networks") or {}).items():
-        if not isinstance(name, str):
-            raise ConfigError(f"network names must be strings, got {name!r}", key=f"networks.{name}")
-        if not isinstance(values, dict):
-            raise ConfigError("must be a mapping of " + ", ".join(NETWORK_FIELDS), key=f"networks.{name}")
-        for f in NETWORK_FIELDS:
-            if f not in values:
-                raise ConfigError("missing", key=f"networks.{name}.{f}")
-            v = values[f]
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
-                raise ConfigError(f"must be a positive number, got {v!r}", key=f"networks.{name}.{f}")
-        for f in ("gpus_per_server", "nics_per_server"):
-            if not isinstance(values[f], int):
-                raise ConfigError(f"must be an integer, got {values[f]!r}", key=f"networks.{name}.{f}")
-        try:
-            out[name] = Network(name=name, **{f: values[f] for f in NETWORK_FIELDS})
-        except ConfigError as err:  # what SimAI cannot read as float32 (1e-50 GB/s is 0)
-            raise ConfigError(err.message, key=f"networks.{name}.{err.key}") from None
-    return out
-
-
-def custom_models(config: dict) -> dict[str, ModelSpec]:
-    models = config.get("models") or {}
-    if not isinstance(models, dict):
-        raise ConfigError("must be a mapping from model name to fields", key="models")
-    out = {}
-    for name, values in models.items():
-        if not isinstance(name, str):
-            raise ConfigError(f"model names must be strings, got {name!r}", key=f"models.{name}")
-        if not isinstance(values, dict):
-            raise ConfigError("must be a mapping of model fields", key=f"models.{name}")
-        out[name] = model_from_dict(name, values)
-    return out
 
 
 def memory_verdict(setup: TrainingSetup, gpu: str) -> tuple[float, bool | None] | None:
@@ -167,18 +130,13 @@ def simulation_axis(config: dict) -> list[str | None]:
 def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
     """All points of the sweep, valid first, then the invalid combinations with reasons."""
     axes = {name: _axis(config, name) for name in AXES}
-    nets = networks_from_config(config)
-    models = custom_models(config)
+    nets, resolved = networks_and_models(config)
     aiob = config.get("aiob") or {}
     gpu = str(aiob.get("gpu", "H100-SXM"))
     # With skip_invalid (or skip_unfit), a point that does not fit its GPU's memory is dropped
     # like an invalid one; without, it stays, marked fits=False in sweep.csv.
     unfit = config.get("skip_unfit")
     skip_unfit = bool(config.get("skip_invalid", False) if unfit is None else unfit)
-    for name in axes["network"]:
-        if name not in nets:
-            raise ConfigError(f"unknown network {name!r}; defined: {', '.join(nets) or 'none'}", key="sweep.network")
-    resolved = {name: resolve_model(name, models) for name in axes["model"]}
     if True in axes["aiob"]:
         from ..aiob.backends import check_aiob_config
 
@@ -215,10 +173,24 @@ def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
             reasons += [r for r in (memory_problem(setup, gpu),) if r]
         if reasons:
             invalid.append(Invalid(values=values, reasons=tuple(reasons)))
-        else:
+            continue
+        for sim in simulations:
+            refused = packet_refusals(setup) if sim == "packet" else []
+            if refused:  # its analytical twin stays: only SimAI_simulator cannot run it
+                invalid.append(Invalid(values={**values, "simulation": sim}, reasons=tuple(refused)))
+                continue
             points += [Point(**values, setup=setup, net=nets[values["network"]], gpu=gpu, tp_overlap=tpo,
-                             simulation=sim) for tpo in overlaps for sim in simulations]
+                             simulation=sim) for tpo in overlaps]
     return points, invalid
+
+
+def packet_refusals(setup: TrainingSetup) -> list[str]:
+    """Why SimAI's packet-level simulator cannot run a point of ``setup``, known before its
+    workload is made (``simulate.ns3.checks``): refused with the sweep's other invalid points,
+    not when its job runs."""
+    from ..simulate.ns3.checks import setup_refusals
+
+    return [f"packet-level simulation: {reason}" for reason in setup_refusals(setup.pp)]
 
 
 def points_from_config(config: dict) -> tuple[list[Point], list[Invalid]]:

@@ -7,34 +7,65 @@ norms, tied or untied embeddings) for the Megatron schedule; AICB's own command 
 (``to_aicb_argv``, what a real AICB is given) never has them, as AICB's parser rejects
 flags it does not know; ``--model NAME`` fills every model
 field from a preset. ``to_aicb_argv`` and ``to_commsweep_argv`` go the other way.
+
+AICB's parser takes a flag's unambiguous prefix (argparse's default), and AICB's own scripts
+rely on it (``scripts/megatron_gpt.sh`` passes ``--n_dense_layer=3`` for DeepSeek models).
+commsweep's parsers take no prefix of their own flags, and resolve a prefix among AICB's
+flags alone (``resolve_aicb_prefixes``), so that a prefix means what it means to AICB:
+commsweep's extensions neither make it ambiguous nor catch it. (One word differs from AICB:
+``--model``, commsweep's preset, which AICB refuses as a prefix of two of its flags.)
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
+from collections.abc import Collection, Sequence
 
 from ..base.errors import ConfigError
 from ..base.flags import add_flag
 from .models import ModelSpec, preset
 from .training import CP_COMM_TYPES, TrainingSetup
 
-# AICB arguments that do not change a Megatron training workload; accepted for compatibility.
-_IGNORED_VALUED = (
-    "--gpu_type", "--pp_rank", "--epoch_num", "--dtype", "--gated_linear_unit", "--activation_func",
+# Every option string of AICB's parser (aliyun/aicb, commit 23eec3c48ca2, utils/utils.py:
+# get_params and the get_*_params it calls), in its order: what an AICB flag's prefix is
+# resolved among, as AICB resolves it.
+AICB_FLAGS = (
+    "-h", "--help", "--frame", "--gpu_type", "--world_size", "--tensor_model_parallel_size",
+    "--pipeline_model_parallel", "--context-parallel-size", "--pp_rank", "--global_batch", "--micro_batch",
+    "--epoch_num", "--computation_enable", "--dtype", "--ffn_hidden_size", "--enable_visual", "--workload_only",
+    "--model_name", "--hidden_size", "--num_layers", "--seq_length", "--num_attention_heads", "--vocab_size",
+    "--max_position_embeddings", "--add_bias_linear", "--use_flash_attn", "--swiglu",
+    "--stage", "--amp_enabled", "--reduce_bucket_size", "--allgather_bucket_size", "--contiguous_gradients",
+    "--param_persistence_threshold", "--model_persistence_threshold", "--max_live_parameters",
+    "--prefetch_bucket_size",
+    "--enable_sequence_parallel", "--use-distributed-optimizer", "--make_vocab_size_divisible_by",
+    "--overlap_grad_reduce",
+    "--begin_size", "--end_size", "--test_comm", "--iter_num", "--multi_all_reduce_enable",
+    "--overlap_version",
+    "--moe_enable", "--expert_model_parallel_size", "--num_experts", "--moe_router_topk", "--moe_grouped_gemm",
+    "--activation_func",
+    "--aiob_enable", "--comp_filepath", "--gated_linear_unit", "--bias_gelu_fusion", "--openai_gelu", "--onnx_safe",
+    "--squared_relu", "--recompute_activations",
+    "--n_dense_layers", "--n_shared_expert", "--qk_rope_dim", "--qk_nope_dim", "--q_lora_rank", "--kv_lora_rank",
+    "--v_head_dim",
 )
+
+# AICB arguments that do not change a Megatron training workload; accepted for compatibility.
+_IGNORED_VALUED = ("--gpu_type", "--dtype", "--gated_linear_unit", "--activation_func")
 _IGNORED_FLAGS = (
     "--computation_enable", "--enable_visual", "--workload_only", "--use_flash_attn",
     "--use-distributed-optimizer", "--overlap_grad_reduce", "--bias_gelu_fusion", "--openai_gelu",
     "--onnx_safe", "--squared_relu", "--moe_grouped_gemm", "--overlap_version",
     "--amp_enabled", "--contiguous_gradients",
 )
-# AICB's DeepSpeed, collective-test and DeepSeek options (integers in AICB too): its parser
-# accepts them on every command line, and they do not touch a Megatron workload.
+# AICB's DeepSpeed and collective-test options, its --pp_rank and --epoch_num (integers in
+# AICB too): its parser accepts them on every command line, and they do not touch a Megatron workload.
 _IGNORED_INTS = (
     "--stage", "--reduce_bucket_size", "--allgather_bucket_size", "--param_persistence_threshold",
     "--model_persistence_threshold", "--max_live_parameters", "--prefetch_bucket_size",
-    "--begin_size", "--end_size", "--iter_num", "--multi_all_reduce_enable",
+    "--begin_size", "--end_size", "--iter_num", "--multi_all_reduce_enable", "--pp_rank", "--epoch_num",
 )
 # AICB's DeepSeek frame (``get_deepseek_params``): its flags and defaults. Under
 # ``--frame=Megatron`` AICB ignores them, and so does commsweep.
@@ -111,6 +142,58 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     add_flag(e, "--moe-first-k-dense", type=int, default=None,
              help="the first k layers dense (default 0; with --frame DeepSeek, AICB's --n_dense_layers)")
     add_flag(e, "--moe-aux-loss-coeff", type=float, default=None, help="load-balancing loss (default 0)")
+    resolve_aicb_prefixes_in(parser)
+
+
+class AmbiguousPrefix(ValueError):
+    """A prefix of several of AICB's flags: AICB refuses it, and so does commsweep."""
+
+
+def resolve_aicb_prefixes(argv: Sequence[str], own: Collection[str]) -> list[str]:
+    """``argv`` with each prefix of one of AICB's flags written out, as AICB's parser reads it.
+
+    ``own`` is every option string the command's parser knows (AICB's flags, commsweep's).
+    A word is left as it is when it is one of them (``--name`` or ``--name=value``: an exact
+    flag wins, as in argparse), when it is no prefix of an AICB flag (argparse then says
+    it is unrecognized), or when the AICB flag it stands for is not this command's. A prefix
+    of several AICB flags raises AmbiguousPrefix with argparse's words. After ``--``
+    nothing is an option, as argparse reads it.
+    """
+    out: list[str] = []
+    for i, word in enumerate(argv):
+        if word == "--":
+            return out + list(argv[i:])
+        name, eq, value = word.partition("=")
+        if not word.startswith("--") or word in own or name in own:
+            out.append(word)
+            continue
+        matches = [flag for flag in AICB_FLAGS if flag.startswith(name)]
+        if len(matches) > 1:
+            raise AmbiguousPrefix(f"ambiguous option: {word} could match {', '.join(matches)}")
+        out.append(matches[0] + eq + value if matches and matches[0] in own else word)
+    return out
+
+
+def resolve_aicb_prefixes_in(parser: argparse.ArgumentParser) -> None:
+    """Make ``parser`` read AICB flags' prefixes as AICB does (``resolve_aicb_prefixes``).
+
+    The command's parser is built with ``allow_abbrev=False``, so that no prefix reaches
+    commsweep's own flags; argparse has no hook before it parses, so the parser's
+    ``parse_known_args`` (what ``parse_args`` and a subcommand's parsing call) is wrapped:
+    the words are resolved, then parsed as they were. The parser's flags are read when it
+    parses, once every command's own flags are added.
+    """
+    parse = parser.parse_known_args
+
+    def parse_known_args(args=None, namespace=None):
+        words = sys.argv[1:] if args is None else list(args)
+        try:
+            words = resolve_aicb_prefixes(words, parser._option_string_actions)
+        except AmbiguousPrefix as err:
+            parser.error(str(err))
+        return parse(words, namespace)
+
+    parser.parse_known_args = parse_known_args
 
 
 def add_stage_argument(parser: argparse.ArgumentParser) -> None:

@@ -56,7 +56,9 @@ def _raise_first(errors, *, prefix: str | None = None, source: str | Path | None
 
 
 def validate_config(config: dict, *, source: str | Path | None = None) -> None:
-    """Raise ConfigError naming the first bad key; fill defaults into ``config`` in place."""
+    """Raise ConfigError naming the first bad key; fill defaults into ``config`` in place, and
+    write a sweep axis given as one value (``tp: 4``, which the schema allows) as a one-value
+    list, so that every reader (the Snakefile's, ``commsweep sweep``'s) sees lists."""
     import jsonschema
 
     base = jsonschema.validators.validator_for(schema())
@@ -70,6 +72,11 @@ def validate_config(config: dict, *, source: str | Path | None = None) -> None:
 
     filling = jsonschema.validators.extend(base, {"properties": set_defaults})
     _raise_first(filling(schema()).iter_errors(config), source=source)
+    sweep = config.get("sweep")
+    if isinstance(sweep, dict):
+        for name, value in sweep.items():
+            if value is not None and not isinstance(value, list):
+                sweep[name] = [value]
 
 
 @cache

@@ -10,6 +10,7 @@ compute (``trunc(t * (1 - overlap))``).
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from ...base import paths
@@ -107,5 +108,13 @@ def packet_difference_by_cause(sweep_csv: Path, files: paths.PointFiles) -> str:
     simulation is part of a point's setting, so like pairs with like), with each finding's
     exposed time from the two SimAI_simulator runs; the same columns, writer and reader as
     ``difference_by_cause.csv``. A sweep-wide step rather than the batches' work: each
-    packet-level point is a batch of its own, so no batch holds a pair."""
-    return to_csv(points_causes([p for p in read_points(sweep_csv) if p.simulation == "packet"], files))
+    packet-level point is a batch of its own, so no batch holds a pair. With no row, the log
+    names each packet-level point that failed and why (``packet.without_pairs``)."""
+    points = [p for p in read_points(sweep_csv) if p.simulation == "packet"]
+    found = points_causes(points, files)
+    if not found:
+        from ..packet import without_pairs
+
+        for line in without_pairs(points, files):
+            print(f"commsweep causes: no packet-level row: failed: {line}", file=sys.stderr)
+    return to_csv(found)

@@ -26,6 +26,10 @@ NVLS on and a collective of 2 GiB or more                 the NVLS flow models k
                                                           they wrap. Refused, naming the rows.
 ========================================================  =========================================================
 
+What a sweep point's setup alone shows (``pp`` above 1) is also refused when the sweep is
+checked, before any job (``setup_refusals``, which ``commsweep sweep --check`` and the workflow
+read), so such a point is named, or skipped with ``skip_invalid``, with the other invalid ones.
+
 Failures that only show after a run (an empty or cut EndToEnd.csv, totals that do not add
 up, a run that stops making progress) are the runner's (``runner``).
 """
@@ -59,14 +63,21 @@ def _rows(items: list[str], limit: int = 10) -> str:
     return ", ".join(items[:limit]) + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
+def setup_refusals(pp: int) -> list[str]:
+    """Why SimAI_simulator would hang on a setup of pipeline-parallel size ``pp``, known before
+    its workload is made (empty when it would not): checked on a sweep's packet-level points
+    before any job, and on every run's workload (``prepare``)."""
+    if pp > 1:
+        return [f"pp {pp}: SimAI's NS-3 path hard-codes PP_size = 1 in its NCCL mock, so DP groups are wrong and "
+                "the run never ends (SimAI #270); packet-level runs need pp 1"]
+    return []
+
+
 def prepare(workload: wformat.Workload, topo: TopologyFile, settings: Settings, *,
             source: str = "<workload>") -> Prepared:
     """Check one run's inputs; return the workload to run (transformed where documented)."""
     header = workload.header
-    refusals = []
-    if header.pp > 1:
-        refusals.append(f"pp {header.pp}: SimAI's NS-3 path hard-codes PP_size = 1 in its NCCL mock, so DP groups are "
-                        "wrong and the run never ends (SimAI #270); packet-level runs need pp 1")
+    refusals = setup_refusals(header.pp)
     if header.checkpoints:
         refusals.append(f"checkpoints {list(header.checkpoints)}: activation recomputation (Forward_In_BackPass) has "
                         "no flow model in SimAI 1.7's NS-3 path (undefined behaviour)")

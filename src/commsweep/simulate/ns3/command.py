@@ -69,7 +69,7 @@ def run(job) -> None:
     """Run one packet-level simulation (``stage.PacketJob``: ``commsweep simulate --backend ns3``)."""
     if not job.ns3_root:
         raise ConfigError("the ns3 backend needs SimAI_simulator (--ns3-root: a SimAI checkout or the binary)",
-                          key="ns3_root")
+                          key="--ns3-root")
     settings = settings_from_pairs(job.ns3_set)
     params = {k: _typed(k, v, _TOPO_INTS, set(), "--topology-param") for k, v in job.topology_param}
     topo = topology_for(job.gpus, job.topology, params, job.topology_file)

@@ -64,15 +64,16 @@ def find_binary(path: str | Path) -> Path:
     path = Path(path)
     binary = path if path.is_file() else path / BINARY
     if not binary.exists():
-        raise ConfigError(f"{binary} not found: point simulator.ns3_root at a SimAI checkout built with "
-                          "'./scripts/build.sh -c ns3' (or at the SimAI_simulator binary)", key="simulator.ns3_root")
+        raise ConfigError(f"{binary} not found: point simulator.ns3.root (or $SIMAI_ROOT, or --ns3-root) at a SimAI "
+                          "checkout built with './scripts/build.sh -c ns3' (or at the SimAI_simulator binary)",
+                          key="simulator.ns3.root")
     if not os.access(binary, os.X_OK):
-        raise ConfigError(f"{binary} is not executable", key="simulator.ns3_root")
+        raise ConfigError(f"{binary} is not executable", key="simulator.ns3.root")
     return binary
 
 
 def build_profile(binary: Path, given: str | None = None) -> str:
-    """How the binary was built: ``given`` (config ``simulator.ns3_build``), else the ns-3
+    """How the binary was built: ``given`` (config ``simulator.ns3.build``), else the ns-3
     profile its name carries (``ns3.36.1-AstraSimNetwork-debug``: SimAI's build script's
     ``./ns3 configure -d debug``, -O0), else ``unknown``."""
     if given:
@@ -80,7 +81,7 @@ def build_profile(binary: Path, given: str | None = None) -> str:
     m = _PROFILE.search(binary.resolve().name)
     if m:
         return f"ns-3 {m.group(1)} profile ({_PROFILE_FLAGS[m.group(1)]})"
-    return "unknown (say it with simulator.ns3_build)"
+    return "unknown (say it with simulator.ns3.build)"
 
 
 @dataclass

@@ -1,0 +1,107 @@
+"""What a sweep config's mistakes are told: the file, the line where it knows it, and the key.
+
+Each through ``configfile.load``, the one reader of the Snakefile (``pipeline.load_config``)
+and of ``commsweep sweep``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from commsweep.base.errors import ConfigError
+from commsweep.orchestration import cli, sweep
+from commsweep.setup import configfile
+
+NET = "{gpus_per_server: 8, nics_per_server: 8, nvlink_gbps: 360, nic_gbps: 48.5}"
+
+
+def write(tmp_path, text: str, name: str = "my.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("text, line, key", [
+    ("sweep:\n  tp: [1]\n  pp: [1]\n  tp: [2]\n", 4, "sweep.tp"),
+    ("sweep:\n  tp: [1]\nskip_invalid: true\nsweep:\n  tp: [2]\n", 4, "sweep"),
+    (f"networks:\n  netA: {{gpus_per_server: 8, nics_per_server: 8, nvlink_gbps: 360, nic_gbps: 48.5, nic_gbps: 1}}\n",
+     2, "networks.netA.nic_gbps"),
+    ("models:\n  m:\n    base: gpt-7b\n    num_layers: 4\n    'num_layers': 8\nsweep: {model: [m]}\n", 5, "models.m.num_layers"),
+])
+def test_a_key_written_twice_is_refused_at_its_line(tmp_path, text, line, key):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        configfile.load([path])
+    assert str(info.value).startswith(f"{path}:{line}: {key}: given twice (first at line ")
+
+
+def test_the_same_key_in_two_mappings_is_no_repeat(tmp_path):
+    path = write(tmp_path, f"networks:\n  netA: {NET}\n  netB: {NET}\nsweep: {{network: [netA, netB]}}\n")
+    assert list(configfile.load([path])["networks"]) == ["netA", "netB"]
+
+
+def test_a_single_value_is_a_one_value_axis(tmp_path):
+    path = write(tmp_path, "sweep:\n  tp: 4\n  sp: true\n  schedule: aicb\n  model: gpt-7b\n  network: netA\n"
+                           "  tp_overlap: 0.5\n  simulation: analytical\n")
+    config = configfile.load([path])
+    assert {k: config["sweep"][k] for k in ("tp", "sp", "schedule", "model", "network", "tp_overlap", "simulation")} == \
+        {"tp": [4], "sp": [True], "schedule": ["aicb"], "model": ["gpt-7b"], "network": ["netA"], "tp_overlap": [0.5],
+         "simulation": ["analytical"]}
+    points, _ = sweep.points_from_config(sweep.load_config(path))
+    assert [(p.tp, p.sp, p.schedule) for p in points] == [(4, True, "aicb")]
+    # A --config override is read the same way; a wrong value is still named.
+    assert configfile.load([path], ["sweep={tp: 2}"])["sweep"]["tp"] == [2]
+    for text, said in (("sweep:\n  tp: x\n", "sweep.tp: 'x' is not of type 'array', 'integer'"),
+                       ("sweep:\n  tp: 0\n", "sweep.tp: 0 is less than the minimum of 1"),
+                       ("sweep:\n  schedule: aicbx\n", "sweep.schedule: 'aicbx' is not one of ['aicb', 'megatron']")):
+        with pytest.raises(ConfigError, match="^" + str(write(tmp_path, text)) + ": " + said.replace("[", r"\[")):
+            configfile.load([tmp_path / "my.yaml"])
+
+
+def test_networks_of_its_own_without_the_axis_are_told_the_default(tmp_path):
+    path = write(tmp_path, f"networks:\n  myNet: {NET}\n  other: {NET}\n")
+    with pytest.raises(ConfigError) as info:
+        configfile.load([path])
+    assert str(info.value) == (f"{path}: sweep.network: not set, so it defaults to [netA]; this config's networks "
+                               "replace the default netA and are: myNet, other; set sweep.network (e.g. [myNet])")
+    path = write(tmp_path, f"networks:\n  myNet: {NET}\nsweep: {{network: [netB]}}\n")
+    with pytest.raises(ConfigError, match=f"^{path}: sweep.network: unknown network 'netB'; the config defines: myNet$"):
+        configfile.load([path])
+
+
+@pytest.mark.parametrize("text, said", [
+    ("sweep: {model: [nosuch]}\n", "sweep.model: unknown model 'nosuch'; known: "),
+    ("models:\n  m: {base: gpt-7b, layers: 4}\nsweep: {model: [m]}\n", "models.m.layers: unknown key"),
+    ("models:\n  m: {base: nosuch}\nsweep: {model: [m]}\n", "models.m.base: unknown base model 'nosuch'"),
+    (f"networks:\n  netA: {{gpus_per_server: 8, nics_per_server: 8, nvlink_gbps: 1.0e-50, nic_gbps: 48.5}}\n",
+     "networks.netA.nvlink_gbps: must be a positive number, got 1e-50"),
+])
+def test_model_and_network_errors_name_the_file(tmp_path, text, said, capsys):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        configfile.load([path])
+    assert str(info.value).startswith(f"{path}: {said}")
+    assert cli.main(["sweep", "--check", str(path)]) == 2
+    assert f"commsweep sweep: error: {path}: {said}" in capsys.readouterr().err
+
+
+def test_an_empty_config_file_is_refused(tmp_path):
+    for text in ("", "# only a comment\n"):
+        path = write(tmp_path, text)
+        with pytest.raises(ConfigError, match=f"^{path}:1: the file is empty"):
+            configfile.load([path])
+    assert configfile.load([write(tmp_path, "{}\n")])["sweep"]["tp"] == [1]  # every default, asked for
+
+
+def test_snakemake_reads_the_config_as_commsweep_sweep_does(tmp_path):
+    """The Snakefile's reading (``snakemake --configfile``): a single value is a one-value axis,
+    and a key written twice is refused at its line, as ``commsweep sweep`` reads them."""
+    import sweeps
+
+    path = write(tmp_path, "sweep:\n  tp: 4\n  sp: [false, true]\n")
+    assert sweeps.planned(sweeps.run(tmp_path / "w", "--configfile", str(path), "--dry-run"))["points"] == 2
+    assert [p.tp for p in sweep.points_from_config(sweep.load_config(path))[0]] == [4, 4]
+    path = write(tmp_path, "sweep:\n  tp: [4]\n  tp: [2]\n")
+    result = sweeps.run(tmp_path / "w", "--configfile", str(path), "--dry-run", check=False)
+    assert result.returncode != 0
+    assert f"{path}:3: sweep.tp: given twice (first at line 2)" in result.stdout + result.stderr
