@@ -1,13 +1,20 @@
-"""The docs work as written: every fenced ``sh`` block of README.md and docs/*.md runs.
+"""The docs work as written: every fenced ``sh`` block of README.md, docs/*.md and
+profiles/README.md runs.
 
 Each page gets one scratch copy of the repository (its tracked and unignored files, and a
 link to this checkout's ``.venv``); its ``sh`` blocks run there in order with ``bash -e``,
 ``.venv/bin`` first on PATH, so a block may use what an earlier block of the same page
 wrote. In the copy, ``config/config.yaml`` is a 4-point sweep, so ``make run`` takes
-seconds. On the line right before a fence (docs/development.md):
+seconds. A block's ``.venv/bin/pip install`` runs with ``--dry-run --no-index``: the link
+is this checkout's own venv, which must already hold what the command would install (``make
+test`` installs every extra), and is not to be re-pointed at the copy. On the line right
+before a fence (docs/development.md):
 
-* ``<!-- example: needs gpu|simai|aicb|cluster -->`` or ``<!-- example: skip REASON -->``:
-  the block is a skipped test with that reason;
+* ``<!-- example: needs simai|ns3|aicb -->``: the block runs where SIMAI_ROOT (simai: a
+  SimAI build with ``bin/SimAI_analytical``; ns3: with ``bin/SimAI_simulator``) or AICB_ROOT
+  (an AICB checkout) names something usable, and is a skipped test saying why elsewhere;
+* ``<!-- example: needs gpu|cluster -->`` or ``<!-- example: skip REASON -->``: the block
+  is a skipped test with that reason;
 * ``<!-- example: file NAME -->`` before another fence (``yaml``...): its text is written to
   NAME in the copy before the page's blocks run.
 
@@ -30,7 +37,7 @@ import yaml
 
 from conftest import REPO
 
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "profiles" / "README.md"]
 FENCE = re.compile(r"^```(\S*)\s*$")
 ANNOTATION = re.compile(r"^<!-- example: (needs|skip|file) ?(.*?) -->$")
 SMALL_SWEEP = (
@@ -84,12 +91,52 @@ def shell_blocks() -> list:
     return params
 
 
+def _simai(root: str) -> None:
+    from commsweep.simulate import simai
+
+    simai.find_binary(Path(root))
+
+
+def _ns3(root: str) -> None:
+    from commsweep.simulate.ns3 import runner
+
+    runner.find_binary(root)
+
+
+def _aicb(root: str) -> None:
+    from commsweep.workload import aicb_runner
+
+    aicb_runner.checkout(root)
+
+
+# What a ``needs`` example needs that a machine may have: the variable that names it, and the
+# program's own check that it is usable (raises ConfigError saying why not).
+NEEDS = {"simai": ("SIMAI_ROOT", _simai), "ns3": ("SIMAI_ROOT", _ns3), "aicb": ("AICB_ROOT", _aicb)}
+
+
+def needs_reason(what: str, environ=os.environ) -> str | None:
+    """Why a ``needs`` example cannot run here, or None when it can."""
+    from commsweep.base.errors import ConfigError
+
+    if what not in NEEDS:  # a GPU, a cluster: never in the tests
+        return f"needs {what}"
+    variable, usable = NEEDS[what]
+    value = environ.get(variable)
+    if not value:
+        return f"needs {what}: set {variable}"
+    try:
+        usable(value)
+    except ConfigError as err:
+        return f"needs {what}: {variable}={value}: {err}"
+    return None
+
+
 def skip_reason(block: Block) -> str | None:
     if block.annotation is None:
         return None
     kind, argument = block.annotation
     if kind == "needs":
-        return f"needs {argument}"
+        return needs_reason(argument)
     if kind == "skip":
         return argument or "skipped"
     return None
@@ -133,6 +180,15 @@ def scratch_of(page: Path, factory) -> Scratch:
     return SCRATCH[page]
 
 
+PIP_INSTALL = re.compile(r"(\.venv/bin/pip install)(?=\s)")
+
+
+def checked_installs(text: str) -> str:
+    """A block's text with its pip installs made checks: pip resolves what it would install
+    from what the venv holds, and fails when the venv lacks any of it."""
+    return PIP_INSTALL.sub(r"\1 --dry-run --no-index --no-build-isolation --quiet", text)
+
+
 def run_block(block: Block, folder: Path) -> None:
     if re.search(r"(^|\s)make\s", block.text):
         # make must find .venv up to date: it would otherwise reinstall this checkout's venv
@@ -141,7 +197,7 @@ def run_block(block: Block, folder: Path) -> None:
         if fresh.returncode != 0:
             pytest.skip(".venv is older than pyproject.toml: run `make setup` first")
     env = {**os.environ, "PATH": f"{folder / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
-    result = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block.text], cwd=folder, env=env,
+    result = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", checked_installs(block.text)], cwd=folder, env=env,
                             capture_output=True, text=True, timeout=TIMEOUT_S)
     if result.returncode != 0:
         raise AssertionError(f"{block.where}: the example exits {result.returncode}\n{block.text}\n"
@@ -220,3 +276,41 @@ def test_the_audit_page_lists_every_cause():
 
 def test_the_readme_is_a_front_door():
     assert (REPO / "README.md").stat().st_size < 12 * 1024
+
+
+def test_needs_examples_run_where_the_variable_names_a_usable_build(tmp_path):
+    simai, aicb = tmp_path / "simai", tmp_path / "aicb"
+    assert needs_reason("simai", {}) == "needs simai: set SIMAI_ROOT"
+    assert "SimAI_analytical not found" in needs_reason("simai", {"SIMAI_ROOT": str(simai)})
+    (simai / "bin").mkdir(parents=True)
+    for name in ("SimAI_analytical", "SimAI_simulator"):
+        (simai / "bin" / name).write_text("#!/bin/sh\n")
+    assert "is not executable" in needs_reason("ns3", {"SIMAI_ROOT": str(simai)})
+    (simai / "bin" / "SimAI_analytical").chmod(0o755)
+    assert needs_reason("simai", {"SIMAI_ROOT": str(simai)}) is None
+    assert "SimAI_simulator is not executable" in needs_reason("ns3", {"SIMAI_ROOT": str(simai)})
+    (simai / "bin" / "SimAI_simulator").chmod(0o755)
+    assert needs_reason("ns3", {"SIMAI_ROOT": str(simai)}) is None
+    assert "not an AICB checkout" in needs_reason("aicb", {"AICB_ROOT": str(aicb)})
+    (aicb / "workload_generator").mkdir(parents=True)
+    (aicb / "workload_generator" / "SimAI_training_workload_generator.py").write_text("")
+    assert needs_reason("aicb", {"AICB_ROOT": str(aicb)}) is None
+    assert needs_reason("gpu", {"SIMAI_ROOT": str(simai)}) == "needs gpu"
+
+
+def test_every_needs_annotation_names_something_known():
+    known = {*NEEDS, "gpu", "cluster"}
+    for page in PAGES:
+        for block in blocks(page):
+            if block.annotation and block.annotation[0] == "needs":
+                assert block.annotation[1] in known, f"{block.where}: needs {block.annotation[1]}?"
+
+
+def test_a_pip_install_in_an_example_fails_where_the_venv_lacks_what_it_installs(tmp_path):
+    (tmp_path / ".venv").symlink_to(Path(sys.prefix))
+    lacking = subprocess.run(["bash", "-c", checked_installs(".venv/bin/pip install commsweep-no-such-package==1.0")],
+                             cwd=tmp_path, capture_output=True, text=True)
+    assert lacking.returncode != 0 and "commsweep-no-such-package" in lacking.stderr
+    held = subprocess.run(["bash", "-c", checked_installs(".venv/bin/pip install 'pyyaml'")],
+                          cwd=tmp_path, capture_output=True, text=True)
+    assert held.returncode == 0, held.stderr
