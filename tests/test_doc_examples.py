@@ -19,7 +19,8 @@ before a fence (docs/development.md):
   NAME in the copy before the page's blocks run.
 
 Also: every ``yaml`` block parses, every relative link points at a file (and heading) that
-exists, and docs/audit.md lists every cause of analysis/causes.py with its explanation.
+exists, a block whose Snakemake needs an executor or storage plugin installs the extra that
+holds it, and docs/audit.md lists every cause of analysis/causes.py with its explanation.
 """
 
 from __future__ import annotations
@@ -314,3 +315,58 @@ def test_a_pip_install_in_an_example_fails_where_the_venv_lacks_what_it_installs
     held = subprocess.run(["bash", "-c", checked_installs(".venv/bin/pip install 'pyyaml'")],
                           cwd=tmp_path, capture_output=True, text=True)
     assert held.returncode == 0, held.stderr
+
+
+def _extras_packages(extras: list[str]) -> set[str]:
+    """The packages pyproject.toml's extras install (an extra may name another: commsweep[s3])."""
+    import tomllib
+
+    table = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    out, todo = set(), list(extras)
+    while todo:
+        for requirement in table[todo.pop()]:
+            name = re.match(r"[A-Za-z0-9_.-]+", requirement).group(0)
+            inner = re.match(r"commsweep\[([^\]]+)\]", requirement)
+            if inner:
+                todo += inner.group(1).split(",")
+            else:
+                out.add(name.lower())
+    return out
+
+
+def plugins_needed(text: str) -> set[str]:
+    """The Snakemake plugins a block's snakemake commands load: the executor and the default
+    storage provider of the workflow profile, or those the command line gives instead."""
+    needed = set()
+    for command in text.replace("\\\n", " ").splitlines():
+        if not re.search(r"\bsnakemake\b", command):
+            continue
+        settings = {}
+        profile = re.search(r"--workflow-profile\s+(\S+)", command)
+        if profile:
+            settings.update(yaml.safe_load((REPO / profile.group(1) / "config.yaml").read_text()) or {})
+        for key in ("executor", "default-storage-provider"):
+            given = re.search(rf"--{key}\s+(\S+)", command)
+            if given:
+                settings[key] = given.group(1)
+        if settings.get("executor", "local") not in ("local", "dryrun", "touch"):
+            needed.add(f"snakemake-executor-plugin-{settings['executor']}")
+        if settings.get("default-storage-provider"):
+            needed.add(f"snakemake-storage-plugin-{settings['default-storage-provider']}")
+    return needed
+
+
+def test_a_cluster_example_installs_the_plugins_it_needs():
+    """`make run` installs no Snakemake plugin: a block that needs one installs its extra itself."""
+    checked = 0
+    for page in PAGES:
+        for block in blocks(page):
+            if block.language != "sh" or not (needed := plugins_needed(block.text)):
+                continue
+            extras = [e for found in re.findall(r"pip install -e ['\"]?\.\[([^\]]+)\]", block.text)
+                      for e in found.split(",")]
+            assert needed <= _extras_packages(extras), (
+                f"{block.where}: needs {sorted(needed - _extras_packages(extras))}: "
+                f"install its extra in the block (`.venv/bin/pip install -e '.[EXTRA]'`)")
+            checked += 1
+    assert checked >= 6  # the dry and real runs of docs/cluster.md and profiles/README.md
