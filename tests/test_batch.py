@@ -304,8 +304,9 @@ def test_a_task_that_kills_its_batch_runs_in_its_own_process_then_is_recorded_fa
     marker = tmp_path / batch.RUNNING / "all.running"
 
     def run_batch() -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-c", RUN_ONE_BATCH, str(config)], cwd=tmp_path, env=sweeps.env(),
-                              capture_output=True, text=True)
+        # TMPDIR: the working directory of the AICB run killed last stays until a next run.
+        return subprocess.run([sys.executable, "-c", RUN_ONE_BATCH, str(config)], cwd=tmp_path,
+                              env={**sweeps.env(), "TMPDIR": str(tmp_path)}, capture_output=True, text=True)
 
     runs = [run_batch()]  # killed: the marker names the task under way, which has no status
     assert runs[0].returncode == -signal.SIGKILL, runs[0].stderr[-2000:]

@@ -93,7 +93,9 @@ def test_schema_examples_are_valid_sweeps():
         config = copy.deepcopy(example)
         validate_config(config)
         points, invalid = sweep.points_from_config(config)
-        assert len(points) == 2 and not invalid
+        assert len(points) == 4 and not invalid
+        # It answers the question: each setting both as AICB writes it and as Megatron runs it.
+        assert {p.schedule for p in points} == {"aicb", "megatron"}
 
 
 def test_every_preset_names_its_source():

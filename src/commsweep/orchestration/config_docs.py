@@ -161,10 +161,15 @@ def render() -> str:
         "",
     ]
     for example in root.get("examples", ()):
-        lines += ["For example, `my-sweep.yaml`:", "", "```yaml", yaml.safe_dump(example, sort_keys=False, default_flow_style=None, width=100).strip(), "```", "",
+        # The example is a file of the doc-example test (tests/test_doc_examples.py), which
+        # runs the commands below on it.
+        lines += ["For example, `my-sweep.yaml`:", "", "<!-- example: file my-sweep.yaml -->", "```yaml",
+                  yaml.safe_dump(example, sort_keys=False, default_flow_style=None, width=100).strip(), "```", "",
                   "`commsweep sweep FILE` checks a sweep and lists its points; "
-                  "`snakemake --cores 2 --configfile FILE` runs it. The default sweep:", "",
-                  "```sh", "commsweep sweep config/config.yaml", "```", ""]
+                  "`make run CONFIG=FILE` runs it (and makes its report):", "",
+                  "```sh", ".venv/bin/commsweep sweep my-sweep.yaml", "```", "",
+                  "The default sweep is `config/config.yaml`:", "",
+                  "```sh", ".venv/bin/commsweep sweep config/config.yaml", "```", ""]
     for name, prop in root["properties"].items():
         lines += [f"## `{name}`", ""]
         if prop.get("type") == "object":

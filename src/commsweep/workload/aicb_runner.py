@@ -12,6 +12,8 @@ when it fails its last error line is the error raised here.
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -52,6 +54,42 @@ def command(
     return argv
 
 
+PREFIX = "commsweep-aicb-"
+_OWNED = re.compile(re.escape(PREFIX) + r"(\d+)-")
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (one of another user's counts: it cannot be signalled)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_orphans(parent: str | Path | None = None) -> list[Path]:
+    """Remove the working directories left by runs whose process is gone; the ones removed.
+
+    Only directories named by ``work_directory`` count; a live process's is never touched."""
+    parent = Path(parent if parent is not None else tempfile.gettempdir())
+    removed = []
+    for path in parent.glob(PREFIX + "*"):
+        owner = _OWNED.match(path.name)
+        if owner is not None and path.is_dir() and not _alive(int(owner.group(1))):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def work_directory() -> Path:
+    """A fresh working directory for one AICB run, named for this process, in the system's
+    temporary directory (after removing those that killed runs left there)."""
+    remove_orphans()
+    return Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-"))
+
+
 def _last_error(output: str) -> str:
     """AICB's own error text: the last non-empty line (a traceback ends with the exception)."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
@@ -81,7 +119,8 @@ def run(
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(aicb), *filter(None, [env.get("PYTHONPATH")])])
     log = sys.stderr if log is None else log
-    with tempfile.TemporaryDirectory(prefix="commsweep-aicb-") as work:
+    work = work_directory()
+    try:
         print(f"$ (cd {work} && PYTHONPATH={aicb} {' '.join(cmd)})", file=log, flush=True)
         try:
             proc = subprocess.run(
@@ -99,3 +138,5 @@ def run(
             raise AicbError(f"AICB exited 0 but wrote {len(written)} workload files ({names}); expected one")
         # Bytes, not text mode: the file must come back exactly as AICB wrote it.
         return written[0].read_bytes().decode("utf-8")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
