@@ -38,10 +38,12 @@ Key = tuple[str, str, str]  # point, measure, cause ("" for a point's totals)
 
 @dataclass(frozen=True)
 class Answer:
-    """One sweep's values by (point, measure, cause), in the order its files list them."""
+    """One sweep's values by (point, measure, cause), in the order its files list them, and
+    its points (a failed one too, which has no values)."""
 
     folder: str
     values: dict[Key, float]
+    points: frozenset[str]
 
 
 def _rows(path: Path, needed: tuple[str, ...]):
@@ -70,6 +72,7 @@ def read_answer(folder: str | Path) -> Answer:
     """A sweep's answer from its results folder (its difference_by_cause.csv and summary.csv)."""
     layout = Layout(folder)
     values: dict[Key, float] = {}
+    points: set[str] = set()
     causes = Path(layout.difference_by_cause())
     for line, row in _rows(causes, ("point", "cause", *CAUSE_MEASURES)):
         for measure in CAUSE_MEASURES:
@@ -77,6 +80,7 @@ def read_answer(folder: str | Path) -> Answer:
             values[key] = values.get(key, 0.0) + _number(causes, line, row, measure)
     summary = Path(layout.summary())
     for line, row in _rows(summary, ("point", "status", *POINT_TOTALS, *POINT_SUMS)):
+        points.add(row["point"])
         if row["status"] != "ok":  # a failed point has no totals; the check names why
             continue
         for measure in POINT_TOTALS:
@@ -84,7 +88,7 @@ def read_answer(folder: str | Path) -> Answer:
         for measure in POINT_SUMS:
             key = (row["point"], measure, "")
             values[key] = values.get(key, 0.0) + _number(summary, line, row, measure)
-    return Answer(str(folder), values)
+    return Answer(str(folder), values, frozenset(points | {key[0] for key in values}))
 
 
 def _cell(value: float | None) -> str:
@@ -109,8 +113,7 @@ def compare(a: Answer, b: Answer) -> str:
 
 def describe(a: Answer, b: Answer) -> str:
     """One line: how many points each sweep has, how many both, and how many differ."""
-    points_a = {k[0] for k in a.values}
-    points_b = {k[0] for k in b.values}
+    points_a, points_b = a.points, b.points
     both = points_a & points_b
     differ = {k[0] for k in set(a.values) | set(b.values)
               if k[0] in both and a.values.get(k) != b.values.get(k)}

@@ -28,6 +28,7 @@ while Snakemake ran is one the next run sees as changed.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -273,7 +274,7 @@ def run(command: Sequence[str], run_, config: str, layout: Layout | None = None,
     reason = why_not(facts, layout)
     if reason is None:
         verdict = _first_line(layout.verdict())
-        print(f"commsweep: nothing to do: {layout.root}/ is as the last run of {config} left it ({verdict}); "
+        print(f"commsweep: nothing to do: {layout.root}/ are as the last run of {config} left them ({verdict}); "
               f"the answer: {layout.answer_page()}", file=sys.stderr, flush=True)
         if report and report_stale(layout):
             return _call([*command, "--report", layout.report()])
@@ -294,16 +295,18 @@ def _call(command: Sequence[str]) -> int:
     """Run ``command`` in the foreground; its exit status, or this process ends as it did when
     a signal ended it. Ctrl-C reaches the command itself (the terminal's whole process group):
     this process waits for it to end, then ends as it did (a handler, not SIG_IGN, which the
-    command would inherit). The command starts with Ctrl-C held back (``interrupts.held``):
-    Snakemake takes it once it can say one line (``interrupts.begin``)."""
+    command would inherit). Snakemake starts with Ctrl-C held back (``interrupts.held``): this
+    workflow takes it once it can say one line (``interrupts.begin``), where Snakemake's own
+    start would print a traceback."""
     from .interrupts import held
+    from .locks import is_snakemake
 
     sys.stdout.flush()
     previous = signal.getsignal(signal.SIGINT)
     if previous is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, lambda signum, frame: None)
     try:
-        with held():
+        with held() if is_snakemake(list(command)) else contextlib.nullcontext():
             process = subprocess.Popen(list(command))
         status = process.wait()
     finally:

@@ -43,7 +43,7 @@ class Process:
     command: str
 
 
-def _is_snakemake(cmdline: list[str]) -> bool:
+def is_snakemake(cmdline: list[str]) -> bool:
     """Whether a command line runs Snakemake (``snakemake ...``, ``python -m snakemake ...``)."""
     head = cmdline[:3]
     return any(os.path.basename(arg) == "snakemake" for arg in head) or (
@@ -59,7 +59,7 @@ def live_snakemakes(workdir: str | Path = ".") -> list[Process]:
     found = []
     for proc in psutil.process_iter(["pid", "cmdline"]):
         try:
-            if proc.pid == os.getpid() or not _is_snakemake(proc.info["cmdline"] or []):
+            if proc.pid == os.getpid() or not is_snakemake(proc.info["cmdline"] or []):
                 continue
             if os.path.realpath(proc.cwd()) != here:
                 continue
