@@ -98,6 +98,9 @@ def run_all(argvs: Sequence[list[str]], processes: int = 1) -> int:
 def _end_workers(pool) -> None:
     """End the pool's workers now (SIGTERM: no traceback), their commands unfinished: each
     writes its outputs atomically, so none is left half-written, and the next run redoes them."""
-    for process in list(getattr(pool, "_processes", {}).values()):
+    workers = list(getattr(pool, "_processes", {}).values())
+    for process in workers:
         process.terminate()
+    for process in workers:
+        process.join(timeout=30)
     pool.shutdown(wait=False, cancel_futures=True)
