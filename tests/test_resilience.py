@@ -138,7 +138,7 @@ def test_failed_points_and_steps_leave_the_others_intact_and_are_retried(tmp_pat
     # gpt-huge's folders are left from the failing sweep: listed, never read.
     assert verdict[1].startswith("ignored: 10 output(s) of points not in this sweep")
     assert all("gpt-huge" in line for line in verdict[2:]) and len(verdict) == 12
-    assert "commsweep: 10 output(s) of points not in this sweep are ignored" in final.stderr
+    assert "commsweep: 10 folder(s) or file(s) in results/ are of points not in this sweep" in final.stderr
     assert (run / "results" / "summary.csv").read_bytes() == (ref / "results" / "summary.csv").read_bytes()
     assert jobs_to_run(run, config) == {}, final.stdout
 

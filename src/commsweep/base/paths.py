@@ -46,13 +46,6 @@ def results_folder(config) -> str:
     return str(config.get(RESULTS_KEY) or RESULTS).rstrip("/")
 
 
-def without_results(config) -> dict:
-    """The config less its results folder: where the results go is not what they are made of,
-    so a run's record and name leave it out (the same sweep in two folders is the same run,
-    and ``run.json`` of the default folder reads as before the key existed)."""
-    return {key: value for key, value in config.items() if key != RESULTS_KEY}
-
-
 class Layout:
     """The paths of one results directory (``root``), as strings."""
 

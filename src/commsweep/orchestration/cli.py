@@ -68,11 +68,11 @@ def _check_sweep(ns: argparse.Namespace, config: dict) -> None:
     """``sweep --check``: everything a run checks before its first job, and its name."""
     from . import provenance, sweep
 
-    from ..base.paths import Layout, results_folder, without_results
+    from ..base.paths import Layout, results_folder
 
     layout = Layout(results_folder(config))
     points, invalid = sweep.points_from_config(config)
-    run = provenance.Run(config=without_results(config), inputs=provenance.check_external(config, points),
+    run = provenance.Run(config=config, inputs=provenance.check_external(config, points),
                          config_files=(provenance.relative_to_cwd(ns.config),))
     if ns.report_with and ns.made is None:
         ns.made = ""

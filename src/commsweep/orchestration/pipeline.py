@@ -254,11 +254,9 @@ def prepare(workflow, config: dict, points, layout, *, traces=(), root: str = ""
 
     from . import provenance, storage
 
-    from ..base.paths import without_results
-
     inputs = provenance.check_external(config, points)
     run = provenance.Run(
-        config=copy.deepcopy(without_results(config)), inputs=inputs,
+        config=copy.deepcopy(dict(config)), inputs=inputs,
         config_files=tuple(provenance.relative_to_cwd(f) for f in workflow.configfiles), overrides=tuple(overrides(workflow)),
     )
     _RUN["report_command"] = report_command(run, layout)
