@@ -4,7 +4,8 @@ Snakemake takes about 1.5 CPU seconds to start and build its DAG before it can s
 "Nothing to be done": most of a `make run` with nothing to do. So `make run` starts it
 through ``commsweep sweep --check CONFIG --run-unless-current SNAKEMAKE...`` (``run``), which
 after a run of that command that exited 0 (every job of `rule all` done, the check ok)
-records what the run was made of and what it left (``record``, in ``.snakemake/commsweep``):
+records what the run was made of and what it left (``record``, in ``.snakemake/commsweep``, one
+per results folder: ``record_path``):
 
 * the command and the folder it ran in;
 * the run (``provenance.Run.record``): commsweep's version, the config as validated, its
@@ -15,8 +16,9 @@ records what the run was made of and what it left (``record``, in ``.snakemake/c
   commsweep's code, Snakemake's and its plugins' versions;
 * the environment variables the workflow or Snakemake read (``ENV_PREFIXES``);
 * by their entries (size, mtime, ctime and inode: an atomic write makes a new inode, and
-  nothing sets a ctime back): every file under results/ but the report (made after, by
-  make), Snakemake's metadata of them, and the external inputs (Snakemake's mtime trigger).
+  nothing sets a ctime back): every file in the sweep's results folder but the report and the
+  folders of other sweeps within it, Snakemake's metadata of them, and the external inputs
+  (Snakemake's mtime trigger).
 
 The next time, the command is skipped only when all of that is equal and Snakemake holds no
 lock and marks no output incomplete (``why_not``); anything else, even a change that would

@@ -5,7 +5,9 @@
   the run's name, a stale lock, outputs of earlier sweeps);
 * ``on_start``, ``on_success``, ``on_error``: the Snakefile's hooks (the lock's holder, the
   verdict of the run);
-* ``run_rule``: a sweep-wide rule's command with its declared files.
+* ``run_rule``: a sweep-wide rule's command with its declared files;
+* ``Unrecorded`` and ``digest``: a long parameter of a rule, and the short one Snakemake
+  records in its place.
 
 ``run_rule`` runs a ``commsweep`` command for a sweep-wide rule in the job's own
 process (a Snakemake ``script:``), with the rule's declared files: the summary, the
@@ -22,7 +24,6 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
 
 
 @dataclass(frozen=True)
@@ -158,8 +159,8 @@ def on_start(workflow, layout) -> None:
     When this run ends in the check, the old ``status.txt`` goes now, so that a run cut
     short (Ctrl-C, kill -9, a crash) leaves no verdict rather than the last run's. When it
     runs any job, the old ``report.html`` goes too: it shows results this run replaces, and
-    Snakemake makes a report only when asked (``--report``; ``make run`` asks next, and
-    ``on_success`` names the command).
+    Snakemake makes a report only when asked (``--report``; ``make run`` asks for it at the
+    run's end, ``--report-after-run``; else ``on_success`` names the command).
     """
     from . import interrupts
     from .locks import record_holder
