@@ -61,7 +61,7 @@ run: $(BASE) $(COMPILED)
 report: $(BASE) $(COMPILED)
 	$(BIN)/commsweep sweep --check $(SWEEP) --made --report-with $(SNAKEMAKE)
 
-## compare-sweeps: two sweeps' answers side by side (A=DIR B=DIR, two results folders), into B's folder or OUT=FILE
+## compare-sweeps: two sweeps' answers side by side (A=DIR B=DIR, two results folders), to stdout or OUT=FILE
 compare-sweeps: $(BASE) $(COMPILED)
 	$(BIN)/commsweep compare-sweeps $(A) $(B)$(if $(OUT), -o $(OUT))
 
