@@ -75,7 +75,7 @@ def planned(result: subprocess.CompletedProcess | str) -> dict[str, int]:
     points, workloads, AIOB profiles and batches. ``result``: the run, or its output."""
     said = result if isinstance(result, str) else result.stdout + result.stderr
     found = re.search(r"commsweep: (\d+) point\(s\), (\d+) workload\(s\), (\d+) AIOB profile\(s\), "
-                      r"in (\d+) batch\(es\)", said)
+                      r"in (\d+) (?:job\(s\)|batch\(es\))", said)
     assert found, f"no sweep announced:\n{said[-3000:]}"
     return dict(zip(("points", "workloads", "profiles", "batches"), map(int, found.groups())))
 

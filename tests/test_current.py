@@ -47,6 +47,22 @@ def a_run(config: dict | None = None) -> provenance.Run:
                           config_files=("sweep.yaml",))
 
 
+def metadata_of(output: str) -> None:
+    """Snakemake's record of ``output`` (a file named by the path in URL-safe base64)."""
+    from base64 import urlsafe_b64encode
+
+    folder = Path(".snakemake/metadata")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / urlsafe_b64encode(output.encode()).decode()).write_text("{}")
+
+
+def sweep_folder(root: str) -> None:
+    """The results folder of another sweep: a run.json and a result."""
+    Path(root).mkdir(parents=True, exist_ok=True)
+    (Path(root) / "run.json").write_text("{}\n")
+    (Path(root) / "a.txt").write_text("b\n")
+
+
 def runs(run=None, command=COMMAND) -> int:
     """How many times the command has run after one more `make run`."""
     assert current.run(command, run or a_run(), "sweep.yaml") == 0
@@ -68,8 +84,10 @@ def test_nothing_changed_skips_the_command_and_says_so(folder, capsys):
     (lambda: Path("results/new.txt").write_text(""), "results changed"),
     (lambda: Path("results/logs/a.log").unlink(), "results changed"),
     (lambda: Path(".snakemake/metadata").mkdir(parents=True), None),  # an empty folder: no file
-    (lambda: (Path(".snakemake/metadata").mkdir(parents=True), Path(".snakemake/metadata/x").write_text("")),
-     "Snakemake's metadata changed"),
+    (lambda: metadata_of("results/a.txt"), "Snakemake's metadata changed"),
+    # Of another sweep's results (another folder, or one of its own within results/): not this one's.
+    (lambda: metadata_of("elsewhere/a.txt"), None),
+    (lambda: (sweep_folder("results/b"), metadata_of("results/b/a.txt")), None),
     (lambda: Path("workflow/rules/a.smk").write_text("rule a:\n    output: 'results/b.txt'\n"), "workflow changed"),
     (lambda: Path("Makefile").write_text("run:\n"), "workflow changed"),
     (lambda: Path("profiles/default").mkdir(parents=True) or Path("profiles/default/config.yaml").write_text(""),
@@ -86,11 +104,14 @@ def test_each_change_starts_the_command(folder, monkeypatch, change, reason):
     assert runs() == 1
     change()
     assert current.why_not(current.before(COMMAND, a_run()), Layout()) == reason
-    assert runs() == (1 if reason is None else 2)
-    # Again: the state after the command exited 0 is the one recorded, unless Snakemake holds
-    # a lock or marks an output incomplete (then no record is written: it runs every time).
-    busy = reason in ("Snakemake holds a lock", "an output is marked incomplete")
-    assert runs() == (1 if reason is None else 3 if busy else 2)
+    # A lock no Snakemake holds is stale: `make run` clears it first (locks.refuse_if_live), and
+    # then nothing else changed.
+    cleared = reason == "Snakemake holds a lock"
+    assert runs() == (1 if reason is None or cleared else 2)
+    # Again: the state after the command exited 0 is the one recorded, unless Snakemake marks
+    # an output incomplete (then no record is written: it runs every time).
+    busy = reason == "an output is marked incomplete"
+    assert runs() == (1 if reason is None or cleared else 3 if busy else 2)
 
 
 def test_another_config_command_or_external_input_starts_the_command(folder):
@@ -155,3 +176,54 @@ def test_make_runs_check_first_then_ends_as_snakemake_did(tmp_path):
     skipped = make_run("sweep.yaml", "touch", "ran")
     assert skipped.returncode == 0 and not (tmp_path / "ran").exists()
     assert "commsweep: nothing to do: results/ are as the last run of sweep.yaml left them" in skipped.stderr
+
+
+def test_each_results_folder_has_its_own_record_and_another_sweep_leaves_this_one_current(folder):
+    """Two sweeps in two folders (the second within the first): a run of either leaves the
+    other with nothing to do."""
+    other = Layout("results/b")
+    sweep_folder("results/b")
+    assert runs() == 1
+    assert current.run(COMMAND, a_run(), "b.yaml", other) == 0 and len(Path("ran.txt").read_text().split()) == 2
+    assert current.record_path(other) != current.record_path(Layout()) and current.record_path(other).exists()
+    # The second sweep's run rewrote its folder and its metadata: the first still has nothing to do.
+    (Path("results/b") / "a.txt").write_text("changed\n")
+    metadata_of("results/b/a.txt")
+    assert current.why_not(current.before(COMMAND, a_run()), Layout()) is None
+    assert current.why_not(current.before(COMMAND, a_run()), other) == "results, Snakemake's metadata changed"
+
+
+def test_another_snakemake_running_here_stops_make_run_before_it_starts_one(folder, capsys):
+    """A second `make run` while a Snakemake runs in the folder: one line naming it, exit
+    status 1, and its command (Snakemake) not started, whatever its lock says."""
+    fake = folder / "bin" / "snakemake"
+    fake.parent.mkdir()
+    fake.write_text("import sys\nprint('up', flush=True)\nsys.stdin.read()\n")
+    proc = subprocess.Popen([sys.executable, str(fake), "--cores", "2"], cwd=folder, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "up\n"
+        assert current.run(COMMAND, a_run(), "sweep.yaml") == 1
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=60)
+    said = capsys.readouterr().err
+    assert said.startswith(f"commsweep: another Snakemake is running in {folder.resolve()} (PID {proc.pid}: ")
+    assert said.endswith("its lock is never broken\n") and said.count("\n") == 1
+    assert not Path("ran.txt").exists()
+    # Once it ended, the same command runs.
+    assert runs() == 1
+
+
+def test_the_report_is_made_with_the_run_or_alone_only_when_missing_or_stale(folder):
+    """`make run`'s report: asked of the same Snakemake when it runs; with nothing to do, made
+    alone only when missing or older than the verdict or the report's sources."""
+    record = ["sh", "-c", 'echo "$@" >> ran.txt', "sh"]
+    assert current.run(record, a_run(), "sweep.yaml", report=True) == 0
+    assert Path("ran.txt").read_text().split() == ["--report", "results/report.html", "--report-after-run"]
+    Path("results/report.html").write_text("<html>")
+    assert current.run(record, a_run(), "sweep.yaml", report=True) == 0  # nothing to do, the report current
+    assert len(Path("ran.txt").read_text().splitlines()) == 1
+    os.utime("results/report.html", ns=(1, 1))  # older than the verdict
+    assert current.run(record, a_run(), "sweep.yaml", report=True) == 0
+    assert Path("ran.txt").read_text().splitlines()[1].split() == ["--report", "results/report.html"]

@@ -108,7 +108,8 @@ def test_the_note_on_points_that_do_not_fit_names_the_key_that_drops_them():
 
 def test_the_count_of_batches_agrees_with_their_names(tmp_path):
     """A dry run of a two-point sweep: its batches are named N-of-8 (a point's batch is a hash
-    of its model shard into 8), and the line that counts them says of how many."""
+    of its model shard into 8), and the line that counts them says how many jobs run them
+    (those that hold a point), not the hash's inner workings."""
     import re
 
     config = sweeps.write_config(tmp_path, "two-points")
@@ -116,7 +117,8 @@ def test_the_count_of_batches_agrees_with_their_names(tmp_path):
     names = sorted(set(re.findall(r"results/batches/(\d+-of-\d+)\.json", said.stdout + said.stderr)))
     assert names and {name.split("-of-")[1] for name in names} == {"8"}
     line = next(x for x in said.stderr.splitlines() if x.startswith("commsweep: 2 point(s)"))
-    assert f"in {len(names)} batch(es) of 8 ({8 - len(names)} hold no point: a point's batch is a hash" in line
+    assert line == f"commsweep: 2 point(s), 2 workload(s), 0 AIOB profile(s), in {len(names)} job(s) of about " \
+                   f"{round(2 / len(names))} point(s) each"
 
 
 def test_ctrl_c_in_a_command_says_one_line_and_ends_as_interrupted(tmp_path):

@@ -100,7 +100,10 @@ def test_the_run_is_named_by_content_not_by_key_order_or_file_name(tmp_path):
     assert provenance.Run(config={**config, "skip_invalid": True}).id != a.id
     assert provenance.Run(config=config, commsweep="9.9").id != a.id
     record = json.loads(a.record())
-    assert record["run"] == a.id and record["config"] == config and record["config_files"] == ["a.yaml"]
+    # Where the results go is not what they are made of: the same run, and the key not recorded.
+    assert provenance.Run(config={**config, "results": "results/elsewhere"}).id == a.id
+    assert record["run"] == a.id and record["config_files"] == ["a.yaml"]
+    assert record["config"] == {k: v for k, v in config.items() if k != "results"}
 
 
 def test_outputs_of_points_not_in_the_sweep_are_listed(tmp_path, monkeypatch):

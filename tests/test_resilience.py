@@ -138,7 +138,7 @@ def test_failed_points_and_steps_leave_the_others_intact_and_are_retried(tmp_pat
     # gpt-huge's folders are left from the failing sweep: listed, never read.
     assert verdict[1].startswith("ignored: 10 output(s) of points not in this sweep")
     assert all("gpt-huge" in line for line in verdict[2:]) and len(verdict) == 12
-    assert "commsweep: 10 output(s) of points not in this sweep are ignored" in final.stderr
+    assert "commsweep: 10 folder(s) or file(s) in results/ are of points not in this sweep" in final.stderr
     assert (run / "results" / "summary.csv").read_bytes() == (ref / "results" / "summary.csv").read_bytes()
     assert jobs_to_run(run, config) == {}, final.stdout
 
@@ -289,6 +289,112 @@ def test_ctrl_c_mid_sweep_then_make_run_finishes_it(tmp_path):
     (run / "results" / "report.html").unlink()
     sweeps.make(run, "report", "CONFIG=sweep.yaml")
     assert run_id in (run / "results" / "report.html").read_text(errors="replace")
+
+
+# -- Ctrl-C at any moment: one line per process, no traceback --------------------------
+
+
+def test_a_job_started_with_ctrl_c_held_back_says_one_line_when_it_takes_it(tmp_path):
+    """A job starts with SIGINT held back (blocked, as the threads of Snakemake that start jobs
+    hold it: commsweep.orchestration.interrupts): a Ctrl-C while Python starts and Snakemake's
+    preamble runs waits, and the job's code takes it with one line, its log that line."""
+    from commsweep.orchestration import interrupts
+
+    log = tmp_path / "job.log"
+    script = ("import sys\n"
+              "print('in the preamble', flush=True)\n"
+              "sys.stdin.readline()  # a Ctrl-C lands here, held back\n"
+              "from commsweep.orchestration.interrupts import accepting\n"
+              f"with accepting('batch 1-of-8: interrupted (Ctrl-C)', {str(log)!r}):\n"
+              "    print('not reached', flush=True)\n")
+    with interrupts.held():
+        job = subprocess.Popen([os.sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=sweeps.env(),
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert job.stdout.readline() == "in the preamble\n"
+    job.send_signal(signal.SIGINT)
+    out, err = job.communicate("go on\n", timeout=60)
+    assert (job.returncode, out, err) == (-signal.SIGINT, "", "")
+    assert log.read_text() == "batch 1-of-8: interrupted (Ctrl-C)\n"
+
+
+def session_processes(session: int) -> list[tuple[int, bytes]]:
+    """The processes of a session (a `make run` started as from a terminal): PID and command line."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(fields[3]) == session:
+            found.append((int(stat.parent.name), cmdline))
+    return found
+
+
+def interrupted_make_run(folder: Path, terminal: Path, ready) -> tuple[int, str, int]:
+    """`make run` in ``folder`` as from a terminal; once ``ready(session)`` holds, Ctrl-C: the
+    whole session paused first (SIGSTOP), so it lands at that moment however slow the
+    machine, then let go. Returns make's exit status, what the terminal showed and the session."""
+    with open(terminal, "w") as out:
+        proc = subprocess.Popen(["make", "-o", ".venv/.base-installed", "run", "CONFIG=sweep.yaml"], cwd=folder,
+                                stdout=out, stderr=subprocess.STDOUT, env=sweeps.env(), start_new_session=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        deadline = time.monotonic() + 300
+        while not ready(proc.pid):
+            assert proc.poll() is None, terminal.read_text()[-3000:]
+            assert time.monotonic() < deadline, "the moment never came"
+            time.sleep(0.01)
+        os.killpg(proc.pid, signal.SIGSTOP)
+        os.killpg(proc.pid, signal.SIGINT)
+        os.killpg(proc.pid, signal.SIGCONT)
+        proc.wait(timeout=300)
+    return proc.returncode, terminal.read_text(), proc.pid
+
+
+def reading_the_workflow(folder: Path):
+    """Snakemake has said how many points the sweep holds: it is reading the workflow."""
+    return lambda session: "workload(s)" in (folder.parent / "terminal.txt").read_text()
+
+
+def a_job_starting(session: int) -> bool:
+    """A job's Python has started (Snakemake's script preamble, or the job itself)."""
+    return any(b".snakemake/scripts/" in cmdline for _, cmdline in session_processes(session))
+
+
+def drawing_figures(folder: Path):
+    """The figures job has opened its log: its commands run, in worker processes."""
+    log = folder / "results" / "logs" / "figures.log"
+    return lambda session: log.exists() and any(b".commsweep.py" in c for _, c in session_processes(session))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("moment", ["reading the workflow", "a job starting", "drawing the figures"])
+def test_ctrl_c_in_make_run_says_one_line_per_process_at_any_moment(tmp_path, moment):
+    """`make run` interrupted while Snakemake reads the workflow, while a job's Python starts
+    (Snakemake's preamble: a pickle tens of kilobytes long on one line), or while the figures'
+    workers draw: no traceback, each process one line, and the next `make run` finishes."""
+    folder = sweeps.project(tmp_path / "run")
+    (folder / "sweep.yaml").write_text(sweeps.text("two-points"))
+    ready = {"reading the workflow": reading_the_workflow(folder), "a job starting": a_job_starting,
+             "drawing the figures": drawing_figures(folder)}[moment]
+    status, said, session = interrupted_make_run(folder, tmp_path / "terminal.txt", ready)
+    assert status != 0
+    assert "Traceback" not in said and "KeyboardInterrupt" not in said and "^^^" not in said, said[-4000:]
+    assert max(map(len, said.splitlines())) < 2000 and len(said) < 40_000
+    ours = [line for line in said.splitlines() if "interrupted" in line and "make:" not in line]
+    assert ours and all(re.fullmatch(r"(commsweep \w+: interrupted|"
+                                     r"commsweep: interrupted while Snakemake read the workflow; nothing was "
+                                     r"changed|batch \S+: interrupted \(Ctrl-C\); the tasks it finished are kept, "
+                                     r"the next run does the others|rule \w+: interrupted \(Ctrl-C\); the next run "
+                                     r"does it again)", line) for line in ours), ours
+    if moment == "drawing the figures":
+        assert "rule figures: interrupted (Ctrl-C); the next run does it again" in ours
+    # Nothing outlives the run (the figures' workers are ended and waited for).
+    assert not session_processes(session)
+    done = sweeps.make(folder, "run", "CONFIG=sweep.yaml")
+    assert (folder / "results" / "status.txt").read_text().startswith("all 2 point(s) ok")
+    assert "Traceback" not in done.stdout + done.stderr
 
 
 # -- determinism -----------------------------------------------------------------------

@@ -11,11 +11,15 @@ from commsweep.analysis import timeline
 from commsweep.analysis.figures import names as figure_names
 from commsweep.base import paths, status
 from commsweep.base.errors import CommsweepError
-from commsweep.orchestration import batch, pipeline, steps, storage, sweep
+from commsweep.orchestration import batch, interrupts, pipeline, steps, storage, sweep
 from commsweep.setup.arguments import to_commsweep_argv
 from commsweep.trace.scale import pipeline_dp, trace_setups
 
-L = paths.Layout(paths.RESULTS)
+# Ctrl-C: one line, no traceback, wherever it lands (commsweep.orchestration.interrupts): the
+# jobs this process starts hold it back until their code can take it.
+if workflow.is_main_process:
+    interrupts.begin("commsweep: interrupted while Snakemake read the workflow; nothing was changed")
+
 # The conda environment of every rule, for --software-deployment-method conda (the container
 # image is the Snakefile's): this package and its requirements, installed by pip from the
 # workflow's folder (COMMSWEEP_SOURCE). See docs/cluster.md.
@@ -28,12 +32,15 @@ try:
     JOB_ROOT = storage.job_root(workflow)
 except ValueError as err:
     raise WorkflowError(str(err)) from None
-LOCAL = paths.Layout(os.path.join(JOB_ROOT, paths.RESULTS))
 
+# The sweep's config as commsweep reads it, and its results folder (the config's `results`,
+# `--config results=DIR`): every path below it comes from the layout (L).
 try:
-    pipeline.load_config(workflow, config)
+    RESULTS = pipeline.load_config(workflow, config)
 except CommsweepError as err:
     raise WorkflowError(str(err)) from None
+L = paths.Layout(RESULTS)
+LOCAL = paths.Layout(os.path.join(JOB_ROOT, RESULTS))
 
 try:
     POINTS, INVALID = sweep.points_from_config(config)

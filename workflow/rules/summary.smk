@@ -1,13 +1,17 @@
 # The sweep table, the tables every figure reads (the summary, the comparison, the difference
 # by cause), and the check that ends a run.
 
+SWEEP_TABLE = sweep.table_csv(POINTS, INVALID)
+
 
 rule sweep_table:
     output:
         L.sweep_table(),
     params:
-        # The table itself: a changed sweep reruns this rule and everything after it.
-        table=sweep.table_csv(POINTS, INVALID),
+        # The table itself (not recorded by Snakemake), and its digest: a changed sweep reruns
+        # this rule and everything after it.
+        table=pipeline.Unrecorded(SWEEP_TABLE),
+        digest=pipeline.digest(SWEEP_TABLE),
     conda:
         COMMSWEEP_ENV
     log:
@@ -29,8 +33,10 @@ rule run_record:
     output:
         report(L.run_record(), caption="../report/run_record.rst", category="Run"),
     params:
-        # (a function: Snakemake would read {profile} in aiob.file as a wildcard)
-        text=lambda wildcards: RUN.record(),
+        # The record (a function: Snakemake would read {profile} in aiob.file as a wildcard;
+        # not recorded by Snakemake) and its digest: a changed config or input reruns the rule.
+        text=lambda wildcards: pipeline.Unrecorded(RUN.record()),
+        digest=pipeline.digest(RUN.record()),
     conda:
         COMMSWEEP_ENV
     log:
@@ -110,7 +116,9 @@ rule check:
         verdict=report(L.verdict(), caption="../report/verdict.rst", category="Run"),
     params:
         run=RUN.id,
-        ignored=lambda wildcards: IGNORED,
+        # The outputs of points not in this sweep, listed in the verdict (and their digest).
+        ignored=lambda wildcards: pipeline.Unrecorded(IGNORED),
+        ignored_digest=pipeline.digest(IGNORED),
         command=["check", "--sweep", "<input.sweep>", "--status", "<batches.status>", "--steps", "<input.steps>",
                  "--run", "<params.run>", "--ignored", "<params.ignored>", "--exit-zero", "-o", "<output.verdict>"],
     conda:

@@ -1,7 +1,9 @@
-"""Where each output lives under the results directory: the one home of the layout.
+"""Where each output lives under a sweep's results folder: the one home of the layout.
 
 The Snakemake rules and the package both take every path from here (``Layout``), so the
-layout is spelled once::
+layout is spelled once. The folder is the config's ``results`` key (``results_folder``;
+``results`` unless a sweep names another, so that two sweeps keep their answers side by
+side); below, ``results/`` stands for it::
 
     results/sweep.csv                                   the points (and skipped combinations)
     results/run.json                                    the run: commsweep version, config, external inputs
@@ -35,6 +37,13 @@ from pathlib import Path
 
 RESULTS = "results"
 STATUS_SUFFIX = ".status"
+# The config key that names the results folder.
+RESULTS_KEY = "results"
+
+
+def results_folder(config) -> str:
+    """The results folder of a sweep config (its ``results`` key, else ``results``)."""
+    return str(config.get(RESULTS_KEY) or RESULTS).rstrip("/")
 
 
 class Layout:
@@ -219,43 +228,28 @@ def key_of(path: str | Path) -> str:
     return Path(path).parent.name
 
 
-# -- the same paths as Path objects, for the package's readers and the tests --------------
+# -- Layout's per-key paths as Path objects (kept for the package's readers and the tests) ------
 
 
-def workload_dir(results: Path, workload: str) -> Path:
-    return Path(Layout(results).workload_dir(workload))
+def _as_path(method: str):
+    """``Layout(results).METHOD(key)`` as a Path: the same spelling, not a second one."""
+
+    def path(results: str | Path, key: str) -> Path:
+        return Path(getattr(Layout(results), method)(key))
+
+    path.__name__ = path.__qualname__ = f"{method}_path"
+    path.__doc__ = f"``Layout(results).{method}(key)`` as a Path."
+    return path
 
 
-def workload_file(results: Path, workload: str) -> Path:
-    return Path(Layout(results).workload(workload))
-
-
-def volumes_file(results: Path, workload: str) -> Path:
-    return Path(Layout(results).volumes(workload))
-
-
-def point_dir(results: Path, point: str) -> Path:
-    return Path(Layout(results).point_dir(point))
-
-
-def endtoend_file(results: Path, point: str) -> Path:
-    """The point's simulation in SimAI's EndToEnd.csv layout."""
-    return Path(Layout(results).endtoend(point))
-
-
-def collectives_file(results: Path, point: str) -> Path:
-    """The point's simulated time per collective (``simulate.collectives`` columns)."""
-    return Path(Layout(results).collectives(point))
-
-
-def times_file(results: Path, point: str) -> Path:
-    """The point's simulated times in brief (``simulate.times``): all the summary reads of a simulation."""
-    return Path(Layout(results).times(point))
-
-
-def audit_file(results: Path, point: str) -> Path:
-    """The point's audit findings (``analysis.audit`` columns)."""
-    return Path(Layout(results).audit(point))
+workload_dir = _as_path("workload_dir")
+workload_file = _as_path("workload")
+volumes_file = _as_path("volumes")
+point_dir = _as_path("point_dir")
+endtoend_file = _as_path("endtoend")
+collectives_file = _as_path("collectives")
+times_file = _as_path("times")
+audit_file = _as_path("audit")
 
 
 # -- the per-point files a sweep-wide step reads ---------------------------------------------
@@ -273,6 +267,7 @@ class PointFiles:
 
     def __init__(self, results: str | Path | None = None) -> None:
         self.results = Path(results) if results is not None else None
+        self._layout = Layout(results) if results is not None else None
         self._status: dict[str, list[Path]] = {}
         self._volumes: dict[str, Path] = {}
         self._times: dict[str, Path] = {}
@@ -299,19 +294,22 @@ class PointFiles:
         if self.results is None:
             return sorted(self._status.get(workload, [])) + sorted(self._status.get(point, []))
         found: list[Path] = []
-        for folder in (workload_dir(self.results, workload), point_dir(self.results, point)):
+        for folder in map(Path, (self._layout.workload_dir(workload), self._layout.point_dir(point))):
             if folder.is_dir():
                 found += sorted(folder.glob(f"*{STATUS_SUFFIX}"))
         return found
 
+    def _found(self, method: str, key: str, given: dict[str, Path]) -> Path | None:
+        return Path(getattr(self._layout, method)(key)) if self._layout is not None else given.get(key)
+
     def volumes(self, workload: str) -> Path | None:
-        return volumes_file(self.results, workload) if self.results is not None else self._volumes.get(workload)
+        return self._found("volumes", workload, self._volumes)
 
     def times(self, point: str) -> Path | None:
-        return times_file(self.results, point) if self.results is not None else self._times.get(point)
+        return self._found("times", point, self._times)
 
     def collectives(self, point: str) -> Path | None:
-        return collectives_file(self.results, point) if self.results is not None else self._collectives.get(point)
+        return self._found("collectives", point, self._collectives)
 
     def audit(self, point: str) -> Path | None:
-        return audit_file(self.results, point) if self.results is not None else self._audits.get(point)
+        return self._found("audit", point, self._audits)

@@ -24,8 +24,13 @@ from .stages import STAGE_COMMANDS
 def cmd_sweep(ns: argparse.Namespace) -> None:
     from . import sweep
 
-    config = sweep.load_config(ns.config)
-    if ns.check or ns.todo or ns.run_unless_current:
+    if ns.results is not None:  # as Snakemake's --config results=DIR: validated with the config
+        from ..setup.configfile import load
+
+        config = load([ns.config], [f"results={ns.results}"])
+    else:
+        config = sweep.load_config(ns.config)
+    if ns.check or ns.todo or ns.run_unless_current or ns.report_with:
         _check_sweep(ns, config)
         return
     if ns.table:
@@ -63,10 +68,16 @@ def _check_sweep(ns: argparse.Namespace, config: dict) -> None:
     """``sweep --check``: everything a run checks before its first job, and its name."""
     from . import provenance, sweep
 
+    from ..base.paths import Layout, results_folder
+
+    layout = Layout(results_folder(config))
     points, invalid = sweep.points_from_config(config)
     run = provenance.Run(config=config, inputs=provenance.check_external(config, points),
                          config_files=(provenance.relative_to_cwd(ns.config),))
+    if ns.report_with and ns.made is None:
+        ns.made = ""
     if ns.made is not None:
+        ns.made = ns.made or layout.run_record()
         try:
             record = provenance.read_record(ns.made)
         except FileNotFoundError:
@@ -84,22 +95,21 @@ def _check_sweep(ns: argparse.Namespace, config: dict) -> None:
             raise CommsweepError(f"{ns.made} is run {record['run']}, made from another config ({made_from}), not run "
                                  f"{run.id} of {ns.config}: {rerun}, or make the report of those results: "
                                  f"{provenance.report_command(files, overrides)}")
-        from ..base.paths import Layout
-
         verdict = Layout(str(Path(ns.made).parent)).verdict()
         if not Path(verdict).exists():  # removed when a run starts, written at its end (the check)
             raise CommsweepError(f"run {run.id} of {ns.config} did not finish (no {verdict}, which its end writes): "
                                  f"finish it first (make run CONFIG={ns.config})")
     print(f"{ns.config}: {len(points)} point(s), {len(invalid)} combination(s) skipped; run {run.id}")
     if ns.todo:
-        from ..base.paths import Layout
         from . import batch
 
-        print(batch.describe_pending(batch.plan(points, config, Layout(), run)))
-    if ns.run_unless_current:
+        print(batch.describe_pending(batch.plan(points, config, layout, run)))
+    if ns.run_unless_current or ns.report_with:
         from . import current
 
-        sys.exit(current.run(ns.run_unless_current, run, ns.config))
+        if ns.report_with:
+            sys.exit(current.report(ns.report_with, layout))
+        sys.exit(current.run(ns.run_unless_current, run, ns.config, layout, report=ns.with_report))
 
 
 def cmd_summarize(ns: argparse.Namespace) -> None:
@@ -316,9 +326,12 @@ def add_sweep_parser(sub) -> None:
     p.add_argument("--check", action="store_true",
                    help="check it as a run does before its first job (schema, points, limits, external inputs) and "
                         "print one line with the run's name (what make run does first)")
-    p.add_argument("--made", metavar="RUN_JSON",
-                   help="with --check: also fail unless RUN_JSON (results/run.json) is this config's run, e.g. "
-                        "before building a report of the results (make report)")
+    p.add_argument("--results", metavar="DIR",
+                   help="the sweep's results folder, in place of the config's `results` (as Snakemake's "
+                        "--config results=DIR)")
+    p.add_argument("--made", metavar="RUN_JSON", nargs="?", const="",
+                   help="with --check: also fail unless RUN_JSON (default: the results folder's run.json) is this "
+                        "config's run, e.g. before building a report of the results (make report)")
     p.add_argument("--todo", action="store_true",
                    help="with --check: also say which per-point tasks a run in this folder would do now, per stage "
                         "(those whose outputs under results/ are not current)")
@@ -326,6 +339,13 @@ def add_sweep_parser(sub) -> None:
                    help="with --check, last: then run COMMAND (make run: Snakemake) unless nothing it reads or "
                         "writes changed since it last exited 0 in this folder, which it would find has nothing "
                         "to do (commsweep.orchestration.current)")
+    p.add_argument("--with-report", action="store_true",
+                   help="with --run-unless-current: also make the HTML report of the results (report.html in the "
+                        "results folder), in the same Snakemake run, or alone when nothing changed but the report "
+                        "is missing or older than the results")
+    p.add_argument("--report-with", nargs=argparse.REMAINDER, metavar="COMMAND",
+                   help="with --check, last: check the results are this config's run (--made), then run COMMAND "
+                        "(Snakemake) with --report REPORT (make report)")
     p.set_defaults(func=cmd_sweep)
 
 
@@ -513,6 +533,23 @@ def add_packet_compare_parser(sub) -> None:
     p.set_defaults(func=cmd_packet_compare)
 
 
+def cmd_compare_sweeps(ns: argparse.Namespace) -> None:
+    from ..analysis import compare_sweeps
+
+    a, b = compare_sweeps.read_answer(ns.a), compare_sweeps.read_answer(ns.b)
+    emit(compare_sweeps.compare(a, b), ns.output)
+    print(f"commsweep compare-sweeps: {compare_sweeps.describe(a, b)}", file=sys.stderr)
+
+
+def add_compare_sweeps_parser(sub) -> None:
+    p = sub.add_parser("compare-sweeps", help="two sweeps' answers side by side: each point's difference by cause "
+                                              "and totals, B less A")
+    p.add_argument("a", metavar="A", help="a sweep's results folder (e.g. results)")
+    p.add_argument("b", metavar="B", help="another sweep's results folder (e.g. results/my-sweep)")
+    p.add_argument("-o", "--output", help="output CSV (default: stdout)")
+    p.set_defaults(func=cmd_compare_sweeps)
+
+
 def add_trace_check_parser(sub) -> None:
     p = sub.add_parser("trace-check", help="one verdict per trace: does the megatron schedule match megatron-core")
     p.add_argument("compare", nargs="+", help="comparison CSVs of `commsweep trace --compare` (<key>.compare.csv)")
@@ -533,6 +570,7 @@ COMMANDS = {
     "trace-check": add_trace_check_parser,
     "packet-compare": add_packet_compare_parser,
     "trace-versions": add_trace_versions_parser,
+    "compare-sweeps": add_compare_sweeps_parser,
     "validate": add_validate_parser,
     "guard": add_guard_parser,
     "check": add_check_parser,
@@ -562,6 +600,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        # A job starts with Ctrl-C held back (commsweep.orchestration.interrupts): taken here.
+        from .interrupts import accept
+
+        accept()
         return _main(argv)
     except KeyboardInterrupt:
         exit_interrupted(f"commsweep {argv[0] if argv else ''}: interrupted".replace("  ", " "))

@@ -65,12 +65,18 @@ def run_all(argvs: Sequence[list[str]], processes: int = 1) -> int:
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
+    from .interrupts import held, ignore
+
     _preload()
     sys.stdout.flush()
     sys.stderr.flush()
     context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(min(processes, len(argvs)), mp_context=context) as pool:
-        futures = [pool.submit(_captured, list(argv)) for argv in argvs]
+    pool = ProcessPoolExecutor(min(processes, len(argvs)), mp_context=context, initializer=ignore)
+    try:
+        # Ctrl-C is this process's to take: the workers, forked with it held back, ignore it
+        # (a traceback each otherwise), and are ended below.
+        with held():
+            futures = [pool.submit(_captured, list(argv)) for argv in argvs]
         for argv, future in zip(argvs, futures):
             print(header(argv))
             try:
@@ -81,5 +87,20 @@ def run_all(argvs: Sequence[list[str]], processes: int = 1) -> int:
                 status, said = 1, "commsweep: the process that ran this command was killed\n"
             sys.stdout.write(said)
             failed = failed or status
+    except KeyboardInterrupt:
+        _end_workers(pool)
+        raise
+    pool.shutdown()
     sys.stdout.flush()
     return failed
+
+
+def _end_workers(pool) -> None:
+    """End the pool's workers now (SIGTERM: no traceback), their commands unfinished: each
+    writes its outputs atomically, so none is left half-written, and the next run redoes them."""
+    workers = list(getattr(pool, "_processes", {}).values())
+    for process in workers:
+        process.terminate()
+    for process in workers:
+        process.join(timeout=30)
+    pool.shutdown(wait=False, cancel_futures=True)

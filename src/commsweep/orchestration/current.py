@@ -4,7 +4,8 @@ Snakemake takes about 1.5 CPU seconds to start and build its DAG before it can s
 "Nothing to be done": most of a `make run` with nothing to do. So `make run` starts it
 through ``commsweep sweep --check CONFIG --run-unless-current SNAKEMAKE...`` (``run``), which
 after a run of that command that exited 0 (every job of `rule all` done, the check ok)
-records what the run was made of and what it left (``record``, in ``.snakemake/commsweep``):
+records what the run was made of and what it left (``record``, in ``.snakemake/commsweep``, one
+per results folder: ``record_path``):
 
 * the command and the folder it ran in;
 * the run (``provenance.Run.record``): commsweep's version, the config as validated, its
@@ -15,8 +16,9 @@ records what the run was made of and what it left (``record``, in ``.snakemake/c
   commsweep's code, Snakemake's and its plugins' versions;
 * the environment variables the workflow or Snakemake read (``ENV_PREFIXES``);
 * by their entries (size, mtime, ctime and inode: an atomic write makes a new inode, and
-  nothing sets a ctime back): every file under results/ but the report (made after, by
-  make), Snakemake's metadata of them, and the external inputs (Snakemake's mtime trigger).
+  nothing sets a ctime back): every file in the sweep's results folder but the report and the
+  folders of other sweeps within it, Snakemake's metadata of them, and the external inputs
+  (Snakemake's mtime trigger).
 
 The next time, the command is skipped only when all of that is equal and Snakemake holds no
 lock and marks no output incomplete (``why_not``); anything else, even a change that would
@@ -28,6 +30,7 @@ while Snakemake ran is one the next run sees as changed.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -39,10 +42,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..base.files import write_text
-from ..base.paths import Layout
+from ..base.paths import RESULTS, Layout
 from .locks import LOCK_DIR
 
 RECORD = Path(".snakemake") / "commsweep" / "make-run.json"
+# The records of sweeps in other results folders than the default's, one file each.
+RECORDS = Path(".snakemake") / "commsweep" / "make-run"
 INCOMPLETE = Path(".snakemake") / "incomplete"
 METADATA = Path(".snakemake") / "metadata"
 # The workflow's files, by content, relative to the folder the command runs in.
@@ -59,25 +64,36 @@ def _digest(value) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def _walk(root: Path):
-    """Every file under ``root`` (``root`` itself when a file), sorted, skipping caches."""
+def record_path(layout: Layout) -> Path:
+    """Where the record of `make run` into ``layout``'s folder is (one per results folder)."""
+    from urllib.parse import quote
+
+    if layout.root == RESULTS:
+        return RECORD
+    return RECORDS / (quote(layout.root, safe="") + ".json")
+
+
+def _walk(root: Path, nested: bool = True):
+    """Every file under ``root`` (``root`` itself when a file), sorted, skipping caches, and
+    unless ``nested``, the results folders of other sweeps within it (a folder with a run.json)."""
     if not root.is_dir():
         if root.exists():
             yield root
         return
     for folder, dirs, names in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in _SKIP)
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP
+                         and (nested or not os.path.exists(os.path.join(folder, d, "run.json"))))
         for name in sorted(names):
             yield Path(folder) / name
 
 
-def entries(roots: Sequence[Path], skip: Sequence[Path] = ()) -> str:
+def entries(roots: Sequence[Path], skip: Sequence[Path] = (), nested: bool = True) -> str:
     """One digest of the file system entries of every file under ``roots`` but ``skip``: its
-    path, size, mtime, ctime and inode (a missing root counts as empty)."""
+    path, size, mtime, ctime and inode (a missing root counts as empty). ``nested``: see ``_walk``."""
     skipped = {str(p) for p in skip}
     rows = []
     for root in roots:
-        for path in _walk(root):
+        for path in _walk(root, nested):
             if str(path) in skipped:
                 continue
             try:
@@ -135,9 +151,49 @@ def before(command: Sequence[str], run) -> dict[str, str]:
 
 
 def after(layout: Layout) -> dict[str, str]:
-    """What a run left: results/ (the report aside) and Snakemake's metadata of it."""
-    return {"results": entries([Path(layout.root)], skip=[Path(layout.report())]),
-            "Snakemake's metadata": entries([METADATA])}
+    """What a run left: its results folder (the report and the folders of other sweeps within
+    it aside) and Snakemake's metadata of it."""
+    return {"results": entries([Path(layout.root)], skip=[Path(layout.report())], nested=False),
+            "Snakemake's metadata": metadata_entries(layout)}
+
+
+def _own(path: str, root: str, sweeps: dict[str, bool]) -> bool:
+    """Whether ``path`` is a file of the sweep in ``root``: under it, not in a folder of
+    another sweep within it (one with a run.json; ``sweeps`` caches the answers)."""
+    if not path.startswith(root + "/"):
+        return False
+    parts = path[len(root) + 1:].split("/")[:-1]
+    for depth in range(1, len(parts) + 1):
+        folder = "/".join([root, *parts[:depth]])
+        if folder not in sweeps:
+            sweeps[folder] = os.path.exists(os.path.join(folder, "run.json"))
+        if sweeps[folder]:
+            return False
+    return True
+
+
+def metadata_entries(layout: Layout) -> str:
+    """One digest of the entries of Snakemake's metadata of the files of ``layout``'s sweep
+    (a file per output, named by its path in URL-safe base64, cut into folders of ``@``parts),
+    so that a run of another sweep, in a folder of its own, leaves this one current."""
+    from base64 import urlsafe_b64decode
+
+    rows = []
+    sweeps: dict[str, bool] = {}
+    for path in _walk(METADATA):
+        parts = path.relative_to(METADATA).parts
+        try:
+            output = urlsafe_b64decode("".join(p.removeprefix("@") for p in parts)).decode()
+        except (ValueError, UnicodeDecodeError):
+            continue
+        if not _own(output, layout.root, sweeps):
+            continue
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        rows.append((str(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+    return _digest(rows)
 
 
 def busy() -> str | None:
@@ -151,9 +207,10 @@ def busy() -> str | None:
     return None
 
 
-def why_not(facts: dict[str, str], layout: Layout, record: Path = RECORD) -> str | None:
+def why_not(facts: dict[str, str], layout: Layout, record: Path | None = None) -> str | None:
     """Why Snakemake must run (what changed since the last run recorded), or None when
     ``facts`` (``before``) and what is on disk (``after``) are those of the record."""
+    record = record or record_path(layout)
     try:
         recorded = json.loads(record.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -165,9 +222,10 @@ def why_not(facts: dict[str, str], layout: Layout, record: Path = RECORD) -> str
     return busy()
 
 
-def record(facts: dict[str, str], layout: Layout, path: Path = RECORD) -> bool:
+def record(facts: dict[str, str], layout: Layout, path: Path | None = None) -> bool:
     """After a run of the command that exited 0: write the record (unless Snakemake still
     holds a lock or marks an output incomplete: another run may be going). Whether written."""
+    path = path or record_path(layout)
     if busy():
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -175,31 +233,87 @@ def record(facts: dict[str, str], layout: Layout, path: Path = RECORD) -> bool:
     return True
 
 
-def run(command: Sequence[str], run_, config: str, layout: Layout | None = None) -> int:
+# What the HTML report shows besides the results: its front page and captions, the rules it
+# draws and lists (a report older than any of them, or than the verdict, is made again).
+REPORT_SOURCES = ("Snakefile", "workflow/report", "workflow/rules")
+
+
+def report_args(layout: Layout) -> list[str]:
+    """Snakemake's options that make the report of ``layout``'s results after its run."""
+    return ["--report", layout.report(), "--report-after-run"]
+
+
+def report_stale(layout: Layout) -> bool:
+    """Whether the report is missing or older than the verdict or a file of ``REPORT_SOURCES``."""
+    try:
+        made = os.stat(layout.report()).st_mtime_ns
+    except OSError:
+        return True
+    sources = [Path(layout.verdict()), *(p for name in REPORT_SOURCES for p in _walk(Path(name)))]
+    return any(p.exists() and p.stat().st_mtime_ns > made for p in sources)
+
+
+def run(command: Sequence[str], run_, config: str, layout: Layout | None = None, *, report: bool = False) -> int:
     """``command`` (Snakemake, as `make run` starts it) unless nothing changed since it last
-    exited 0 here; its exit status (0 when skipped)."""
+    exited 0 here; its exit status (0 when skipped). Refused (1, Snakemake not started) while
+    another Snakemake runs in this folder (``locks.refuse_if_live``).
+
+    ``report``: the HTML report of the results too: by the same Snakemake (``report_args``),
+    else, with nothing to do, by Snakemake alone when it is missing or stale (``report_stale``).
+    """
+    from ..base.errors import CommsweepError
+    from .locks import refuse_if_live
+
     layout = layout or Layout()
+    try:
+        said = refuse_if_live()
+    except CommsweepError as held:
+        print(f"commsweep: {held}", file=sys.stderr, flush=True)
+        return 1
+    if said:
+        print(f"commsweep: {said}", file=sys.stderr, flush=True)
     facts = before(command, run_)
     reason = why_not(facts, layout)
     if reason is None:
         verdict = _first_line(layout.verdict())
-        print(f"commsweep: nothing to do: results/ are as the last run of {config} left them ({verdict}); "
+        print(f"commsweep: nothing to do: {layout.root}/ are as the last run of {config} left them ({verdict}); "
               f"the answer: {layout.answer_page()}", file=sys.stderr, flush=True)
+        if report and report_stale(layout):
+            return _call([*command, "--report", layout.report()])
         return 0
-    RECORD.unlink(missing_ok=True)
+    record_path(layout).unlink(missing_ok=True)
+    status = _call([*command, *(report_args(layout) if report else [])])
+    if status == 0:
+        record(facts, layout)
+    return status
+
+
+def report(command: Sequence[str], layout: Layout) -> int:
+    """``command`` (Snakemake) making the HTML report of ``layout``'s results (`make report`)."""
+    return _call([*command, "--report", layout.report()])
+
+
+def _call(command: Sequence[str]) -> int:
+    """Run ``command`` in the foreground; its exit status, or this process ends as it did when
+    a signal ended it. Ctrl-C reaches the command itself (the terminal's whole process group):
+    this process waits for it to end, then ends as it did (a handler, not SIG_IGN, which the
+    command would inherit). Snakemake starts with Ctrl-C held back (``interrupts.held``): this
+    workflow takes it once it can say one line (``interrupts.begin``), where Snakemake's own
+    start would print a traceback."""
+    from .interrupts import held
+    from .locks import is_snakemake
+
     sys.stdout.flush()
-    # Ctrl-C reaches Snakemake itself (the terminal's whole process group): this process waits
-    # for it to end, then ends as it did. (A handler, not SIG_IGN, which Snakemake would inherit.)
     previous = signal.getsignal(signal.SIGINT)
     if previous is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, lambda signum, frame: None)
     try:
-        status = subprocess.call(list(command))
+        with held() if is_snakemake(list(command)) else contextlib.nullcontext():
+            process = subprocess.Popen(list(command))
+        status = process.wait()
     finally:
         signal.signal(signal.SIGINT, previous)
-    if status == 0:
-        record(facts, layout)
-    elif status < 0:
+    if status < 0:
         signal.signal(-status, signal.SIG_DFL)
         os.kill(os.getpid(), -status)
     return status if status >= 0 else 128 - status

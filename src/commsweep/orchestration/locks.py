@@ -43,7 +43,7 @@ class Process:
     command: str
 
 
-def _is_snakemake(cmdline: list[str]) -> bool:
+def is_snakemake(cmdline: list[str]) -> bool:
     """Whether a command line runs Snakemake (``snakemake ...``, ``python -m snakemake ...``)."""
     head = cmdline[:3]
     return any(os.path.basename(arg) == "snakemake" for arg in head) or (
@@ -59,7 +59,7 @@ def live_snakemakes(workdir: str | Path = ".") -> list[Process]:
     found = []
     for proc in psutil.process_iter(["pid", "cmdline"]):
         try:
-            if proc.pid == os.getpid() or not _is_snakemake(proc.info["cmdline"] or []):
+            if proc.pid == os.getpid() or not is_snakemake(proc.info["cmdline"] or []):
                 continue
             if os.path.realpath(proc.cwd()) != here:
                 continue
@@ -107,9 +107,7 @@ def clear_stale(workdir: str | Path = ".") -> str | None:
         return None
     live = live_snakemakes(workdir)
     if live:
-        shown = "; ".join(f"PID {p.pid}: {p.command}" for p in live)
-        raise LockHeld(f"another Snakemake is running in {workdir.resolve()} ({shown}); wait for it to finish, "
-                       f"or stop it first (kill {' '.join(str(p.pid) for p in live)}); its lock is never broken")
+        raise LockHeld(_running(workdir, live))
     holder = read_holder(workdir)
     if holder is not None and holder.get("host") != socket.gethostname():
         raise LockHeld(f"{workdir.resolve()} is locked by {_describe(holder)}, on another machine, which cannot "
@@ -123,3 +121,21 @@ def clear_stale(workdir: str | Path = ".") -> str | None:
     release_holder(workdir)
     by = f" left by {_describe(holder)}," if holder else ""
     return f"cleared a stale lock{by} no Snakemake runs in {workdir.resolve()} any more"
+
+
+def _running(workdir: Path, live: list[Process]) -> str:
+    shown = "; ".join(f"PID {p.pid}: {p.command}" for p in live)
+    return (f"another Snakemake is running in {workdir.resolve()} ({shown}); wait for it to finish, "
+            f"or stop it first (kill {' '.join(str(p.pid) for p in live)}); its lock is never broken")
+
+
+def refuse_if_live(workdir: str | Path = ".") -> str | None:
+    """Before `make run` starts Snakemake: raise LockHeld, naming it, while another Snakemake
+    runs in ``workdir``, with its lock or not yet (one takes it only after reading the
+    workflow), so that the second run stops after that line instead of starting a Snakemake
+    that refuses in turn; else ``clear_stale``."""
+    workdir = Path(workdir)
+    live = live_snakemakes(workdir)
+    if live:
+        raise LockHeld(_running(workdir, live))
+    return clear_stale(workdir)

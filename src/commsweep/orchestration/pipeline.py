@@ -5,7 +5,9 @@
   the run's name, a stale lock, outputs of earlier sweeps);
 * ``on_start``, ``on_success``, ``on_error``: the Snakefile's hooks (the lock's holder, the
   verdict of the run);
-* ``run_rule``: a sweep-wide rule's command with its declared files.
+* ``run_rule``: a sweep-wide rule's command with its declared files;
+* ``Unrecorded`` and ``digest``: a long parameter of a rule, and the short one Snakemake
+  records in its place.
 
 ``run_rule`` runs a ``commsweep`` command for a sweep-wide rule in the job's own
 process (a Snakemake ``script:``), with the rule's declared files: the summary, the
@@ -20,7 +22,28 @@ import contextlib
 import re
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Unrecorded:
+    """A rule's parameter Snakemake neither records nor compares (it records builtin values
+    only): a long text (the run record, the sweep table) or list (the ignored outputs), whose
+    change a short parameter beside it stands for (``digest``). Snakemake's reason for a rerun
+    ("Params have changed") then shows a changed digest, not the whole config as JSON."""
+
+    value: object
+
+
+def digest(value) -> str:
+    """16 hex digits of ``value`` (text, or anything JSON can write): a rule's rerun trigger."""
+    import hashlib
+    import json
+
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
 
 _PLACEHOLDER = re.compile(r"^<(input|output|params)(?:\.(\w+))?>$")
 # <batches.KIND>: the files of that kind the batch manifests of input.batches list.
@@ -56,6 +79,8 @@ def expand_command(template: Sequence[str], namespaces: Mapping[str, object]) ->
                 value = getattr(value, name)
             except AttributeError:
                 raise KeyError(f"{item}: the rule has no {space} named {name!r}") from None
+        if isinstance(value, Unrecorded):
+            value = value.value
         if isinstance(value, (str, int, float)):
             argv.append(str(value))
         else:
@@ -75,16 +100,20 @@ def run_rule(smk) -> None:
     """
     from . import storage
     from .commands import run_all
+    from .interrupts import accepting
 
-    spaces = {"input": smk.input, "output": smk.output, "params": smk.params}
-    templates = smk.params.commands if hasattr(smk.params, "commands") else [smk.params.command]
-    argvs = [expand_command(template, spaces) for template in templates]
-    with open(smk.log[0], "w", encoding="utf-8") as log, contextlib.redirect_stdout(log), \
-            contextlib.redirect_stderr(log):
-        # Without a shared filesystem: into the job's root once, every command's paths relative to it.
-        words = iter(storage.enter([word for argv in argvs for word in argv]))
-        # Several commands (rule figures): side by side in the job's threads (commands.run_all).
-        failed = run_all([[next(words) for _ in argv] for argv in argvs], processes=smk.threads)
+    said = f"rule {smk.rule}: interrupted (Ctrl-C); the next run does it again"
+    with accepting(said, smk.log[0]):
+        spaces = {"input": smk.input, "output": smk.output, "params": smk.params}
+        templates = smk.params.commands if hasattr(smk.params, "commands") else [smk.params.command]
+        argvs = [expand_command(template, spaces) for template in templates]
+        # Ctrl-C: Snakemake shows this log, written again as that one line (not the commands' so far).
+        with open(smk.log[0], "w", encoding="utf-8") as log, contextlib.redirect_stdout(log), \
+                contextlib.redirect_stderr(log):
+            # Without a shared filesystem: into the job's root once, every command's paths relative to it.
+            words = iter(storage.enter([word for argv in argvs for word in argv]))
+            # Several commands (rule figures): side by side in the job's threads (commands.run_all).
+            failed = run_all([[next(words) for _ in argv] for argv in argvs], processes=smk.threads)
     if failed:
         raise SystemExit(failed)
 
@@ -92,18 +121,21 @@ def run_rule(smk) -> None:
 # -- hooks of the Snakefile ------------------------------------------------------------------
 
 
-def load_config(workflow, config: dict) -> None:
-    """Replace Snakemake's reading of the sweep config with commsweep's (``configfile.load``).
+def load_config(workflow, config: dict) -> str:
+    """Replace Snakemake's reading of the sweep config with commsweep's (``configfile.load``);
+    returns the sweep's results folder (``paths.results_folder``).
 
     The files are those Snakemake read (``--configfile``, else the Snakefile's default),
     the overrides the raw ``--config KEY=VALUE`` arguments; ``config`` is updated in place.
     """
+    from ..base.paths import results_folder
     from ..setup.configfile import load
 
     files = [str(f) for f in workflow.configfiles]
     loaded = load(files, overrides(workflow))
     config.clear()
     config.update(loaded)
+    return results_folder(config)
 
 
 def overrides(workflow) -> list[str]:
@@ -127,11 +159,13 @@ def on_start(workflow, layout) -> None:
     When this run ends in the check, the old ``status.txt`` goes now, so that a run cut
     short (Ctrl-C, kill -9, a crash) leaves no verdict rather than the last run's. When it
     runs any job, the old ``report.html`` goes too: it shows results this run replaces, and
-    Snakemake makes a report only when asked (``--report``; ``make run`` asks next, and
-    ``on_success`` names the command).
+    Snakemake makes a report only when asked (``--report``; ``make run`` asks for it at the
+    run's end, ``--report-after-run``; else ``on_success`` names the command).
     """
+    from . import interrupts
     from .locks import record_holder
 
+    interrupts.during_run()
     record_holder()
     _RUN["checks"] = will_run(workflow, "check")
     if _RUN["checks"]:
@@ -143,8 +177,10 @@ def on_start(workflow, layout) -> None:
 def on_error() -> None:
     """A run that did not finish (Ctrl-C, or a job killed outside commsweep's guard):
     Snakemake releases its lock; forget the holder, and say what the next run does."""
+    from . import interrupts
     from .locks import release_holder
 
+    interrupts.quiet("commsweep: interrupted; the same command again keeps what is done and does the rest")
     release_holder()
     print("commsweep: the run did not finish (above: why); the same command again keeps what is done and "
           "does the rest", file=sys.stderr, flush=True)
@@ -155,8 +191,11 @@ def on_success(layout) -> None:
     points and steps, and the run ends with an error), and the command that makes the report
     when there is none of these results."""
     from ..base.status import verdict_failed
+    from . import interrupts
     from .locks import release_holder
 
+    interrupts.quiet("commsweep: interrupted after the run (its results are complete)"
+                     + (f"; the HTML report: {_RUN['report_command']}" if _RUN["report_command"] else ""))
     release_holder()
     path = Path(layout.verdict())
     text = ""
@@ -170,13 +209,34 @@ def on_success(layout) -> None:
         sys.stderr.write(f"commsweep: {text}")
     elif text:
         print(f"commsweep: {text.splitlines()[0]}; the answer: {layout.answer_page()}", file=sys.stderr)
-    if _RUN["report_command"] and not Path(layout.report()).exists():
+    if _RUN["report_command"] and not Path(layout.report()).exists() and not _reports_after_run():
         print(f"commsweep: the HTML report of these results: {_RUN['report_command']}", file=sys.stderr)
     if failed:
         sys.stderr.write(f"commsweep: the run failed ({path}); the next run retries what failed\n")
     sys.stderr.flush()
     if failed:
         raise SystemExit(1)
+
+
+def _reports_after_run() -> bool:
+    """Whether this Snakemake makes the report itself once the run ends (`make run` asks it to)."""
+    return "--report-after-run" in sys.argv
+
+
+def report_command(run, layout) -> str:
+    """The command that makes the HTML report of ``run`` (``provenance.Run``) in ``layout``'s
+    folder: `make report` for one config file, with RESULTS when only the folder was given on
+    the command line; Snakemake's own command otherwise (``provenance.report_command``)."""
+    import shlex
+
+    from ..base.paths import RESULTS_KEY
+    from .provenance import report_command as snakemake_report
+
+    files, overrides = list(run.config_files), list(run.overrides)
+    folder = [o for o in overrides if o.partition("=")[0] == RESULTS_KEY]
+    if len(files) == 1 and overrides == folder:
+        return shlex.join(["make", "report", f"CONFIG={files[0]}", *([f"RESULTS={layout.root}"] if folder else [])])
+    return snakemake_report(files, overrides, layout.report())
 
 
 def prepare(workflow, config: dict, points, layout, *, traces=(), root: str = ""):
@@ -200,7 +260,7 @@ def prepare(workflow, config: dict, points, layout, *, traces=(), root: str = ""
         config=copy.deepcopy(dict(config)), inputs=inputs,
         config_files=tuple(provenance.relative_to_cwd(f) for f in workflow.configfiles), overrides=tuple(overrides(workflow)),
     )
-    _RUN["report_command"] = provenance.report_command(run.config_files, run.overrides, layout.report())
+    _RUN["report_command"] = report_command(run, layout)
     os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
     from ..base.status import CONFIG_DIGEST_ENV
 
@@ -221,9 +281,17 @@ def prepare(workflow, config: dict, points, layout, *, traces=(), root: str = ""
             print(f"commsweep: {said}", file=sys.stderr)
         ignored = provenance.stale_outputs(layout, points, backend=config["aiob"]["backend"], traces=traces)
         if ignored:
-            print(f"commsweep: {len(ignored)} output(s) of points not in this sweep are ignored (the check lists "
-                  f"them in {layout.verdict()}), e.g. {ignored[0]}", file=sys.stderr)
+            print(stale_line(ignored, layout), file=sys.stderr)
     return run, ignored
+
+
+def stale_line(ignored: Sequence[str], layout) -> str:
+    """What to say of the outputs an earlier sweep left in this sweep's folder (``ignored``):
+    how many, that nothing reads them, and how to be rid of them."""
+    return (f"commsweep: {len(ignored)} folder(s) or file(s) in {layout.root}/ are of points not in this sweep "
+            f"(left by an earlier sweep; e.g. {ignored[0]}): nothing reads them, and {layout.verdict()} lists "
+            f"them; to remove them, `make clean RESULTS={layout.root}` (everything in it, then run again), or give "
+            f"each sweep a folder of its own (`results:` in its config)")
 
 
 def announce(workflow, points, batches) -> None:
@@ -232,14 +300,8 @@ def announce(workflow, points, batches) -> None:
     CONFIG --todo`` says which of their tasks a run would do now."""
     if not workflow.is_main_process:
         return
-    from .batch import count_of
-
     workloads = {p.workload_key for p in points}
     profiles = {p.profile_key for p in points if p.aiob}
-    count = max([len(batches), *(count_of(name) for name in batches)])
-    # A unit's batch is a hash (batch.bucket): of the batches the names count, some may hold no point.
-    empty = (f" of {count} ({count - len(batches)} hold no point: a point's batch is a hash of its model shard)"
-             if count > len(batches) else "")
     print(f"commsweep: {len(points)} point(s), {len(workloads)} workload(s), {len(profiles)} AIOB profile(s), "
-          f"in {len(batches)} batch(es){empty}, about {round(len(points) / max(1, len(batches)))} point(s) each",
+          f"in {len(batches)} job(s) of about {round(len(points) / max(1, len(batches)))} point(s) each",
           file=sys.stderr)

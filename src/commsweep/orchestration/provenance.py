@@ -46,7 +46,10 @@ def sha256_text(text: str) -> str:
 
 # Config keys that say how the work is cut into jobs, not what it computes: a run's name
 # leaves them out (the same sweep in batches of another size is the same run).
-EXECUTION_KEYS = ("batch",)
+EXECUTION_KEYS = ("batch", "results")
+# Of those, the keys a run's record leaves out too: where its results go (the same sweep in two
+# folders has the same record; the default folder's record reads as before the key existed).
+PLACE_KEYS = ("results",)
 
 
 def config_digest(config: Mapping) -> str:
@@ -109,7 +112,7 @@ class Run:
             "config_files": list(self.config_files),
             "config_overrides": list(self.overrides),
             "external_inputs": self._inputs_record(),
-            "config": self.config,
+            "config": {k: v for k, v in self.config.items() if k not in PLACE_KEYS},
         }, indent=2, sort_keys=True, default=str) + "\n"
 
     def job_provenance(self, *keys: str, profile: str | None = None) -> list[str]:
