@@ -518,8 +518,15 @@ def add_trace_check_parser(sub) -> None:
     p.set_defaults(func=cmd_trace_check)
 
 
+def add_chakra_parser(sub) -> None:
+    from ..workload.chakra_command import add_parser
+
+    add_parser(sub)
+
+
 COMMANDS = {
     **STAGE_COMMANDS,
+    "chakra": add_chakra_parser,
     "sweep": add_sweep_parser,
     "summarize": add_summarize_parser,
     "compare": add_compare_parser,

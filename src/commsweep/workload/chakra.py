@@ -1,0 +1,216 @@
+"""Chakra execution traces: the files, written and read with mlc-chakra's own schema and encoder.
+
+A trace set is a folder: ``<prefix>.<rank>.et`` for every rank (what ASTRA-sim's
+``--workload-configuration=<folder>/<prefix>`` reads) and ``comm_groups.json``, the
+communicator groups (ASTRA-sim's ``--comm-group-configuration``: ``{"1": [0, 1], ...}``).
+Each ``.et`` file is a ``GlobalMetadata`` message, then one ``Node`` message per node, each
+prefixed with its length as a varint (mlc-chakra's ``protolib.encodeMessage``).
+
+What a node carries (``chakra_graph.Node``), in Chakra's attributes as its generator and
+ASTRA-sim's feeder spell them: ``comm_type`` and ``comm_size`` (int64), ``pg_name`` (the
+group id as a decimal string: ASTRA-sim reads it with ``stoi`` and fails on an integer
+attribute), ``comm_src``/``comm_dst``/``comm_tag`` (int32) for sends and receives, and
+``is_cpu_op`` (false); a compute node's time is ``duration_micros``. commsweep adds
+``commsweep_phase``, ``commsweep_row`` and ``commsweep_group`` (ignored by ASTRA-sim), so its
+own traces can be audited per phase and group; a trace from elsewhere lacks them.
+
+mlc-chakra is imported on use (the ``chakra`` extra, docs/astra-sim.md): only this module
+needs it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..base.errors import CommsweepError, InputError
+from ..base.files import atomic_open, read_text, write_text
+from .chakra_graph import Node
+
+GROUPS_FILE = "comm_groups.json"
+DEFAULT_PREFIX = "trace"
+# Chakra's schema version the traces follow (et_def.proto of mlcommons/chakra 1.0.0).
+SCHEMA_VERSION = "0.0.4"
+COLLECTIVE_TYPES = {"allreduce": "ALL_REDUCE", "allgather": "ALL_GATHER", "reducescatter": "REDUCE_SCATTER",
+                    "alltoall": "ALL_TO_ALL"}
+_KIND_TYPES = {"comp": "COMP_NODE", "coll": "COMM_COLL_NODE", "send": "COMM_SEND_NODE", "recv": "COMM_RECV_NODE"}
+
+
+def _chakra():
+    """mlc-chakra's generated schema and its length-prefixed encoder, or a clear error."""
+    try:
+        from chakra.schema.protobuf import et_def_pb2
+        from chakra.src.third_party.utils import protolib
+    except ImportError as err:
+        raise CommsweepError(
+            f"Chakra traces need mlc-chakra ({err}): pip install 'commsweep[chakra]', or the light way, "
+            "pip install --no-deps mlc-chakra==1.0.0 protobuf") from None
+    return et_def_pb2, protolib
+
+
+def _attr(pb, name: str, **value):
+    return pb.AttributeProto(name=name, **value)
+
+
+def to_message(node: Node, rank: int):
+    """A node of rank ``rank`` as Chakra's ``Node`` message."""
+    pb, _ = _chakra()
+    msg = pb.Node(id=node.id, name=node.name, type=getattr(pb, _KIND_TYPES[node.kind]))
+    msg.ctrl_deps.extend(node.deps)
+    attrs = [_attr(pb, "is_cpu_op", bool_val=False)]
+    if node.kind == "comp":
+        msg.duration_micros = node.duration_us
+    if node.kind == "coll":
+        attrs.append(_attr(pb, "comm_type", int64_val=getattr(pb, COLLECTIVE_TYPES[node.collective or ""])))
+    if node.kind != "comp":
+        attrs.append(_attr(pb, "comm_size", int64_val=node.size))
+    if node.pg is not None:
+        attrs.append(_attr(pb, "pg_name", string_val=str(node.pg)))
+    if node.kind in ("send", "recv"):
+        src, dst = (rank, node.peer) if node.kind == "send" else (node.peer, rank)
+        attrs += [_attr(pb, "comm_src", int32_val=src), _attr(pb, "comm_dst", int32_val=dst),
+                  _attr(pb, "comm_tag", int32_val=node.tag or 0)]
+    for key in ("phase", "group"):
+        if getattr(node, key) is not None:
+            attrs.append(_attr(pb, f"commsweep_{key}", string_val=getattr(node, key)))
+    if node.row is not None:
+        attrs.append(_attr(pb, "commsweep_row", int64_val=node.row))
+    msg.attr.extend(attrs)
+    return msg
+
+
+def write(folder: str | Path, nodes_by_rank: Sequence[Sequence[Node]], groups: dict[int, tuple[int, ...]],
+          *, prefix: str = DEFAULT_PREFIX, source: str = "") -> list[Path]:
+    """Write a trace set (every rank's file, then the groups file); each file atomically."""
+    pb, protolib = _chakra()
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for rank, nodes in enumerate(nodes_by_rank):
+        path = folder / f"{prefix}.{rank}.et"
+        meta = pb.GlobalMetadata(version=SCHEMA_VERSION)
+        if source:
+            meta.attr.append(_attr(pb, "commsweep_source", string_val=source))
+        with atomic_open(path, "wb", newline=None) as fh:
+            protolib.encodeMessage(fh, meta)
+            for node in nodes:
+                protolib.encodeMessage(fh, to_message(node, rank))
+        paths.append(path)
+    groups_path = folder / GROUPS_FILE
+    write_text(groups_path, json.dumps({str(k): list(v) for k, v in groups.items()}, indent=1) + "\n")
+    paths.append(groups_path)
+    return paths
+
+
+# -- reading ---------------------------------------------------------------------------
+
+
+def _value(attr):
+    which = attr.WhichOneof("value")
+    return None if which is None else getattr(attr, which)
+
+
+def from_message(msg, *, source: str) -> Node:
+    """A Chakra ``Node`` message as a ``Node``; an InputError for what ASTRA-sim could not run."""
+    pb, _ = _chakra()
+    kinds = {getattr(pb, v): k for k, v in _KIND_TYPES.items()}
+    if msg.type not in kinds:
+        raise InputError(f"node {msg.id} ({msg.name!r}) is a {pb.NodeType.Name(msg.type)}; only compute, collective, "
+                         "send and receive nodes are read", file=source, field="type")
+    attrs = {a.name: _value(a) for a in msg.attr}
+    kind = kinds[msg.type]
+    collective = None
+    if kind == "coll":
+        names = {getattr(pb, v): k for k, v in COLLECTIVE_TYPES.items()}
+        code = attrs.get("comm_type")
+        if code not in names:
+            what = pb.CollectiveCommType.Name(code) if code in pb.CollectiveCommType.values() else repr(code)
+            raise InputError(f"node {msg.id} ({msg.name!r}): collective {what} is not one SimAI or ASTRA-sim's "
+                             "analytical backend runs", file=source, field="comm_type")
+        collective = names[code]
+    pg = attrs.get("pg_name")
+    if pg is not None and not (isinstance(pg, str) and pg.isdigit()):
+        raise InputError(f"node {msg.id} ({msg.name!r}): pg_name must be a decimal string (ASTRA-sim reads it "
+                         f"with stoi), got {pg!r}", file=source, field="pg_name")
+    peer = attrs.get("comm_dst") if kind == "send" else attrs.get("comm_src") if kind == "recv" else None
+    return Node(id=msg.id, name=msg.name, kind=kind, deps=tuple(msg.ctrl_deps) + tuple(msg.data_deps),
+                duration_us=msg.duration_micros, collective=collective,
+                size=int(attrs.get("comm_size") or 0), pg=None if pg in (None, "", "0") else int(pg),
+                peer=peer, tag=attrs.get("comm_tag"), phase=attrs.get("commsweep_phase"),
+                row=attrs.get("commsweep_row"), group=attrs.get("commsweep_group"))
+
+
+def read_trace(path: str | Path) -> list[Node]:
+    """One rank's ``.et`` file: its metadata first, then its nodes (mlc-chakra's decoder)."""
+    pb, protolib = _chakra()
+    nodes = []
+    with open(path, "rb") as fh:
+        meta = pb.GlobalMetadata()
+        if not protolib.decodeMessage(fh, meta):
+            raise InputError("no GlobalMetadata message first (an empty or foreign file)", file=path)
+        while True:
+            msg = pb.Node()
+            try:
+                if not protolib.decodeMessage(fh, msg):
+                    break
+            except Exception as err:  # protobuf's DecodeError: a truncated or foreign file
+                raise InputError(f"node {len(nodes) + 1} does not decode: {err}", file=path) from None
+            nodes.append(from_message(msg, source=str(path)))
+    if not nodes:
+        raise InputError("no nodes (ASTRA-sim would stop with no dependency-free node)", file=path)
+    return nodes
+
+
+def trace_files(folder: str | Path) -> tuple[str, list[Path]]:
+    """A trace set's prefix and its rank files in rank order; an InputError for a gap."""
+    folder = Path(folder)
+    found: dict[str, dict[int, Path]] = {}
+    for path in folder.glob("*.et"):
+        prefix, _, rank = path.stem.rpartition(".")
+        if prefix and rank.isdigit():
+            found.setdefault(prefix, {})[int(rank)] = path
+    if len(found) != 1:
+        what = "no <prefix>.<rank>.et files" if not found else f"several prefixes ({', '.join(sorted(found))})"
+        raise InputError(f"expected one trace set, found {what}", file=folder)
+    prefix, ranks = next(iter(found.items()))
+    missing = [r for r in range(max(ranks) + 1) if r not in ranks]
+    if missing:
+        raise InputError(f"rank {missing[0]}'s file {prefix}.{missing[0]}.et is missing", file=folder)
+    return prefix, [ranks[r] for r in sorted(ranks)]
+
+
+def read_groups(path: str | Path) -> dict[int, tuple[int, ...]]:
+    """A communicator-group file: decimal keys, lists of ranks."""
+    try:
+        data = json.loads(read_text(path))
+    except json.JSONDecodeError as err:
+        raise InputError(f"not JSON: {err.msg}", file=path, line=err.lineno) from None
+    if not isinstance(data, dict):
+        raise InputError("expected an object of group id -> ranks", file=path)
+    out = {}
+    for key, ranks in data.items():
+        if not key.isdigit() or not isinstance(ranks, list) or not all(isinstance(r, int) for r in ranks):
+            raise InputError(f"group {key!r}: expected a decimal id and a list of ranks", file=path, field=key)
+        out[int(key)] = tuple(ranks)
+    return out
+
+
+def read(folder: str | Path) -> tuple[list[list[Node]], dict[int, tuple[int, ...]]]:
+    """A trace set: every rank's nodes, and its groups (none when it has no groups file)."""
+    _, paths = trace_files(folder)
+    groups_path = Path(folder) / GROUPS_FILE
+    groups = read_groups(groups_path) if groups_path.exists() else {}
+    nodes = [read_trace(p) for p in paths]
+    for rank, rank_nodes in enumerate(nodes):
+        for n in rank_nodes:
+            if n.pg is not None and n.pg not in groups:
+                raise InputError(f"node {n.id} ({n.name!r}) names communicator group {n.pg}, which "
+                                 f"{GROUPS_FILE} does not hold", file=paths[rank], field="pg_name")
+    return nodes, groups
+
+
+def is_trace_set(path: str | Path) -> bool:
+    """Whether a path is a folder of Chakra traces (what ``volumes`` and ``audit`` then read)."""
+    path = Path(path)
+    return path.is_dir() and any(path.glob("*.et"))

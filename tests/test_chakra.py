@@ -1,0 +1,199 @@
+"""Chakra execution traces: every workload's traces, read back with mlc-chakra's own decoder,
+hold per rank the collectives, bytes and groups `commsweep volumes` counts for the workload."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+
+from commsweep.analysis import chakra_volumes, volumes
+from commsweep.base.errors import InputError
+from commsweep.setup.models import PRESETS
+from commsweep.setup.training import TrainingSetup
+from commsweep.workload import chakra, chakra_graph, megatron
+from commsweep.workload import format as wf
+
+from conftest import reference_files, reference_path
+
+et_def_pb2 = pytest.importorskip("chakra.schema.protobuf.et_def_pb2",
+                                 reason="mlc-chakra is not installed (pip install --no-deps mlc-chakra==1.0.0 protobuf)")
+protolib = pytest.importorskip("chakra.src.third_party.utils.protolib")
+
+AICB = reference_files("aicb/workloads", "*.txt")
+
+
+def aicb(name: str = "gpt7b_ws16_tp2_pp1_seq2048_mbs1_ga1_sp1_aiob.txt") -> str:
+    return str(reference_path("aicb", "workloads", name))
+
+COLLECTIVES = {et_def_pb2.ALL_REDUCE: "allreduce", et_def_pb2.ALL_GATHER: "allgather",
+               et_def_pb2.REDUCE_SCATTER: "reducescatter", et_def_pb2.ALL_TO_ALL: "alltoall"}
+
+
+def decode(path: Path) -> list:
+    """A rank's file with mlc-chakra's decoder alone: its metadata, then its node messages."""
+    out = []
+    with open(path, "rb") as fh:
+        meta = et_def_pb2.GlobalMetadata()
+        assert protolib.decodeMessage(fh, meta)
+        while True:
+            node = et_def_pb2.Node()
+            if not protolib.decodeMessage(fh, node):
+                return out
+            out.append(node)
+
+
+def attrs(node) -> dict:
+    return {a.name: getattr(a, a.WhichOneof("value")) for a in node.attr}
+
+
+def megatron_groups(rank: int, tp: int, dp: int, ep: int) -> dict[str, set[int]]:
+    """Megatron's groups of a rank, restated: TP consecutive, DP at stride tp, EP the ep
+    neighbours in DP, DP_EP stride tp*ep."""
+    t, d, s = rank % tp, (rank // tp) % dp, rank // (tp * dp)
+    at = lambda tt, dd: tt + tp * (dd + dp * s)  # noqa: E731
+    return {"TP": {at(i, d) for i in range(tp)}, "DP": {at(t, i) for i in range(dp)},
+            "EP": {at(t, d - d % ep + i) for i in range(ep)}, "DP_EP": {at(t, d % ep + ep * i) for i in range(dp // ep)}}
+
+
+def check_export(workload: wf.Workload, tmp: Path) -> None:
+    """Export, decode every rank with mlc-chakra, and compare with the workload's volumes."""
+    nodes, groups = chakra_graph.traces(workload)
+    chakra.write(tmp, nodes, groups)
+    group_file = {int(k): set(v) for k, v in json.loads((tmp / chakra.GROUPS_FILE).read_text()).items()}
+    h = workload.header
+    dp = h.all_gpus // (h.tp * h.pp)
+    expected = {(v.phase, v.collective, v.group, v.group_size): (v.count, v.payload_bytes)
+                for v in volumes.tally(workload) if v.phase != "pp"}
+    for rank in range(h.all_gpus):
+        got: dict = defaultdict(lambda: [0, 0])
+        mine = megatron_groups(rank, h.tp, dp, h.ep)
+        for node in decode(tmp / f"trace.{rank}.et"):
+            if node.type != et_def_pb2.COMM_COLL_NODE:
+                continue
+            a = attrs(node)
+            members = group_file[int(a["pg_name"])]
+            assert members == mine[a["commsweep_group"]], (rank, node.name)
+            key = (a["commsweep_phase"], COLLECTIVES[a["comm_type"]], a["commsweep_group"], len(members))
+            got[key][0] += 1
+            got[key][1] += a["comm_size"]
+        assert {k: tuple(v) for k, v in got.items()} == expected, rank
+
+
+@pytest.mark.parametrize("path", AICB, ids=lambda p: Path(p).name)
+def test_aicb_reference_workloads_export_with_their_volumes(path, tmp_path):
+    check_export(wf.read(path), tmp_path)
+
+
+MOE_PP = TrainingSetup(model=PRESETS["mixtral-8x7b"], world_size=32, tp=2, pp=2, ep=4, sp=True, global_batch=16,
+                       micro_batch=1, seq_length=512)
+DENSE_PP = TrainingSetup(model=PRESETS["gpt-7b"], world_size=16, tp=2, pp=2, sp=False, global_batch=8,
+                         seq_length=512, distributed_optimizer=True)
+
+
+@pytest.mark.parametrize("setup", [MOE_PP, DENSE_PP], ids=["moe-pp", "dense-pp-distopt"])
+def test_megatron_schedule_workloads_export_with_their_volumes(setup, tmp_path):
+    assert setup.problems() == []
+    check_export(megatron.schedule(setup).workload(), tmp_path)
+
+
+def test_nodes_follow_simai_order_and_times(tmp_path):
+    """Forward rows in order, then each row's input and weight gradient in reverse; one chain;
+    compute in whole microseconds that sum to the workload's nanoseconds, rounded."""
+    w = wf.read(aicb())
+    nodes, _ = chakra_graph.traces(w)
+    rank0 = nodes[0]
+    for prev, node in zip(rank0, rank0[1:]):
+        assert node.deps == (prev.id,)
+    rows = [(n.row, n.phase) for n in rank0]
+    forward = [r for r, p in rows if p == "fwd"]
+    assert forward == sorted(forward)
+    backward = [r for r, p in rows if p != "fwd"]
+    assert backward == sorted(backward, reverse=True)
+    assert rows.index(next(x for x in rows if x[1] != "fwd")) == len(forward)
+    total_ns = sum(r.compute(p) for r in w.rows for p in wf.PHASES)
+    assert sum(n.duration_us for n in rank0) == (total_ns + 500) // 1000
+    assert all(n.duration_us > 0 for n in rank0 if n.kind == "comp")
+
+
+def test_overlap_takes_data_parallel_collectives_off_the_chain():
+    w = wf.read(aicb())
+    nodes = chakra_graph.traces(w, overlap=("DP",))[0][0]
+    dp = {n.id for n in nodes if n.group == "DP"}
+    assert dp
+    assert not any(set(n.deps) & dp for n in nodes if n.group != "DP")
+    dp_nodes = [n for n in nodes if n.id in dp]
+    for prev, node in zip(dp_nodes, dp_nodes[1:]):
+        assert prev.id in node.deps
+
+
+def test_none_is_nothing_and_groups_file_lists_only_used_groups():
+    w = wf.read(aicb())
+    nodes, groups = chakra_graph.traces(w)
+    names = Counter(n.name.split(".")[-1] for n in nodes[0] if n.kind == "coll")
+    assert "NONE" not in names
+    used = {n.pg for rank in nodes for n in rank if n.kind == "coll"}
+    assert set(groups) == used
+
+
+def test_trace_set_volumes_equal_the_workloads(tmp_path):
+    w = wf.read(aicb("gpt7b_ws16_tp8_pp1_seq2048_mbs1_ga1_sp0_default.txt"))
+    chakra.write(tmp_path, *chakra_graph.traces(w))
+    nodes, groups = chakra.read(tmp_path)
+    got = chakra_volumes.trace_set_volumes(nodes, groups, rank=3)
+    assert got.unknown == ()
+    assert got.volumes == [v for v in volumes.tally(w) if v.phase != "pp"]
+
+
+def test_foreign_trace_says_what_it_cannot_tell(tmp_path):
+    """A trace without commsweep's attributes: groups by number, phase unknown, said so."""
+    w = wf.read(aicb())
+    nodes, groups = chakra_graph.traces(w)
+    bare = [[n.__class__(**{**n.__dict__, "phase": None, "group": None, "row": None}) for n in rank] for rank in nodes]
+    chakra.write(tmp_path, bare, groups)
+    got = chakra_volumes.trace_set_volumes(*chakra.read(tmp_path))
+    assert {v.phase for v in got.volumes} == {chakra_volumes.UNKNOWN_PHASE}
+    assert all(v.group.startswith("pg") for v in got.volumes)
+    assert len(got.unknown) == 3
+    ours = volumes.tally(w)
+    assert sum(v.payload_bytes for v in got.volumes) == sum(v.payload_bytes for v in ours if v.phase != "pp")
+
+
+def test_bad_trace_sets_are_named(tmp_path):
+    w = wf.read(aicb())
+    chakra.write(tmp_path, *chakra_graph.traces(w))
+    (tmp_path / "trace.5.et").unlink()
+    with pytest.raises(InputError, match=r"rank 5's file trace.5.et is missing"):
+        chakra.read(tmp_path)
+    node = et_def_pb2.Node(id=0, name="x", type=et_def_pb2.COMM_COLL_NODE)
+    node.attr.append(et_def_pb2.AttributeProto(name="comm_type", int64_val=et_def_pb2.ALL_REDUCE))
+    node.attr.append(et_def_pb2.AttributeProto(name="pg_name", int64_val=1))
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    with open(bad / "t.0.et", "wb") as fh:
+        protolib.encodeMessage(fh, et_def_pb2.GlobalMetadata(version="0.0.4"))
+        protolib.encodeMessage(fh, node)
+    with pytest.raises(InputError, match="pg_name must be a decimal string"):
+        chakra.read(bad)
+    node.attr[0].int64_val = et_def_pb2.BARRIER
+    with open(bad / "t.0.et", "wb") as fh:
+        protolib.encodeMessage(fh, et_def_pb2.GlobalMetadata(version="0.0.4"))
+        protolib.encodeMessage(fh, node)
+    with pytest.raises(InputError, match="BARRIER is not one"):
+        chakra.read(bad)
+
+
+def test_chakra_command(tmp_path):
+    out = tmp_path / "et"
+    run = subprocess.run([sys.executable, "-m", "commsweep", "chakra", "-w", aicb(), "-o", str(out)],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert len(list(out.glob("trace.*.et"))) == wf.read(aicb()).header.all_gpus
+    bad = subprocess.run([sys.executable, "-m", "commsweep", "chakra", "-w", aicb(), "-o", str(out), "-g", "7"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2
+    assert "field 'all_gpus'" in bad.stderr and "7 ranks" in bad.stderr
