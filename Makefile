@@ -28,6 +28,7 @@ $(BASE): pyproject.toml | $(BIN)/python
 
 $(EXTRAS): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[test,torch,megatron,slurm,storage,kubernetes,aws-batch]"
+	$(BIN)/python -m pip install --quiet --no-deps mlc-chakra==1.0.0 "protobuf==7.36.*"
 	touch $@ $(BASE)
 
 ## run: a sweep end to end (CONFIG, default config/config.yaml) into results/, then its HTML report
