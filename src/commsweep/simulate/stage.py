@@ -147,6 +147,11 @@ def run(job: SimulateJob) -> None:
 
 
 def cmd_simulate(ns: argparse.Namespace) -> None:
+    if ns.backend.startswith("astra"):  # ASTRA-sim: Chakra traces through a user's binary
+        from .astra.command import run_args
+
+        run_args(ns)
+        return
     if ns.backend == "ns3":  # the packet-level backend: a topology, not the analytical flags
         from .ns3.stage import PACKET
 
@@ -194,9 +199,10 @@ def add_parser(sub) -> None:
                                                   "and group, and SimAI's summary line, here (what summarize reads)")
     p.add_argument("--simai-bugs", choices=("fix", "reproduce", "error"), default="fix",
                    help="where SimAI prints nonsense: fix it and warn (default), reproduce SimAI's output, or fail")
-    p.add_argument("--backend", choices=("builtin", "simai", "ns3"), default="builtin",
+    p.add_argument("--backend", choices=("builtin", "simai", "ns3", "astra-aware", "astra-unaware"), default="builtin",
                    help="builtin: the closed-form engine; simai: run <simai-root>/bin/SimAI_analytical; "
-                        "ns3: run SimAI's packet-level SimAI_simulator (--ns3-root)")
+                        "ns3: run SimAI's packet-level SimAI_simulator (--ns3-root); astra-aware, astra-unaware: "
+                        "ASTRA-sim's analytical backends on the workload's Chakra traces (--astra-root)")
     p.add_argument("--simai-root", help="a built SimAI checkout")
     p.add_argument("--timeout", type=float, help="seconds before a SimAI run is stopped (simai and ns3 backends)")
     p.add_argument("--strict", action="store_true",
@@ -204,6 +210,9 @@ def add_parser(sub) -> None:
     from .ns3.command import add_arguments as add_ns3_arguments
 
     add_ns3_arguments(p)
+    from .astra.command import add_arguments as add_astra_arguments
+
+    add_astra_arguments(p)
     p.set_defaults(func=cmd_simulate)
 
 

@@ -1,0 +1,175 @@
+"""The ASTRA-sim backends: input files, the judging of a run's output, and, with a built
+ASTRA-sim (ASTRA_SIM_ROOT: a checkout with build/astra_analytical built, or the binary's folder),
+real runs checked by hand and the failures of the reference's table as named failures."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from commsweep.setup.network import Network
+from commsweep.simulate.astra import command, inputs, runner
+
+from conftest import reference_path
+
+NET = Network(gpus_per_server=8, nics_per_server=8, nvlink_gbps="360", nic_gbps="25")
+
+
+def test_network_file_in_astra_units():
+    data = yaml.safe_load(inputs.network_yaml(NET, 32))
+    assert data == {"topology": ["Switch", "Switch"], "npus_count": [8, 4], "bandwidth": [360.0, 25.0],
+                    "latency": [936.25, 2000.0]}
+    half = Network(gpus_per_server=8, nics_per_server=4, nvlink_gbps="300", nic_gbps="50")
+    assert yaml.safe_load(inputs.network_yaml(half, 16))["bandwidth"] == [300.0, 50.0 * 4 / 8]
+    one = yaml.safe_load(inputs.network_yaml(NET, 4, inputs.Settings(latency_ns=(10, 20))))
+    assert one == {"topology": ["Switch"], "npus_count": [4], "bandwidth": [360.0], "latency": [10.0]}
+
+
+def test_network_must_fill_servers():
+    with pytest.raises(Exception, match="do not fill whole servers"):
+        inputs.dimensions(NET, 12)
+
+
+def test_system_file_defaults_and_settings():
+    base = json.loads(inputs.system_json(dims=1))
+    assert base["all-reduce-implementation"] == ["ring"] and base["local-mem-bw"] == 3350
+    set_ = json.loads(inputs.system_json(inputs.Settings(system={"local-mem-bw": 100, "endpoint-delay": 0}), 2))
+    assert set_["local-mem-bw"] == 100 and set_["endpoint-delay"] == 0
+    assert set_["all-gather-implementation"] == ["ring", "ring"]
+    with pytest.raises(Exception, match="unknown topology"):
+        inputs.Settings(topology=("Torus", "Switch"))
+
+
+def test_parse_reads_the_reference_log():
+    log = reference_path("astra-sim", "example_all_reduce_8npus_1MB.log").read_text()
+    ranks = runner.parse(log, 8)
+    assert [r.rank for r in ranks] == list(range(8))
+    assert {(r.finished_ns, r.exposed_ns) for r in ranks} == {(57426, 57426)}
+    with pytest.raises(runner.AstraFailure, match=r"2 of 10 ranks printed no 'finished' line \(ranks 8, 9\)"):
+        runner.parse(log, 10)
+    cut = "\n".join(line for line in log.splitlines() if "sys[3] finished" not in line)
+    with pytest.raises(runner.AstraFailure, match=r"ranks 3\)"):
+        runner.parse(cut, 8)
+
+
+def test_times_rows_of_a_run(tmp_path):
+    run = runner.AstraRun(ranks=(runner.RankTime(0, 1500, 700), runner.RankTime(1, 2001, 999)), build="b",
+                          folder=tmp_path, wall_s=0.1)
+    assert command.times_csv(run).splitlines() == [
+        "quantity,phase,collective,group,us", "total_us,,,,2.001", "exposed_us,,,,0.999", "compute_us,,,,1.002"]
+
+
+# -- with a real ASTRA-sim ------------------------------------------------------------------------
+
+ROOT = os.environ.get("ASTRA_SIM_ROOT")
+needs_astra = pytest.mark.skipif(not ROOT, reason="no ASTRA-sim: set ASTRA_SIM_ROOT to a checkout with its analytical "
+                                                   "backend built (build/astra_analytical/build.sh)")
+
+
+def _write(folder: Path, nodes_by_rank, groups, net: Network, settings: inputs.Settings):
+    from commsweep.workload import chakra
+
+    chakra.write(folder / "traces", nodes_by_rank, groups)
+    ranks = len(nodes_by_rank)
+    (folder / "network.yml").write_text(inputs.network_yaml(net, ranks, settings))
+    (folder / "system.json").write_text(inputs.system_json(settings, len(inputs.dimensions(net, ranks))))
+    (folder / "memory.json").write_text(inputs.memory_json())
+
+
+def _allreduce(ranks: int, size: int, pg: int | None = 1):
+    from commsweep.workload.chakra_graph import Node
+
+    node = Node(id=0, name="ar", kind="coll", deps=(), collective="allreduce", size=size, pg=pg)
+    return [[node] for _ in range(ranks)], ({1: tuple(range(ranks))} if pg else {})
+
+
+@needs_astra
+@pytest.mark.parametrize("backend", ["astra-unaware", "astra-aware"])
+def test_four_rank_all_reduce_by_hand(backend, tmp_path):
+    """2(n-1)/n x S / B plus per-message latencies and the local reductions, on FullyConnected."""
+    pytest.importorskip("chakra.schema.protobuf.et_def_pb2")
+    size, bw, lat = 64 * 2**20, 100.0, 500.0
+    net = Network(gpus_per_server=4, nics_per_server=1, nvlink_gbps=str(bw), nic_gbps="1")
+    settings = inputs.Settings(latency_ns=(lat, lat), topology=("FullyConnected", "FullyConnected"),
+                               system={"local-mem-bw": 10**9, "endpoint-delay": 0, "preferred-dataset-splits": 1})
+    _write(tmp_path, *_allreduce(4, size), net, settings)
+    result = runner.run(runner.binary(ROOT, backend), tmp_path, 4, trace_prefix="traces/trace",
+                        groups="traces/comm_groups.json")
+    ideal = 2 * 3 / 4 * size / (bw * 2**30) * 1e9
+    steps = 2 * 3
+    for r in result.ranks:
+        assert ideal <= r.finished_ns <= ideal + steps * lat * 1.5 + 1000, (r, ideal)
+        assert r.exposed_ns == r.finished_ns
+
+
+@needs_astra
+def test_workload_by_hand_equals_commsweep(tmp_path):
+    """commsweep simulate --backend astra-unaware gives the times of running the kept command by hand."""
+    pytest.importorskip("chakra.schema.protobuf.et_def_pb2")
+    wl = reference_path("aicb", "workloads", "gpt7b_ws16_tp4_pp1_seq2048_mbs1_ga1_sp1_aiob.txt")
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "commsweep", "simulate", "-w", str(wl), "-g", "16", "-r", "p-", "-g_p_s", "8",
+           "-n_p_s", "8", "-nv", "360", "-nic", "25", "--backend", "astra-unaware", "--astra-root", ROOT,
+           "--out-dir", str(out), "--times", str(out / "times.csv")]
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    folder = out / "p-astra"
+    by_hand = subprocess.run((folder / "command.txt").read_text().strip(), shell=True, cwd=folder,
+                             capture_output=True, text=True)
+    assert by_hand.returncode == 0
+    hand = runner.parse(by_hand.stdout, 16)
+    record = (out / "p-astra.csv").read_text().splitlines()[1:]
+    assert [(int(line.split(",")[1]), int(line.split(",")[2])) for line in record] == \
+        [(r.finished_ns, r.exposed_ns) for r in hand]
+    assert f"total_us,,,,{max(r.finished_ns for r in hand) / 1000:.3f}" in (out / "times.csv").read_text()
+
+
+def _run_bad(tmp_path, nodes_by_rank, groups, *, groups_file=True):
+    net = Network(gpus_per_server=len(nodes_by_rank), nics_per_server=1, nvlink_gbps="100", nic_gbps="1")
+    _write(tmp_path, nodes_by_rank, groups, net, inputs.Settings())
+    return runner.run(runner.binary(ROOT, "astra-unaware"), tmp_path, len(nodes_by_rank), trace_prefix="traces/trace",
+                      groups="traces/comm_groups.json" if groups_file else None, timeout=120)
+
+
+@needs_astra
+def test_failures_of_the_reference_table_are_named(tmp_path):
+    pytest.importorskip("chakra.schema.protobuf.et_def_pb2")
+    from commsweep.workload.chakra_graph import Node
+
+    nodes, _ = _allreduce(4, 2**20, pg=3)
+    with pytest.raises(runner.AstraFailure, match="exited with status 1.*communicator group 3 not found"):
+        _run_bad(tmp_path / "a", nodes, {1: (0, 1, 2, 3)})
+    nodes, groups = _allreduce(4, 2**20)
+    partial = [nodes[0], nodes[1], nodes[2], [Node(id=0, name="c", kind="comp", deps=(), duration_us=5)]]
+    with pytest.raises(runner.AstraFailure, match=r"3 of 4 ranks printed no 'finished' line|ranks 0, 1, 2"):
+        _run_bad(tmp_path / "b", partial, groups)
+    recv = [[Node(id=0, name="r", kind="recv", deps=(), size=1024, peer=1, tag=7)],
+            [Node(id=0, name="c", kind="comp", deps=(), duration_us=1)]]
+    with pytest.raises(runner.AstraFailure, match=r"ranks 0\)"):
+        _run_bad(tmp_path / "c", recv, {})
+    _write(tmp_path / "d", nodes, groups, Network(gpus_per_server=4, nics_per_server=1, nvlink_gbps="1", nic_gbps="1"),
+           inputs.Settings())
+    (tmp_path / "d" / "traces" / "trace.2.et").unlink()
+    with pytest.raises(runner.AstraFailure, match="exited with status 1.*does not exist"):
+        runner.run(runner.binary(ROOT, "astra-unaware"), tmp_path / "d", 4, trace_prefix="traces/trace",
+                   groups="traces/comm_groups.json")
+
+
+def test_a_crash_and_a_silent_exit_are_failed_runs(tmp_path):
+    """commsweep's judging of what a binary did (a script standing in for ASTRA-sim's two ways to fail)."""
+    exe = tmp_path / "fake"
+    exe.write_text("#!/bin/sh\necho '[critical] workload file: x.0.et does not exist' >&2\nexit 1\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    with pytest.raises(runner.AstraFailure, match=r"status 1: \[critical\] workload file"):
+        runner.run(exe, tmp_path, 2, trace_prefix="t", groups=None)
+    assert (tmp_path / "command.txt").read_text().startswith(str(exe))
+    exe.write_text("#!/bin/sh\necho 'sys[0] finished, 10 cycles, exposed communication 5 cycles.'\nexit 0\n")
+    with pytest.raises(runner.AstraFailure, match=r"1 of 2 ranks.*\(ranks 1\)"):
+        runner.run(exe, tmp_path, 2, trace_prefix="t", groups=None)
