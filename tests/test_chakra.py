@@ -197,3 +197,35 @@ def test_chakra_command(tmp_path):
                          capture_output=True, text=True)
     assert bad.returncode == 2
     assert "field 'all_gpus'" in bad.stderr and "7 ranks" in bad.stderr
+
+
+@pytest.mark.parametrize("setup", [MOE_PP, DENSE_PP], ids=["moe-pp", "dense-pp-distopt"])
+def test_audit_of_traces_equals_audit_of_their_workload(setup, tmp_path):
+    from commsweep.analysis import audit
+
+    w = megatron.schedule(setup).workload()
+    chakra.write(tmp_path, *chakra_graph.traces(w), workload=w)
+    told = chakra.as_workload(tmp_path)
+    assert told.header == w.header
+    assert [(r.name, r.fwd_comm, r.fwd_size, r.ig_comm, r.ig_size, r.wg_comm, r.wg_size) for r in told.rows] == \
+        [(r.name, r.fwd_comm, r.fwd_size, r.ig_comm, r.ig_size, r.wg_comm, r.wg_size) for r in w.rows]
+    assert audit.audit(told, setup) == audit.audit(w, setup)
+
+
+def test_volumes_and_audit_commands_read_a_trace_folder(tmp_path):
+    out = tmp_path / "et"
+    subprocess.run([sys.executable, "-m", "commsweep", "chakra", "-w", aicb(), "-o", str(out)], check=True)
+    from_traces = subprocess.run([sys.executable, "-m", "commsweep", "volumes", str(out), "--format", "csv"],
+                                 capture_output=True, text=True)
+    assert from_traces.returncode == 0, from_traces.stderr
+    from_file = subprocess.run([sys.executable, "-m", "commsweep", "volumes", aicb(), "--format", "csv"],
+                               capture_output=True, text=True, check=True)
+    assert from_traces.stdout == from_file.stdout
+    assert from_traces.stderr == ""
+
+
+def test_audit_of_a_foreign_trace_set_says_what_it_lacks(tmp_path):
+    w = wf.read(aicb())
+    chakra.write(tmp_path, *chakra_graph.traces(w))
+    with pytest.raises(InputError, match="do not say the workload's header and rows"):
+        chakra.as_workload(tmp_path)

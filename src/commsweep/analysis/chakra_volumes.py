@@ -75,3 +75,15 @@ def trace_set_volumes(nodes_by_rank: Sequence[Sequence[Node]], groups: dict[int,
     if not 0 <= rank < len(nodes_by_rank):
         raise ValueError(f"rank {rank} is not one of the set's {len(nodes_by_rank)} ranks")
     return rank_volumes(nodes_by_rank[rank], groups, len(nodes_by_rank), rank)
+
+
+def read_trace_set(folder: str, rank: int = 0) -> list[Volume]:
+    """One rank's volumes of a trace folder; what its traces cannot tell is said on stderr."""
+    import sys
+
+    from ..workload import chakra
+
+    result = trace_set_volumes(*chakra.read(folder), rank=rank)
+    for what in result.unknown:
+        print(f"commsweep volumes: {folder}: unknown {what}", file=sys.stderr)
+    return result.volumes

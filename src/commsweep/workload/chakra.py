@@ -11,8 +11,10 @@ ASTRA-sim's feeder spell them: ``comm_type`` and ``comm_size`` (int64), ``pg_nam
 group id as a decimal string: ASTRA-sim reads it with ``stoi`` and fails on an integer
 attribute), ``comm_src``/``comm_dst``/``comm_tag`` (int32) for sends and receives, and
 ``is_cpu_op`` (false); a compute node's time is ``duration_micros``. commsweep adds
-``commsweep_phase``, ``commsweep_row`` and ``commsweep_group`` (ignored by ASTRA-sim), so its
-own traces can be audited per phase and group; a trace from elsewhere lacks them.
+``commsweep_phase``, ``commsweep_row``, ``commsweep_group`` and, where SimAI runs another size
+than the file says, ``commsweep_declared_size`` (ASTRA-sim ignores them), and keeps the
+workload's header line and row names in the metadata, so its own traces can be audited like
+the workload (``as_workload``); a trace from elsewhere lacks them.
 
 mlc-chakra is imported on use (the ``chakra`` extra, docs/astra-sim.md): only this module
 needs it.
@@ -27,6 +29,10 @@ from pathlib import Path
 from ..base.errors import CommsweepError, InputError
 from ..base.files import atomic_open, read_text, write_text
 from .chakra_graph import Node
+from .format import ROW_FIELDS, Row, Workload, parse_header
+
+HEADER_ATTR = "commsweep_workload_header"
+ROWS_ATTR = "commsweep_workload_rows"
 
 GROUPS_FILE = "comm_groups.json"
 DEFAULT_PREFIX = "trace"
@@ -76,13 +82,18 @@ def to_message(node: Node, rank: int):
             attrs.append(_attr(pb, f"commsweep_{key}", string_val=getattr(node, key)))
     if node.row is not None:
         attrs.append(_attr(pb, "commsweep_row", int64_val=node.row))
+    if node.declared is not None:
+        attrs.append(_attr(pb, "commsweep_declared_size", int64_val=node.declared))
     msg.attr.extend(attrs)
     return msg
 
 
 def write(folder: str | Path, nodes_by_rank: Sequence[Sequence[Node]], groups: dict[int, tuple[int, ...]],
-          *, prefix: str = DEFAULT_PREFIX, source: str = "") -> list[Path]:
-    """Write a trace set (every rank's file, then the groups file); each file atomically."""
+          *, prefix: str = DEFAULT_PREFIX, source: str = "", workload: Workload | None = None) -> list[Path]:
+    """Write a trace set (every rank's file, then the groups file); each file atomically.
+
+    With ``workload`` (the file the traces come from), the metadata also keeps its header line
+    and its row names, so that the workload can be told back from the traces (``as_workload``)."""
     pb, protolib = _chakra()
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -92,6 +103,9 @@ def write(folder: str | Path, nodes_by_rank: Sequence[Sequence[Node]], groups: d
         meta = pb.GlobalMetadata(version=SCHEMA_VERSION)
         if source:
             meta.attr.append(_attr(pb, "commsweep_source", string_val=source))
+        if workload is not None:
+            meta.attr.append(_attr(pb, HEADER_ATTR, string_val=workload.header.render()))
+            meta.attr.append(_attr(pb, ROWS_ATTR, string_list=pb.StringList(values=[r.name for r in workload.rows])))
         with atomic_open(path, "wb", newline=None) as fh:
             protolib.encodeMessage(fh, meta)
             for node in nodes:
@@ -138,7 +152,22 @@ def from_message(msg, *, source: str) -> Node:
                 duration_us=msg.duration_micros, collective=collective,
                 size=int(attrs.get("comm_size") or 0), pg=None if pg in (None, "", "0") else int(pg),
                 peer=peer, tag=attrs.get("comm_tag"), phase=attrs.get("commsweep_phase"),
-                row=attrs.get("commsweep_row"), group=attrs.get("commsweep_group"))
+                row=attrs.get("commsweep_row"), group=attrs.get("commsweep_group"),
+                declared=attrs.get("commsweep_declared_size"))
+
+
+def read_metadata(path: str | Path) -> dict:
+    """A rank file's GlobalMetadata attributes by name (a string list as a list)."""
+    pb, protolib = _chakra()
+    with open(path, "rb") as fh:
+        meta = pb.GlobalMetadata()
+        if not protolib.decodeMessage(fh, meta):
+            raise InputError("no GlobalMetadata message first (an empty or foreign file)", file=path)
+    out = {}
+    for a in meta.attr:
+        value = _value(a)
+        out[a.name] = list(value.values) if a.WhichOneof("value") == "string_list" else value
+    return out
 
 
 def read_trace(path: str | Path) -> list[Node]:
@@ -214,3 +243,38 @@ def is_trace_set(path: str | Path) -> bool:
     """Whether a path is a folder of Chakra traces (what ``volumes`` and ``audit`` then read)."""
     path = Path(path)
     return path.is_dir() and any(path.glob("*.et"))
+
+
+def as_workload(folder: str | Path) -> Workload:
+    """The SimAI workload a commsweep trace set was exported from, told back from rank 0's trace:
+    its header and row names from the metadata, each row's collectives and sizes from the nodes,
+    its compute times to the microsecond the trace keeps. A trace set from elsewhere has no header
+    or rows to tell (an InputError saying so)."""
+    _, paths = trace_files(folder)
+    meta = read_metadata(paths[0])
+    if HEADER_ATTR not in meta or ROWS_ATTR not in meta:
+        raise InputError("these traces do not say the workload's header and rows (not exported by commsweep): "
+                         "their volumes can be read, not their audit", file=paths[0])
+    header = parse_header(meta[HEADER_ATTR], source=paths[0])
+    names = meta[ROWS_ATTR]
+    fields: list[dict] = [{"name": n, "dependency": -1, **{f: 0 for f in ROW_FIELDS[2:]}} for n in names]
+    for row in fields:
+        for phase in ("fwd", "ig", "wg"):
+            row[f"{phase}_comm"] = "NONE"
+        row["update_time"] = 100
+    for node in read_trace(paths[0]):
+        if node.row is None or node.phase not in ("fwd", "ig", "wg") or not 0 <= node.row < len(fields):
+            raise InputError(f"node {node.id} ({node.name!r}) names no row and phase of the workload", file=paths[0])
+        row = fields[node.row]
+        if node.kind == "comp":
+            row[f"{node.phase}_compute"] += node.duration_us * 1000
+        elif node.kind == "coll":
+            base = {v: k for k, v in _COMM_NAMES.items()}[node.collective or ""]
+            suffix = {"EP": "_EP", "DP_EP": "_DP_EP"}.get(node.group or "", "")
+            row[f"{node.phase}_comm"] = base + suffix
+            row[f"{node.phase}_size"] = node.size if node.declared is None else node.declared
+    return Workload(header=header, rows=tuple(Row(**f) for f in fields))
+
+
+_COMM_NAMES = {"ALLREDUCE": "allreduce", "ALLGATHER": "allgather", "REDUCESCATTER": "reducescatter",
+               "ALLTOALL": "alltoall"}

@@ -14,7 +14,7 @@ def export(workload: str, out_dir: str, *, gpus: int | None = None, overlap: tup
     """Write the traces of a workload file; (ranks, nodes per rank at most)."""
     w = wformat.read(workload)
     nodes, groups = chakra_graph.traces(w, gpus=gpus, overlap=overlap, source=workload)
-    chakra.write(out_dir, nodes, groups, prefix=prefix, source=str(workload))
+    chakra.write(out_dir, nodes, groups, prefix=prefix, source=str(workload), workload=w)
     return len(nodes), max((len(n) for n in nodes), default=0)
 
 

@@ -62,6 +62,7 @@ class Node:
     phase: str | None = None  # fwd | ig | wg | pp
     row: int | None = None
     group: str | None = None  # TP | DP | EP | DP_EP | PP
+    declared: int | None = None  # the workload's size field when SimAI runs another (1..4095 forward: 4096)
 
 
 @dataclass(frozen=True)
@@ -190,7 +191,8 @@ def rank_nodes(workload: Workload, rank: int, layout: Layout, *, gpus: int | Non
         members = layout.members(kind, rank)
         chain.comm(off_chain=kind in overlap, name=f"{row.name}.{phase}.{comm_type}", kind="coll",
                    collective=collective_name(comm_type), size=effective_size(phase, size),
-                   pg=ids[(kind, members)], phase=phase, row=index, group=kind)
+                   pg=ids[(kind, members)], phase=phase, row=index, group=kind,
+                   declared=None if effective_size(phase, size) == size else size)
 
     for i in range(len(workload.rows)):
         phase_nodes(i, "fwd")

@@ -102,7 +102,7 @@ def simulate(workload: str, gpus: int | None, net: Network, settings: inputs.Set
     nodes, groups = chakra_graph.traces(w, gpus=ranks, overlap=overlap, source=workload)
     if folder.exists():
         shutil.rmtree(folder)
-    chakra.write(folder / "traces", nodes, groups, source=str(workload))
+    chakra.write(folder / "traces", nodes, groups, source=str(workload), workload=w)
     write_text(folder / "network.yml", inputs.network_yaml(net, ranks, settings))
     write_text(folder / "system.json", inputs.system_json(settings, len(inputs.dimensions(net, ranks))))
     write_text(folder / "memory.json", inputs.memory_json())
