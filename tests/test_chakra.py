@@ -229,3 +229,60 @@ def test_audit_of_a_foreign_trace_set_says_what_it_lacks(tmp_path):
     chakra.write(tmp_path, *chakra_graph.traces(w))
     with pytest.raises(InputError, match="do not say the workload's header and rows"):
         chakra.as_workload(tmp_path)
+
+
+INTERLEAVED = TrainingSetup(model=PRESETS["gpt-7b"], world_size=8, tp=2, pp=2, sp=True, global_batch=4,
+                            seq_length=256, virtual_pipeline=2)
+
+
+def pipeline_schedules(setup):
+    return [megatron.schedule(setup, stage=s) for s in range(setup.pp)]
+
+
+@pytest.mark.parametrize("setup", [MOE_PP, DENSE_PP, INTERLEAVED], ids=["moe-pp", "dense-pp", "interleaved"])
+def test_megatron_pipeline_traces(setup, tmp_path):
+    """Each stage's ranks hold their stage's collectives, and every send has one receive with
+    its source, tag and size at the other end: per micro-batch and model chunk, both ways."""
+    assert setup.problems() == []
+    schedules = pipeline_schedules(setup)
+    chakra.write(tmp_path, *chakra_graph.megatron_traces(schedules))
+    sends, recvs = Counter(), Counter()
+    for rank in range(setup.world_size):
+        stage = rank // (setup.tp * setup.dp)
+        got: dict = defaultdict(lambda: [0, 0])
+        for node in decode(tmp_path / f"trace.{rank}.et"):
+            a = attrs(node)
+            if node.type == et_def_pb2.COMM_SEND_NODE:
+                assert a["comm_src"] == rank
+                sends[(rank, a["comm_dst"], a["comm_tag"], a["comm_size"])] += 1
+            elif node.type == et_def_pb2.COMM_RECV_NODE:
+                assert a["comm_dst"] == rank
+                recvs[(a["comm_src"], rank, a["comm_tag"], a["comm_size"])] += 1
+            elif node.type == et_def_pb2.COMM_COLL_NODE:
+                key = (a["commsweep_phase"], COLLECTIVES[a["comm_type"]], a["commsweep_group"])
+                got[key][0] += 1
+                got[key][1] += a["comm_size"]
+        expected = {(v.phase, v.collective, v.group): (v.count, v.payload_bytes)
+                    for v in volumes.tally(schedules[stage].workload()) if v.phase != "pp"}
+        assert {k: tuple(v) for k, v in got.items()} == expected, rank
+    assert sends == recvs and set(sends.values()) == {1}
+    # Each stage's ranks: one send per micro-batch and chunk boundary and direction.
+    boundaries = setup.pp * setup.virtual_pipeline - 1
+    assert len(sends) == 2 * boundaries * setup.num_microbatches * setup.tp * setup.dp
+    assert {k[3] for k in sends} == {megatron.pipeline_bytes(setup)}
+
+
+def test_chakra_command_megatron_pipeline(tmp_path):
+    out = tmp_path / "mg"
+    args = ["--megatron", "--model", "gpt-7b", "--world_size", "8", "--tensor_model_parallel_size", "2",
+            "--pipeline_model_parallel", "2", "--virtual-pipeline", "2", "--global_batch", "4", "--seq_length", "256",
+            "--enable_sequence_parallel"]
+    run = subprocess.run([sys.executable, "-m", "commsweep", "chakra", *args, "-o", str(out)],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    nodes, _ = chakra.read(out)
+    mine, _ = chakra_graph.megatron_traces(pipeline_schedules(INTERLEAVED))
+    assert nodes == mine
+    both = subprocess.run([sys.executable, "-m", "commsweep", "chakra", *args, "-w", aicb(), "-o", str(out)],
+                          capture_output=True, text=True)
+    assert both.returncode == 2 and "not both" in both.stderr

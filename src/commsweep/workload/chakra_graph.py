@@ -170,8 +170,9 @@ class _Chain:
 
 
 def rank_nodes(workload: Workload, rank: int, layout: Layout, *, gpus: int | None = None,
-               overlap: Sequence[str] = ()) -> list[Node]:
-    """One rank's nodes for a SimAI workload file, in SimAI's order (module docstring)."""
+               overlap: Sequence[str] = (), pipeline: Pipeline | None = None) -> list[Node]:
+    """One rank's nodes for a SimAI workload file, in SimAI's order (module docstring); with
+    ``pipeline``, its sends and receives between the rows of its micro-batches' model chunks."""
     if workload.header.checkpoints:
         raise InputError("checkpointed layers (the header's checkpoints) have no Chakra export yet",
                          field="checkpoints")
@@ -194,12 +195,115 @@ def rank_nodes(workload: Workload, rank: int, layout: Layout, *, gpus: int | Non
                    pg=ids[(kind, members)], phase=phase, row=index, group=kind,
                    declared=None if effective_size(phase, size) == size else size)
 
+    boundary = (lambda *a: None) if pipeline is None else pipeline.boundary(chain, layout.coords(rank)[2], rank, layout)
     for i in range(len(workload.rows)):
+        boundary("fwd", i)
         phase_nodes(i, "fwd")
+    boundary("fwd", None)
     for i in reversed(range(len(workload.rows))):
+        boundary("bwd", i)
         phase_nodes(i, "ig")
         phase_nodes(i, "wg")
+    boundary("bwd", None)
     return chain.nodes
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """Where a pipeline stage's rows send to and receive from the neighbouring stages.
+
+    ``segments[i]`` is row i's (micro-batch, model chunk), or None for a row run once per
+    iteration. Megatron's interleaved order (``megatron/core/pipeline_parallel/schedules.py``):
+    virtual stage ``chunk * pp + stage`` hands its activation to the next virtual stage (stage + 1,
+    or stage 0 of the next chunk after the last stage) and receives its gradient back. The
+    passes follow SimAI's order (every micro-batch forward, then every one backward), so each
+    boundary is a send on one rank and the matching receive on the other, with one tag per
+    micro-batch, receiving virtual stage and direction.
+    """
+
+    segments: tuple[tuple[int, int] | None, ...]
+    pp: int
+    chunks: int
+    size: int  # bytes of one send
+
+    def _tag(self, mb: int, virtual: int, backward: bool) -> int:
+        return (mb * self.pp * self.chunks + virtual) * 2 + int(backward)
+
+    def boundary(self, chain: _Chain, stage: int, rank: int, layout: Layout):
+        """A callback ``(pass, row or None at the pass's end)`` adding the rank's sends and receives."""
+        state = {"fwd": None, "bwd": None}
+        last_virtual = self.pp * self.chunks - 1
+
+        def other(virtual: int) -> int:
+            return rank + (virtual % self.pp - stage) * layout.tp * layout.dp
+
+        def link(kind: str, mb: int, virtual: int, peer_virtual: int, backward: bool) -> None:
+            receiver = virtual if kind == "recv" else peer_virtual
+            direction = "grad" if backward else "act"
+            chain.comm(name=f"pipeline.{kind}_{direction}.mb{mb}.v{virtual}", kind=kind, size=self.size,
+                       peer=other(peer_virtual), tag=self._tag(mb, receiver, backward), phase="pp", group="PP")
+
+        def step(pass_: str, row: int | None) -> None:
+            seg = None if row is None else self.segments[row]
+            if seg == state[pass_]:
+                return
+            backward = pass_ == "bwd"
+            if state[pass_] is not None:  # the segment ends: hand on
+                mb, chunk = state[pass_]
+                v = chunk * self.pp + stage
+                if not backward and v < last_virtual:
+                    link("send", mb, v, v + 1, False)
+                if backward and v > 0:
+                    link("send", mb, v, v - 1, True)
+            if seg is not None:  # a segment starts: take over
+                mb, chunk = seg
+                v = chunk * self.pp + stage
+                if not backward and v > 0:
+                    link("recv", mb, v, v - 1, False)
+                if backward and v < last_virtual:
+                    link("recv", mb, v, v + 1, True)
+            state[pass_] = seg
+
+        return step
+
+
+def pipeline_of(schedule) -> Pipeline:
+    """The pipeline boundaries of one stage's Megatron schedule (``megatron.Schedule``)."""
+    from .megatron import pipeline_bytes, stage_layers
+
+    setup = schedule.setup
+    per_chunk = setup.layers_per_chunk
+    chunk_of = {layer: i // per_chunk for i, layer in enumerate(stage_layers(setup, schedule.stage))}
+    last = setup.virtual_pipeline - 1
+    segments = []
+    for block in schedule.blocks:
+        if block.micro_batch is None:
+            segments.append(None)
+        elif block.layer is not None:
+            segments.append((block.micro_batch, chunk_of[block.layer]))
+        else:  # the embedding opens the first chunk; the output layer and the loss close the last
+            segments.append((block.micro_batch, 0 if block.module == "embedding" else last))
+    return Pipeline(segments=tuple(segments), pp=setup.pp, chunks=setup.virtual_pipeline,
+                    size=pipeline_bytes(setup, scatter_gather=schedule.pp_scatter_gather))
+
+
+def megatron_traces(schedules: Sequence, *, overlap: Sequence[str] = ()
+                    ) -> tuple[list[list[Node]], dict[int, tuple[int, ...]]]:
+    """Every rank's nodes from Megatron's schedule of each pipeline stage (``schedules[s]`` is
+    stage s's), with the pipeline's sends and receives; and the groups they use."""
+    setup = schedules[0].setup
+    if [s.stage for s in schedules] != list(range(setup.pp)):
+        raise ValueError("give one schedule per pipeline stage, in stage order")
+    if setup.dp % setup.ep:
+        raise InputError(f"ep {setup.ep} does not divide the data-parallel size {setup.dp}", field="ep")
+    layout = Layout(tp=setup.tp, dp=setup.dp, pp=setup.pp, ep=setup.ep)
+    workloads = [s.workload() for s in schedules]
+    pipelines = [pipeline_of(s) for s in schedules] if setup.pp > 1 else [None] * setup.pp
+    by_rank = []
+    for rank in range(layout.world):
+        stage = layout.coords(rank)[2]
+        by_rank.append(rank_nodes(workloads[stage], rank, layout, overlap=overlap, pipeline=pipelines[stage]))
+    return by_rank, used_groups(by_rank, layout)
 
 
 def used_groups(nodes_by_rank: Sequence[Sequence[Node]], layout: Layout) -> dict[int, tuple[int, ...]]:
