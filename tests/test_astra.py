@@ -173,3 +173,17 @@ def test_a_crash_and_a_silent_exit_are_failed_runs(tmp_path):
     exe.write_text("#!/bin/sh\necho 'sys[0] finished, 10 cycles, exposed communication 5 cycles.'\nexit 0\n")
     with pytest.raises(runner.AstraFailure, match=r"1 of 2 ranks.*\(ranks 1\)"):
         runner.run(exe, tmp_path, 2, trace_prefix="t", groups=None)
+
+
+def test_simulate_names_what_the_astra_backend_lacks(tmp_path):
+    wl = str(reference_path("aicb", "workloads", "gpt7b_ws16_tp4_pp1_seq2048_mbs1_ga1_sp1_aiob.txt"))
+    base = [sys.executable, "-m", "commsweep", "simulate", "-w", wl, "-g", "16", "-r", "p-", "--backend",
+            "astra-unaware", "--out-dir", str(tmp_path)]
+    env = {k: v for k, v in os.environ.items() if k != "ASTRA_SIM_ROOT"}
+    no_net = subprocess.run(base + ["--astra-root", str(tmp_path)], capture_output=True, text=True, env=env)
+    assert no_net.returncode == 2 and "need the network flags; missing -g_p_s" in no_net.stderr
+    net = ["-g_p_s", "8", "-n_p_s", "8", "-nv", "360", "-nic", "25"]
+    no_root = subprocess.run(base + net, capture_output=True, text=True, env=env)
+    assert no_root.returncode == 2 and "--astra-root or $ASTRA_SIM_ROOT" in no_root.stderr
+    empty = subprocess.run(base + net + ["--astra-root", str(tmp_path)], capture_output=True, text=True, env=env)
+    assert empty.returncode == 2 and "no AstraSim_Analytical_Congestion_Unaware" in empty.stderr
