@@ -98,6 +98,9 @@ def write(folder: str | Path, nodes_by_rank: Sequence[Sequence[Node]], groups: d
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
+    # Ranks share most nodes (a compute node everywhere, a collective across its group): each
+    # distinct one is made into a message once.
+    made: dict = {}
     for rank, nodes in enumerate(nodes_by_rank):
         path = folder / f"{prefix}.{rank}.et"
         meta = pb.GlobalMetadata(version=SCHEMA_VERSION)
@@ -109,7 +112,11 @@ def write(folder: str | Path, nodes_by_rank: Sequence[Sequence[Node]], groups: d
         with atomic_open(path, "wb", newline=None) as fh:
             protolib.encodeMessage(fh, meta)
             for node in nodes:
-                protolib.encodeMessage(fh, to_message(node, rank))
+                key = (node, rank) if node.kind in ("send", "recv") else node
+                msg = made.get(key)
+                if msg is None:
+                    msg = made[key] = to_message(node, rank)
+                protolib.encodeMessage(fh, msg)
         paths.append(path)
     groups_path = folder / GROUPS_FILE
     write_text(groups_path, json.dumps({str(k): list(v) for k, v in groups.items()}, indent=1) + "\n")

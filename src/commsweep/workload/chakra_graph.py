@@ -170,14 +170,21 @@ class _Chain:
 
 
 def rank_nodes(workload: Workload, rank: int, layout: Layout, *, gpus: int | None = None,
-               overlap: Sequence[str] = (), pipeline: Pipeline | None = None) -> list[Node]:
+               overlap: Sequence[str] = (), pipeline: Pipeline | None = None,
+               ids: dict[tuple[str, tuple[int, ...]], int] | None = None) -> list[Node]:
     """One rank's nodes for a SimAI workload file, in SimAI's order (module docstring); with
     ``pipeline``, its sends and receives between the rows of its micro-batches' model chunks."""
     if workload.header.checkpoints:
         raise InputError("checkpointed layers (the header's checkpoints) have no Chakra export yet",
                          field="checkpoints")
-    ids = group_ids(layout)
+    ids = group_ids(layout) if ids is None else ids
     sizes = group_sizes(workload.header, gpus)
+    pg_of = {}
+    for kind in GROUP_KINDS:
+        members = layout.members(kind, rank)
+        if sizes[kind] != len(members):
+            raise AssertionError(f"{kind} group of {sizes[kind]} ranks laid out as {layout}")
+        pg_of[kind] = ids[(kind, members)]
     chain = _Chain()
 
     def phase_nodes(index: int, phase: str) -> None:
@@ -187,12 +194,9 @@ def rank_nodes(workload: Workload, rank: int, layout: Layout, *, gpus: int | Non
         kind = comm_group(comm_type, phase)
         if kind is None:
             return
-        if sizes[kind] != len(layout.members(kind, rank)):
-            raise AssertionError(f"{kind} group of {sizes[kind]} ranks laid out as {layout}")
-        members = layout.members(kind, rank)
         chain.comm(off_chain=kind in overlap, name=f"{row.name}.{phase}.{comm_type}", kind="coll",
                    collective=collective_name(comm_type), size=effective_size(phase, size),
-                   pg=ids[(kind, members)], phase=phase, row=index, group=kind,
+                   pg=pg_of[kind], phase=phase, row=index, group=kind,
                    declared=None if effective_size(phase, size) == size else size)
 
     boundary = (lambda *a: None) if pipeline is None else pipeline.boundary(chain, layout.coords(rank)[2], rank, layout)
@@ -299,10 +303,12 @@ def megatron_traces(schedules: Sequence, *, overlap: Sequence[str] = ()
     layout = Layout(tp=setup.tp, dp=setup.dp, pp=setup.pp, ep=setup.ep)
     workloads = [s.workload() for s in schedules]
     pipelines = [pipeline_of(s) for s in schedules] if setup.pp > 1 else [None] * setup.pp
+    ids = group_ids(layout)
     by_rank = []
     for rank in range(layout.world):
         stage = layout.coords(rank)[2]
-        by_rank.append(rank_nodes(workloads[stage], rank, layout, overlap=overlap, pipeline=pipelines[stage]))
+        by_rank.append(rank_nodes(workloads[stage], rank, layout, overlap=overlap, pipeline=pipelines[stage],
+                                  ids=ids))
     return by_rank, used_groups(by_rank, layout)
 
 
@@ -321,6 +327,7 @@ def traces(workload: Workload, *, gpus: int | None = None, overlap: Sequence[str
         raise InputError(f"unknown overlap group {bad[0]!r}; expected some of {', '.join(GROUP_KINDS)}",
                          field="overlap")
     layout = layout_for(workload, gpus, source=source)
-    by_rank = [rank_nodes(workload, r, layout, gpus=gpus, overlap=overlap) for r in range(layout.world)]
+    ids = group_ids(layout)
+    by_rank = [rank_nodes(workload, r, layout, gpus=gpus, overlap=overlap, ids=ids) for r in range(layout.world)]
     return by_rank, used_groups(by_rank, layout)
 
