@@ -45,7 +45,7 @@ def prepare(workload: Path, folder: Path) -> int:
     """What commsweep does before ASTRA-sim runs; the rank count."""
     w = wformat.read(workload)
     ranks = w.header.all_gpus
-    nodes, groups = chakra_graph.traces(w, source=str(workload))
+    nodes, groups = chakra_graph.traces(w, source=str(workload), skip_empty=True)
     chakra.write(folder / "traces", nodes, groups, workload=w)
     (folder / "network.yml").write_text(inputs.network_yaml(NET, ranks))
     (folder / "system.json").write_text(inputs.system_json(dims=len(inputs.dimensions(NET, ranks))))

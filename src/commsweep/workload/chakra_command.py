@@ -15,10 +15,10 @@ from . import format as wformat
 
 
 def export(workload: str, out_dir: str, *, gpus: int | None = None, overlap: tuple[str, ...] = (),
-           prefix: str = chakra.DEFAULT_PREFIX) -> tuple[int, int]:
+           prefix: str = chakra.DEFAULT_PREFIX, skip_empty: bool = False) -> tuple[int, int]:
     """Write the traces of a workload file; (ranks, nodes per rank at most)."""
     w = wformat.read(workload)
-    nodes, groups = chakra_graph.traces(w, gpus=gpus, overlap=overlap, source=workload)
+    nodes, groups = chakra_graph.traces(w, gpus=gpus, overlap=overlap, source=workload, skip_empty=skip_empty)
     chakra.write(out_dir, nodes, groups, prefix=prefix, source=str(workload), workload=w)
     return len(nodes), max((len(n) for n in nodes), default=0)
 
@@ -38,7 +38,7 @@ def export_megatron(ns: argparse.Namespace) -> tuple[int, int]:
     profile = profile_file.read(ns.comp_filepath) if ns.aiob_enable and ns.comp_filepath else None
     schedules = [megatron.schedule(setup, profile, stage=s, megatron_version=ns.megatron_version)
                  for s in range(setup.pp)]
-    nodes, groups = chakra_graph.megatron_traces(schedules, overlap=ns.overlap)
+    nodes, groups = chakra_graph.megatron_traces(schedules, overlap=ns.overlap, skip_empty=ns.skip_empty)
     chakra.write(ns.output, nodes, groups, prefix=ns.prefix, source="megatron schedule",
                  workload=schedules[0].workload())
     return len(nodes), max((len(n) for n in nodes), default=0)
@@ -63,7 +63,8 @@ def cmd_chakra(ns: argparse.Namespace) -> None:
     elif not ns.workload:
         raise ConfigError("give a workload file (-w) or --megatron and a setup's training arguments", key="workload")
     else:
-        ranks, nodes = export(ns.workload, ns.output, gpus=ns.gpus, overlap=ns.overlap, prefix=ns.prefix)
+        ranks, nodes = export(ns.workload, ns.output, gpus=ns.gpus, overlap=ns.overlap, prefix=ns.prefix,
+                              skip_empty=ns.skip_empty)
     print(f"{ns.output}: {ranks} rank(s), up to {nodes} node(s) each, and {chakra.GROUPS_FILE}")
 
 
@@ -83,6 +84,9 @@ def add_parser(sub) -> None:
     p.add_argument("--overlap", type=overlap_groups, default=(), metavar="GROUPS",
                    help="groups whose weight-gradient collectives run beside the backward pass instead of "
                         "blocking it, comma-separated (e.g. DP,DP_EP; default: none, as SimAI runs the file)")
+    p.add_argument("--skip-empty", action="store_true",
+                   help="leave out zero-byte collectives (SimAI gives them no time; ASTRA-sim never finishes a "
+                        "zero-byte all-gather; the astra backends always leave them out)")
     from ..setup.arguments import add_aiob_arguments, add_schedule_arguments, add_training_arguments
 
     add_training_arguments(p)

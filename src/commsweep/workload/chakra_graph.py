@@ -171,9 +171,11 @@ class _Chain:
 
 def rank_nodes(workload: Workload, rank: int, layout: Layout, *, gpus: int | None = None,
                overlap: Sequence[str] = (), pipeline: Pipeline | None = None,
-               ids: dict[tuple[str, tuple[int, ...]], int] | None = None) -> list[Node]:
+               ids: dict[tuple[str, tuple[int, ...]], int] | None = None, skip_empty: bool = False) -> list[Node]:
     """One rank's nodes for a SimAI workload file, in SimAI's order (module docstring); with
-    ``pipeline``, its sends and receives between the rows of its micro-batches' model chunks."""
+    ``pipeline``, its sends and receives between the rows of its micro-batches' model chunks;
+    with ``skip_empty``, no zero-byte collective (SimAI gives one no time; ASTRA-sim charges an
+    all-reduce its latencies and never finishes an all-gather)."""
     if workload.header.checkpoints:
         raise InputError("checkpointed layers (the header's checkpoints) have no Chakra export yet",
                          field="checkpoints")
@@ -192,7 +194,7 @@ def rank_nodes(workload: Workload, rank: int, layout: Layout, *, gpus: int | Non
         chain.compute(row.compute(phase), name=f"{row.name}.{phase}.compute", phase=phase, row=index)
         comm_type, size = row.comm(phase)
         kind = comm_group(comm_type, phase)
-        if kind is None:
+        if kind is None or (skip_empty and size == 0):
             return
         chain.comm(off_chain=kind in overlap, name=f"{row.name}.{phase}.{comm_type}", kind="coll",
                    collective=collective_name(comm_type), size=effective_size(phase, size),
@@ -291,7 +293,7 @@ def pipeline_of(schedule) -> Pipeline:
                     size=pipeline_bytes(setup, scatter_gather=schedule.pp_scatter_gather))
 
 
-def megatron_traces(schedules: Sequence, *, overlap: Sequence[str] = ()
+def megatron_traces(schedules: Sequence, *, overlap: Sequence[str] = (), skip_empty: bool = False
                     ) -> tuple[list[list[Node]], dict[int, tuple[int, ...]]]:
     """Every rank's nodes from Megatron's schedule of each pipeline stage (``schedules[s]`` is
     stage s's), with the pipeline's sends and receives; and the groups they use."""
@@ -308,7 +310,7 @@ def megatron_traces(schedules: Sequence, *, overlap: Sequence[str] = ()
     for rank in range(layout.world):
         stage = layout.coords(rank)[2]
         by_rank.append(rank_nodes(workloads[stage], rank, layout, overlap=overlap, pipeline=pipelines[stage],
-                                  ids=ids))
+                                  ids=ids, skip_empty=skip_empty))
     return by_rank, used_groups(by_rank, layout)
 
 
@@ -320,14 +322,16 @@ def used_groups(nodes_by_rank: Sequence[Sequence[Node]], layout: Layout) -> dict
 
 
 def traces(workload: Workload, *, gpus: int | None = None, overlap: Sequence[str] = (),
-           source: str = "<workload>") -> tuple[list[list[Node]], dict[int, tuple[int, ...]]]:
-    """Every rank's nodes and the communicator groups they use."""
+           source: str = "<workload>", skip_empty: bool = False
+           ) -> tuple[list[list[Node]], dict[int, tuple[int, ...]]]:
+    """Every rank's nodes and the communicator groups they use (``skip_empty``: ``rank_nodes``)."""
     bad = [g for g in overlap if g not in GROUP_KINDS]
     if bad:
         raise InputError(f"unknown overlap group {bad[0]!r}; expected some of {', '.join(GROUP_KINDS)}",
                          field="overlap")
     layout = layout_for(workload, gpus, source=source)
     ids = group_ids(layout)
-    by_rank = [rank_nodes(workload, r, layout, gpus=gpus, overlap=overlap, ids=ids) for r in range(layout.world)]
+    by_rank = [rank_nodes(workload, r, layout, gpus=gpus, overlap=overlap, ids=ids, skip_empty=skip_empty)
+               for r in range(layout.world)]
     return by_rank, used_groups(by_rank, layout)
 

@@ -57,6 +57,11 @@ class Settings:
         for i, value in enumerate(self.latency_ns):
             if not value >= 0:
                 raise ConfigError(f"a latency must be a number of ns >= 0, got {value!r}", key=f"astra.latency_ns[{i}]")
+        delay = self.system.get("endpoint-delay", 1)
+        if not isinstance(delay, (int, float)) or delay < 1:
+            # ASTRA-sim's analytical event queue asserts that no event falls on the current tick.
+            raise ConfigError(f"must be at least 1 ns (ASTRA-sim aborts at 0), got {delay!r}",
+                              key="astra.system.endpoint-delay")
         for i, topo in enumerate(self.topology):
             if topo not in TOPOLOGIES:
                 raise ConfigError(f"unknown topology {topo!r}; expected one of {', '.join(TOPOLOGIES)}",

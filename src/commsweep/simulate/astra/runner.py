@@ -98,8 +98,23 @@ def parse(stdout: str, ranks: int) -> tuple[RankTime, ...]:
 
 
 def _reason(text: str) -> str:
-    lines = [m.group(0).strip() for m in _CRITICAL.finditer(text)]
-    return lines[0] if lines else (text.strip().splitlines() or ["no output"])[-1]
+    """The lines that say what went wrong (a critical log line, an uncaught exception and its
+    message), else the last line printed."""
+    lines = list(dict.fromkeys(m.group(0).strip() for m in _CRITICAL.finditer(text)))
+    return "; ".join(lines[:3]) if lines else (text.strip().splitlines() or ["no output"])[-1]
+
+
+def _status(code: int) -> str:
+    """How the process ended, as a shell says it (an abort is status 134, signal 6)."""
+    if code < 0:
+        import signal
+
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = "a signal"
+        return f"was killed by signal {-code} ({name}, status {128 - code})"
+    return f"exited with status {code}"
 
 
 def command(exe: Path, ranks_prefix: str, groups: str | None) -> list[str]:
@@ -127,7 +142,7 @@ def run(exe: Path, folder: Path, ranks: int, *, trace_prefix: str, groups: str |
     if why:
         raise AstraFailure(why + where)
     if proc.returncode != 0:
-        raise AstraFailure(f"ASTRA-sim exited with status {proc.returncode}: {_reason(stderr + stdout)}{where}")
+        raise AstraFailure(f"ASTRA-sim {_status(proc.returncode)}: {_reason(stderr + stdout)}{where}")
     try:
         times = parse(stdout, ranks)
     except AstraFailure as failure:
