@@ -71,11 +71,15 @@ def main() -> None:
             start = time.perf_counter()
             ranks = prepare(workload, folder)
             ours = time.perf_counter() - start
-            result = runner.run(exe, folder, ranks, trace_prefix="traces/trace", groups="traces/comm_groups.json")
+            try:
+                result = runner.run(exe, folder, ranks, trace_prefix="traces/trace", groups="traces/comm_groups.json")
+            except runner.AstraFailure as failure:
+                print(f"{workload.name[:24]:24} {ranks:5d} failed: {failure}")
+                continue
             nodes = len(chakra.read_trace(folder / "traces" / "trace.0.et"))
             print(f"{workload.name[:24]:24} {ranks:5d} {nodes:10d} {ours:11.3f} {result.wall_s:11.3f} "
                   f"{ours / result.wall_s:6.2f} {result.total_ns / 1000:13.3f}")
-        print(f"ASTRA-sim: {result.build}")
+        print(f"ASTRA-sim: {runner.build_label(exe)}")
 
 
 if __name__ == "__main__":

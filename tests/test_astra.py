@@ -274,3 +274,27 @@ def test_megatron_pipeline_traces_run_to_the_end(tmp_path):
     result = runner.run(runner.binary(ROOT, "astra-unaware"), tmp_path, 16, trace_prefix="traces/trace",
                         groups="traces/comm_groups.json", timeout=300)
     assert len(result.ranks) == 16 and result.total_ns > 0
+
+
+@needs_astra
+def test_a_crash_after_every_rank_finished_is_still_a_failure(tmp_path):
+    """On one server (a one-dimension network) with several groups, this ASTRA-sim frees a
+    collective plan twice at exit, after every rank printed its time: no time comes out of it."""
+    pytest.importorskip("chakra.schema.protobuf.et_def_pb2")
+    from commsweep.workload.chakra_graph import Node
+
+    groups = {1: (0, 1), 2: (2, 3), 3: (0, 2), 4: (1, 3)}
+    tp = lambda r: 1 if r < 2 else 2  # noqa: E731
+    dp = lambda r: 3 if r % 2 == 0 else 4  # noqa: E731
+    nodes = [[Node(id=i, name=f"n{i}", kind="coll", deps=(i - 1,) if i else (), collective="allgather", size=2**20,
+                   pg=(tp if i % 2 == 0 else dp)(r)) for i in range(40)] for r in range(4)]
+    net = Network(gpus_per_server=4, nics_per_server=4, nvlink_gbps="100", nic_gbps="10")
+    _write(tmp_path, nodes, groups, net, inputs.Settings())
+    try:
+        result = runner.run(runner.binary(ROOT, "astra-unaware"), tmp_path, 4, trace_prefix="traces/trace",
+                            groups="traces/comm_groups.json", timeout=120)
+    except runner.AstraFailure as failure:
+        assert "after all 4 ranks printed their 'finished' line" in str(failure)
+        assert "signal" in str(failure)
+    else:  # a build without the double free: every rank's time
+        assert len(result.ranks) == 4

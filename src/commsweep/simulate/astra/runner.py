@@ -28,8 +28,8 @@ BINARIES = {"astra-aware": "AstraSim_Analytical_Congestion_Aware",
 # Where build/astra_analytical/build.sh puts them in a checkout.
 BUILD_BIN = Path("build/astra_analytical/build/bin")
 FINISHED = re.compile(r"sys\[(\d+)\] finished, (\d+) cycles, exposed communication (\d+) cycles\.")
-_CRITICAL = re.compile(r"\[critical\].*|terminate called.*|what\(\):.*|.*Unsupported collective.*|.*deadlock.*",
-                       re.IGNORECASE)
+_CRITICAL = re.compile(r"\[critical\].*|\[error\].*|terminate called.*|what\(\):.*|.*Unsupported collective.*|"
+                       r".*deadlock.*|.*Assertion.*|.*free\(\).*|malloc.*", re.IGNORECASE)
 
 
 class AstraFailure(CommsweepError):
@@ -142,7 +142,10 @@ def run(exe: Path, folder: Path, ranks: int, *, trace_prefix: str, groups: str |
     if why:
         raise AstraFailure(why + where)
     if proc.returncode != 0:
-        raise AstraFailure(f"ASTRA-sim {_status(proc.returncode)}: {_reason(stderr + stdout)}{where}")
+        reason = _reason(stderr) if stderr.strip() else _reason(stdout)
+        finished = len({m.group(1) for m in FINISHED.finditer(stdout)})
+        after = f" after all {ranks} ranks printed their 'finished' line" if finished == ranks else ""
+        raise AstraFailure(f"ASTRA-sim {_status(proc.returncode)}{after}: {reason}{where}")
     try:
         times = parse(stdout, ranks)
     except AstraFailure as failure:
