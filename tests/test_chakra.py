@@ -286,3 +286,25 @@ def test_chakra_command_megatron_pipeline(tmp_path):
     both = subprocess.run([sys.executable, "-m", "commsweep", "chakra", *args, "-w", aicb(), "-o", str(out)],
                           capture_output=True, text=True)
     assert both.returncode == 2 and "not both" in both.stderr
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.binary(max_size=200), cut=st.integers(min_value=0, max_value=400))
+def test_reader_names_any_broken_file(data, cut, tmp_path):
+    """Random bytes, or a real trace cut short or with bytes appended: a trace or an InputError
+    naming the file, never another exception."""
+    w = wf.read(aicb())
+    nodes, _ = chakra_graph.traces(w)
+    good = tmp_path / "good.0.et"
+    chakra.write(tmp_path / "w", [nodes[0][:20]], {})
+    real = (tmp_path / "w" / "trace.0.et").read_bytes()
+    for blob in (data, real[:cut], real + data):
+        good.write_bytes(blob)
+        try:
+            chakra.read_trace(good)
+        except InputError as err:
+            assert str(good) in str(err)

@@ -137,7 +137,8 @@ def from_message(msg, *, source: str) -> Node:
     pb, _ = _chakra()
     kinds = {getattr(pb, v): k for k, v in _KIND_TYPES.items()}
     if msg.type not in kinds:
-        raise InputError(f"node {msg.id} ({msg.name!r}) is a {pb.NodeType.Name(msg.type)}; only compute, collective, "
+        name = pb.NodeType.Name(msg.type) if msg.type in pb.NodeType.values() else f"node type {msg.type}"
+        raise InputError(f"node {msg.id} ({msg.name!r}) is a {name}; only compute, collective, "
                          "send and receive nodes are read", file=source, field="type")
     attrs = {a.name: _value(a) for a in msg.attr}
     kind = kinds[msg.type]
@@ -163,13 +164,27 @@ def from_message(msg, *, source: str) -> Node:
                 declared=attrs.get("commsweep_declared_size"))
 
 
+def _decode(fh, message, *, path, what: str) -> bool:
+    """mlc-chakra's decoder on the next message; an InputError for bytes that are not one."""
+    _, protolib = _chakra()
+    try:
+        return protolib.decodeMessage(fh, message)
+    except Exception as err:  # protobuf's DecodeError, a varint too long: a truncated or foreign file
+        raise InputError(f"{what} does not decode: {err or type(err).__name__}", file=path) from None
+
+
+def _metadata(fh, path):
+    pb, _ = _chakra()
+    meta = pb.GlobalMetadata()
+    if not _decode(fh, meta, path=path, what="the GlobalMetadata message"):
+        raise InputError("no GlobalMetadata message first (an empty or foreign file)", file=path)
+    return meta
+
+
 def read_metadata(path: str | Path) -> dict:
     """A rank file's GlobalMetadata attributes by name (a string list as a list)."""
-    pb, protolib = _chakra()
     with open(path, "rb") as fh:
-        meta = pb.GlobalMetadata()
-        if not protolib.decodeMessage(fh, meta):
-            raise InputError("no GlobalMetadata message first (an empty or foreign file)", file=path)
+        meta = _metadata(fh, path)
     out = {}
     for a in meta.attr:
         value = _value(a)
@@ -179,19 +194,14 @@ def read_metadata(path: str | Path) -> dict:
 
 def read_trace(path: str | Path) -> list[Node]:
     """One rank's ``.et`` file: its metadata first, then its nodes (mlc-chakra's decoder)."""
-    pb, protolib = _chakra()
+    pb, _ = _chakra()
     nodes = []
     with open(path, "rb") as fh:
-        meta = pb.GlobalMetadata()
-        if not protolib.decodeMessage(fh, meta):
-            raise InputError("no GlobalMetadata message first (an empty or foreign file)", file=path)
+        _metadata(fh, path)
         while True:
             msg = pb.Node()
-            try:
-                if not protolib.decodeMessage(fh, msg):
-                    break
-            except Exception as err:  # protobuf's DecodeError: a truncated or foreign file
-                raise InputError(f"node {len(nodes) + 1} does not decode: {err}", file=path) from None
+            if not _decode(fh, msg, path=path, what=f"node message {len(nodes) + 1}"):
+                break
             nodes.append(from_message(msg, source=str(path)))
     if not nodes:
         raise InputError("no nodes (ASTRA-sim would stop with no dependency-free node)", file=path)
