@@ -287,7 +287,7 @@ def test_a_crash_after_every_rank_finished_is_still_a_failure(tmp_path):
     tp = lambda r: 1 if r < 2 else 2  # noqa: E731
     dp = lambda r: 3 if r % 2 == 0 else 4  # noqa: E731
     nodes = [[Node(id=i, name=f"n{i}", kind="coll", deps=(i - 1,) if i else (), collective="allgather", size=2**20,
-                   pg=(tp if i % 2 == 0 else dp)(r)) for i in range(40)] for r in range(4)]
+                   pg=(tp if i % 2 == 0 else dp)(r), group_size=2) for i in range(40)] for r in range(4)]
     net = Network(gpus_per_server=4, nics_per_server=4, nvlink_gbps="100", nic_gbps="10")
     _write(tmp_path, nodes, groups, net, inputs.Settings())
     try:
@@ -298,3 +298,25 @@ def test_a_crash_after_every_rank_finished_is_still_a_failure(tmp_path):
         assert "signal" in str(failure)
     else:  # a build without the double free: every rank's time
         assert len(result.ranks) == 4
+
+
+@needs_astra
+def test_an_all_gather_of_simai_size_moves_what_a_reduce_scatter_does(tmp_path):
+    """SimAI's all-gather size is the gathered tensor; ASTRA-sim's comm_size is each rank's part.
+    Written as commsweep writes it, an all-gather of S bytes takes a reduce-scatter of S's time."""
+    pytest.importorskip("chakra.schema.protobuf.et_def_pb2")
+    from commsweep.workload.chakra_graph import Node
+
+    net = Network(gpus_per_server=4, nics_per_server=1, nvlink_gbps="100", nic_gbps="1")
+    settings = inputs.Settings(topology=("FullyConnected", "FullyConnected"), latency_ns=(10, 10),
+                               system={"local-mem-bw": 10**9})  # reductions at no cost
+    times = {}
+    for coll in ("allgather", "reducescatter"):
+        node = Node(id=0, name=coll, kind="coll", deps=(), collective=coll, size=64 * 2**20, pg=1, group_size=4)
+        _write(tmp_path / coll, [[node]] * 4, {1: (0, 1, 2, 3)}, net, settings)
+        result = runner.run(runner.binary(ROOT, "astra-unaware"), tmp_path / coll, 4, trace_prefix="traces/trace",
+                            groups="traces/comm_groups.json")
+        times[coll] = result.total_ns
+    by_hand = 3 / 4 * 64 * 2**20 / (100 * 2**30) * 1e9
+    assert by_hand <= times["allgather"] <= by_hand * 1.02 + 1000, times
+    assert by_hand <= times["reducescatter"] <= by_hand * 1.02 + 1000, times

@@ -53,6 +53,14 @@ def attrs(node) -> dict:
     return {a.name: getattr(a, a.WhichOneof("value")) for a in node.attr}
 
 
+def whole_size(a: dict, members: int) -> int:
+    """A collective's bytes as SimAI counts them: an all-gather's comm_size is each rank's input
+    (ASTRA-sim sends members x comm_size), unless commsweep kept a size that does not divide."""
+    if COLLECTIVES[a["comm_type"]] == "allgather":
+        return a.get("commsweep_size", a["comm_size"] * members)
+    return a["comm_size"]
+
+
 def megatron_groups(rank: int, tp: int, dp: int, ep: int) -> dict[str, set[int]]:
     """Megatron's groups of a rank, restated: TP consecutive, DP at stride tp, EP the ep
     neighbours in DP, DP_EP stride tp*ep."""
@@ -82,7 +90,7 @@ def check_export(workload: wf.Workload, tmp: Path) -> None:
             assert members == mine[a["commsweep_group"]], (rank, node.name)
             key = (a["commsweep_phase"], COLLECTIVES[a["comm_type"]], a["commsweep_group"], len(members))
             got[key][0] += 1
-            got[key][1] += a["comm_size"]
+            got[key][1] += whole_size(a, len(members))
         assert {k: tuple(v) for k, v in got.items()} == expected, rank
 
 
@@ -248,6 +256,7 @@ def test_megatron_pipeline_traces(setup, tmp_path):
     assert setup.problems() == []
     schedules = pipeline_schedules(setup)
     chakra.write(tmp_path, *chakra_graph.megatron_traces(schedules))
+    group_file = {int(k): v for k, v in json.loads((tmp_path / chakra.GROUPS_FILE).read_text()).items()}
     sends, recvs = Counter(), Counter()
     for rank in range(setup.world_size):
         stage = rank // (setup.tp * setup.dp)
@@ -263,7 +272,7 @@ def test_megatron_pipeline_traces(setup, tmp_path):
             elif node.type == et_def_pb2.COMM_COLL_NODE:
                 key = (a["commsweep_phase"], COLLECTIVES[a["comm_type"]], a["commsweep_group"])
                 got[key][0] += 1
-                got[key][1] += a["comm_size"]
+                got[key][1] += whole_size(a, len(group_file[int(a["pg_name"])]))
         expected = {(v.phase, v.collective, v.group): (v.count, v.payload_bytes)
                     for v in volumes.tally(schedules[stage].workload()) if v.phase != "pp"}
         assert {k: tuple(v) for k, v in got.items()} == expected, rank

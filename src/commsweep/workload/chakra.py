@@ -7,7 +7,8 @@ Each ``.et`` file is a ``GlobalMetadata`` message, then one ``Node`` message per
 prefixed with its length as a varint (mlc-chakra's ``protolib.encodeMessage``).
 
 What a node carries (``chakra_graph.Node``), in Chakra's attributes as its generator and
-ASTRA-sim's feeder spell them: ``comm_type`` and ``comm_size`` (int64), ``pg_name`` (the
+ASTRA-sim's feeder spell them: ``comm_type`` and ``comm_size`` (int64; an all-gather's per
+rank, ``comm_size``), ``pg_name`` (the
 group id as a decimal string: ASTRA-sim reads it with ``stoi`` and fails on an integer
 attribute), ``comm_src``/``comm_dst``/``comm_tag`` (int32) for sends and receives, and
 ``is_cpu_op`` (false); a compute node's time is ``duration_micros``. commsweep adds
@@ -59,6 +60,17 @@ def _attr(pb, name: str, **value):
     return pb.AttributeProto(name=name, **value)
 
 
+def comm_size(node: Node) -> int:
+    """Chakra's ``comm_size`` of a node: its bytes, but an all-gather's per rank. ASTRA-sim's
+    all-gather (``Ring.cc``) takes comm_size as each rank's input and sends n x comm_size in
+    all; SimAI's size is the gathered tensor, so an all-gather of S bytes on n ranks is S / n."""
+    if node.collective == "allgather":
+        if not node.group_size:
+            raise ValueError(f"node {node.id} ({node.name}): an all-gather needs its group's size")
+        return node.size // node.group_size
+    return node.size
+
+
 def to_message(node: Node, rank: int):
     """A node of rank ``rank`` as Chakra's ``Node`` message."""
     pb, _ = _chakra()
@@ -70,7 +82,9 @@ def to_message(node: Node, rank: int):
     if node.kind == "coll":
         attrs.append(_attr(pb, "comm_type", int64_val=getattr(pb, COLLECTIVE_TYPES[node.collective or ""])))
     if node.kind != "comp":
-        attrs.append(_attr(pb, "comm_size", int64_val=node.size))
+        attrs.append(_attr(pb, "comm_size", int64_val=comm_size(node)))
+        if node.collective == "allgather" and node.size % (node.group_size or 1):
+            attrs.append(_attr(pb, "commsweep_size", int64_val=node.size))
     if node.pg is not None:
         attrs.append(_attr(pb, "pg_name", string_val=str(node.pg)))
     if node.kind in ("send", "recv"):
@@ -132,8 +146,9 @@ def _value(attr):
     return None if which is None else getattr(attr, which)
 
 
-def from_message(msg, *, source: str) -> Node:
-    """A Chakra ``Node`` message as a ``Node``; an InputError for what ASTRA-sim could not run."""
+def from_message(msg, *, source: str, group_sizes: dict[int, int] | None = None, world: int = 1) -> Node:
+    """A Chakra ``Node`` message as a ``Node``; an InputError for what ASTRA-sim could not run.
+    ``group_sizes`` (group id -> ranks) and ``world`` give an all-gather's whole size."""
     pb, _ = _chakra()
     kinds = {getattr(pb, v): k for k, v in _KIND_TYPES.items()}
     if msg.type not in kinds:
@@ -156,9 +171,18 @@ def from_message(msg, *, source: str) -> Node:
         raise InputError(f"node {msg.id} ({msg.name!r}): pg_name must be a decimal string (ASTRA-sim reads it "
                          f"with stoi), got {pg!r}", file=source, field="pg_name")
     peer = attrs.get("comm_dst") if kind == "send" else attrs.get("comm_src") if kind == "recv" else None
+    pg_id = None if pg in (None, "", "0") else int(pg)
+    size, n = int(attrs.get("comm_size") or 0), None
+    if kind == "coll":
+        if pg_id is not None and group_sizes is not None and pg_id not in group_sizes:
+            raise InputError(f"node {msg.id} ({msg.name!r}) names communicator group {pg_id}, which {GROUPS_FILE} "
+                             "does not hold", file=source, field="pg_name")
+        n = world if pg_id is None or group_sizes is None else group_sizes[pg_id]
+    if collective == "allgather":
+        size = int(attrs["commsweep_size"]) if "commsweep_size" in attrs else size * (n or 1)
     return Node(id=msg.id, name=msg.name, kind=kind, deps=tuple(msg.ctrl_deps) + tuple(msg.data_deps),
-                duration_us=msg.duration_micros, collective=collective,
-                size=int(attrs.get("comm_size") or 0), pg=None if pg in (None, "", "0") else int(pg),
+                duration_us=msg.duration_micros, collective=collective, group_size=n,
+                size=size, pg=pg_id,
                 peer=peer, tag=attrs.get("comm_tag"), phase=attrs.get("commsweep_phase"),
                 row=attrs.get("commsweep_row"), group=attrs.get("commsweep_group"),
                 declared=attrs.get("commsweep_declared_size"))
@@ -192,8 +216,9 @@ def read_metadata(path: str | Path) -> dict:
     return out
 
 
-def read_trace(path: str | Path) -> list[Node]:
-    """One rank's ``.et`` file: its metadata first, then its nodes (mlc-chakra's decoder)."""
+def read_trace(path: str | Path, groups: dict[int, tuple[int, ...]] | None = None, world: int = 1) -> list[Node]:
+    """One rank's ``.et`` file: its metadata first, then its nodes (mlc-chakra's decoder).
+    ``groups`` and ``world`` (the set's ranks) size its collectives' groups."""
     pb, _ = _chakra()
     nodes = []
     with open(path, "rb") as fh:
@@ -202,7 +227,8 @@ def read_trace(path: str | Path) -> list[Node]:
             msg = pb.Node()
             if not _decode(fh, msg, path=path, what=f"node message {len(nodes) + 1}"):
                 break
-            nodes.append(from_message(msg, source=str(path)))
+            nodes.append(from_message(msg, source=str(path), world=world,
+                                      group_sizes=None if groups is None else {k: len(v) for k, v in groups.items()}))
     if not nodes:
         raise InputError("no nodes (ASTRA-sim would stop with no dependency-free node)", file=path)
     return nodes
@@ -247,13 +273,7 @@ def read(folder: str | Path) -> tuple[list[list[Node]], dict[int, tuple[int, ...
     _, paths = trace_files(folder)
     groups_path = Path(folder) / GROUPS_FILE
     groups = read_groups(groups_path) if groups_path.exists() else {}
-    nodes = [read_trace(p) for p in paths]
-    for rank, rank_nodes in enumerate(nodes):
-        for n in rank_nodes:
-            if n.pg is not None and n.pg not in groups:
-                raise InputError(f"node {n.id} ({n.name!r}) names communicator group {n.pg}, which "
-                                 f"{GROUPS_FILE} does not hold", file=paths[rank], field="pg_name")
-    return nodes, groups
+    return [read_trace(p, groups, len(paths)) for p in paths], groups
 
 
 def is_trace_set(path: str | Path) -> bool:
@@ -268,6 +288,8 @@ def as_workload(folder: str | Path) -> Workload:
     its compute times to the microsecond the trace keeps. A trace set from elsewhere has no header
     or rows to tell (an InputError saying so)."""
     _, paths = trace_files(folder)
+    groups_path = Path(folder) / GROUPS_FILE
+    groups = read_groups(groups_path) if groups_path.exists() else {}
     meta = read_metadata(paths[0])
     if HEADER_ATTR not in meta or ROWS_ATTR not in meta:
         raise InputError("these traces do not say the workload's header and rows (not exported by commsweep): "
@@ -279,7 +301,7 @@ def as_workload(folder: str | Path) -> Workload:
         for phase in ("fwd", "ig", "wg"):
             row[f"{phase}_comm"] = "NONE"
         row["update_time"] = 100
-    for node in read_trace(paths[0]):
+    for node in read_trace(paths[0], groups, len(paths)):
         if node.row is None or node.phase not in ("fwd", "ig", "wg") or not 0 <= node.row < len(fields):
             raise InputError(f"node {node.id} ({node.name!r}) names no row and phase of the workload", file=paths[0])
         row = fields[node.row]

@@ -85,8 +85,8 @@ def add_parser(sub) -> None:
                    help="groups whose weight-gradient collectives run beside the backward pass instead of "
                         "blocking it, comma-separated (e.g. DP,DP_EP; default: none, as SimAI runs the file)")
     p.add_argument("--skip-empty", action="store_true",
-                   help="leave out zero-byte collectives (SimAI gives them no time; ASTRA-sim never finishes a "
-                        "zero-byte all-gather; the astra backends always leave them out)")
+                   help="leave out collectives that move nothing, of zero bytes or on one rank (ASTRA-sim never "
+                        "finishes some of them; the astra backends always leave them out)")
     from ..setup.arguments import add_aiob_arguments, add_schedule_arguments, add_training_arguments
 
     add_training_arguments(p)

@@ -43,7 +43,8 @@ NODE_KINDS = ("comp", "coll", "send", "recv")
 
 @dataclass(frozen=True)
 class Node:
-    """One node of a rank's graph. ``deps`` are ids of nodes of the same rank.
+    """One node of a rank's graph. ``deps`` are ids of nodes of the same rank. ``size`` is
+    SimAI's: a collective's whole tensor (an all-gather's output), in bytes.
 
     ``phase``, ``row`` and ``group`` say where the node comes from (a workload row's phase, the
     group kind); a trace from elsewhere may not say, and then they are None.
@@ -63,6 +64,7 @@ class Node:
     row: int | None = None
     group: str | None = None  # TP | DP | EP | DP_EP | PP
     declared: int | None = None  # the workload's size field when SimAI runs another (1..4095 forward: 4096)
+    group_size: int | None = None  # ranks of the collective's group (coll)
 
 
 @dataclass(frozen=True)
@@ -174,8 +176,9 @@ def rank_nodes(workload: Workload, rank: int, layout: Layout, *, gpus: int | Non
                ids: dict[tuple[str, tuple[int, ...]], int] | None = None, skip_empty: bool = False) -> list[Node]:
     """One rank's nodes for a SimAI workload file, in SimAI's order (module docstring); with
     ``pipeline``, its sends and receives between the rows of its micro-batches' model chunks;
-    with ``skip_empty``, no zero-byte collective (SimAI gives one no time; ASTRA-sim charges an
-    all-reduce its latencies and never finishes an all-gather)."""
+    with ``skip_empty``, no collective that moves nothing: of zero bytes (SimAI gives one no time;
+    ASTRA-sim charges an all-reduce its latencies and never finishes an all-gather) or on a group
+    of one rank (ASTRA-sim never finishes one)."""
     if workload.header.checkpoints:
         raise InputError("checkpointed layers (the header's checkpoints) have no Chakra export yet",
                          field="checkpoints")
@@ -194,11 +197,11 @@ def rank_nodes(workload: Workload, rank: int, layout: Layout, *, gpus: int | Non
         chain.compute(row.compute(phase), name=f"{row.name}.{phase}.compute", phase=phase, row=index)
         comm_type, size = row.comm(phase)
         kind = comm_group(comm_type, phase)
-        if kind is None or (skip_empty and size == 0):
+        if kind is None or (skip_empty and (size == 0 or sizes[kind] == 1)):
             return
         chain.comm(off_chain=kind in overlap, name=f"{row.name}.{phase}.{comm_type}", kind="coll",
                    collective=collective_name(comm_type), size=effective_size(phase, size),
-                   pg=pg_of[kind], phase=phase, row=index, group=kind,
+                   pg=pg_of[kind], phase=phase, row=index, group=kind, group_size=sizes[kind],
                    declared=None if effective_size(phase, size) == size else size)
 
     boundary = (lambda *a: None) if pipeline is None else pipeline.boundary(chain, layout.coords(rank)[2], rank, layout)

@@ -99,7 +99,8 @@ def simulate(workload: str, gpus: int | None, net: Network, settings: inputs.Set
     exe = runner.binary(root, backend)
     w = wformat.read(workload)
     ranks = w.header.all_gpus if gpus is None else gpus
-    # Zero-byte collectives cost nothing in SimAI; ASTRA-sim never finishes a zero-byte all-gather.
+    # Collectives that move nothing (zero bytes, one rank) cost nothing in SimAI; ASTRA-sim never
+    # finishes a zero-byte all-gather or a collective on one rank.
     nodes, groups = chakra_graph.traces(w, gpus=ranks, overlap=overlap, source=workload, skip_empty=True)
     if folder.exists():
         shutil.rmtree(folder)
