@@ -320,3 +320,73 @@ def test_an_all_gather_of_simai_size_moves_what_a_reduce_scatter_does(tmp_path):
     by_hand = 3 / 4 * 64 * 2**20 / (100 * 2**30) * 1e9
     assert by_hand <= times["allgather"] <= by_hand * 1.02 + 1000, times
     assert by_hand <= times["reducescatter"] <= by_hand * 1.02 + 1000, times
+
+
+# -- a sweep in two simulators ----------------------------------------------------------------------
+
+
+def _small_sweep(tmp_path: Path, *, schedules=("aicb", "megatron")) -> Path:
+    """A finished sweep's results as astra-compare reads them: sweep.csv, each point's workload
+    (commsweep generate) and its times (commsweep simulate, the built-in engine)."""
+    from commsweep.base.paths import times_file, workload_file
+    from commsweep.orchestration import sweep
+    from commsweep.setup.arguments import to_commsweep_argv
+
+    config = sweep.load_config(Path(__file__).resolve().parents[1] / "config" / "config.yaml")
+    config["sweep"].update(model=["gpt-7b"], world_size=[16], tp=[2], pp=[1], sp=[True], aiob=[False],
+                           schedule=list(schedules), network=[config["sweep"]["network"][0]])
+    points, invalid = sweep.points_from_config(config)
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "sweep.csv").write_text(sweep.table_csv(points, invalid))
+    for p in points:
+        wl = workload_file(results, p.workload_key)
+        wl.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "commsweep", "generate", *to_commsweep_argv(p.setup), "--schedule",
+                        p.schedule, "-o", str(wl)], check=True, capture_output=True)
+        out = times_file(results, p.point_key)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "commsweep", "simulate", "-w", str(wl), "-g", str(p.world_size), "-r",
+                        "x-", *p.net.server_flags(), "--out-dir", str(tmp_path / "simai"), "--times", str(out)],
+                       check=True, capture_output=True)
+    return results
+
+
+def test_pairs_set_each_aicb_point_beside_its_megatron_twin(tmp_path):
+    from commsweep.analysis import astra_compare
+    from commsweep.setup.points import read_points
+
+    results = _small_sweep(tmp_path)
+    rows = read_points(results / "sweep.csv")
+    assert sorted(r.schedule for r in rows) == ["aicb", "megatron"]
+    run = lambda ns: runner.AstraRun(ranks=(runner.RankTime(0, ns, 1),), build="b", folder=tmp_path, wall_s=0)  # noqa
+    compared = [astra_compare.Compared(r, *astra_compare._simai(results, r.point),
+                                       run(5_000_000 if r.schedule == "aicb" else 3_000_250)) for r in rows]
+    (point, twin, simai, astra), = astra_compare.pairs(compared)
+    aicb, megatron = sorted(compared, key=lambda c: c.row.schedule)
+    assert (point, twin) == (aicb.row.point, megatron.row.point)
+    assert simai == aicb.simai_total_ns - megatron.simai_total_ns and astra == 1_999_750
+    assert astra_compare.pairs_csv(compared).splitlines()[1].endswith(",1999.750")
+    failed = [compared[0], astra_compare.Compared(compared[1].row, None, None, None, "why")]
+    assert astra_compare.pairs(failed)[0][2:] == (None, None)
+    assert ",failed,why," in astra_compare.to_csv(failed)
+
+
+@needs_astra
+def test_astra_compare_of_a_sweep_equals_its_runs_by_hand(tmp_path):
+    pytest.importorskip("chakra.schema.protobuf.et_def_pb2")
+    results = _small_sweep(tmp_path)
+    out = tmp_path / "cmp"
+    run = subprocess.run([sys.executable, "-m", "commsweep", "astra-compare", "--results", str(results), "-o", str(out),
+                          "--astra-root", ROOT], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    lines = (out / "astra_vs_simai.csv").read_text().splitlines()
+    assert len(lines) == 3 and all(",ok,," in line for line in lines[1:])
+    for line in lines[1:]:
+        point, total = line.split(",")[0], line.split(",")[4]
+        folder = out / "runs" / point
+        by_hand = subprocess.run((folder / "command.txt").read_text().strip(), shell=True, cwd=folder,
+                                 capture_output=True, text=True)
+        hand = runner.parse(by_hand.stdout, 16)
+        assert total == f"{max(r.finished_ns for r in hand) / 1000:.3f}"
+    assert len((out / "astra_difference.csv").read_text().splitlines()) == 2
