@@ -40,6 +40,7 @@ $(BASE): pyproject.toml | $(BIN)/python
 $(EXTRAS): pyproject.toml | $(BIN)/python
 	@echo "commsweep: installing the test and optional extras into $(VENV) (torch, megatron-core, cluster plugins: once, several minutes)"
 	$(BIN)/python -m pip install --quiet -e ".[test,torch,megatron,slurm,storage,kubernetes,aws-batch]"
+	$(BIN)/python -m pip install --quiet --no-deps mlc-chakra==1.0.0 "protobuf==7.36.*"
 	@touch $@ $(BASE)
 
 $(COMPILED): $(SOURCES) | $(BIN)/python

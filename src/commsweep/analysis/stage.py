@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 from ..base.jobfields import add_arguments, block, flag
@@ -32,7 +33,7 @@ class VolumesJob:
 
     command: ClassVar[str] = "volumes"
 
-    workload: str = flag(help="a SimAI workload file")
+    workload: str = flag(help="a SimAI workload file, or a folder of Chakra traces (rank 0's volumes)")
     format: str = flag("--format", choices=("csv", "json", "table"), default="table", when="always")
     gpus: int | None = flag(GPUS_FLAG, default=None, add=_add_gpus)
     output: str | None = flag("-o", "--output", default=None, help="output file (default: stdout)")
@@ -65,7 +66,12 @@ class VolumesStage(Stage[VolumesJob]):
         from ..workload import format as wformat
         from . import volumes
 
-        table = volumes.tally(wformat.read(job.workload), gpus=job.gpus)
+        if Path(job.workload).is_dir():  # a folder of Chakra traces: one rank's volumes
+            from .chakra_volumes import read_trace_set
+
+            table = read_trace_set(job.workload)
+        else:
+            table = volumes.tally(wformat.read(job.workload), gpus=job.gpus)
         render = {"csv": volumes.to_csv, "json": volumes.to_json, "table": volumes.to_table}[job.format]
         emit(render(table), job.output)
 
@@ -155,8 +161,14 @@ class AuditStage(Stage[AuditJob]):
             time_us = audit.collective_time(gpus_per_server=net.gpus_per_server, nics_per_server=net.nics_per_server,
                                             nvlink_gbps=net.nvlink_gbps, nic_gbps=net.nic_gbps, gpus=job.gpus,
                                             ratios=load_ratios(job.ratio_dir))
+        if Path(job.workload).is_dir():  # a folder of Chakra traces commsweep exported: its workload told back
+            from ..workload.chakra import as_workload
+
+            workload = as_workload(job.workload)
+        else:
+            workload = wformat.read(job.workload)
         findings = audit.audit(
-            wformat.read(job.workload), setup, stage=pipeline_stage(job.pp_stage, setup.pp), gpus=job.gpus,
+            workload, setup, stage=pipeline_stage(job.pp_stage, setup.pp), gpus=job.gpus,
             time_us=time_us, source=job.workload, megatron_version=job.megatron_version,
         )
         text = audit.to_csv(findings) if job.format == "csv" else audit.to_table(findings,

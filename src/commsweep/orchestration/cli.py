@@ -557,8 +557,22 @@ def add_trace_check_parser(sub) -> None:
     p.set_defaults(func=cmd_trace_check)
 
 
+def add_chakra_parser(sub) -> None:
+    from ..workload.chakra_command import add_parser
+
+    add_parser(sub)
+
+
+def add_astra_compare_parser(sub) -> None:
+    from ..analysis.astra_compare import add_parser
+
+    add_parser(sub)
+
+
 COMMANDS = {
     **STAGE_COMMANDS,
+    "chakra": add_chakra_parser,
+    "astra-compare": add_astra_compare_parser,
     "sweep": add_sweep_parser,
     "summarize": add_summarize_parser,
     "compare": add_compare_parser,

@@ -89,9 +89,12 @@ class SimulateJob:
     simai_bugs: str = flag("--simai-bugs", choices=("fix", "reproduce", "error"), default="fix", when="always",
                            help="where SimAI prints nonsense: fix it and warn (default), reproduce SimAI's output, "
                                 "or fail")
-    backend: str = flag("--backend", choices=("builtin", "simai", "ns3"), default="builtin", when="always",
+    backend: str = flag("--backend", choices=("builtin", "simai", "ns3", "astra-aware", "astra-unaware"),
+                        default="builtin", when="always",
                         help="builtin: the closed-form engine; simai: run <simai-root>/bin/SimAI_analytical; "
-                             "ns3: run SimAI's packet-level SimAI_simulator (--ns3-root)")
+                             "ns3: run SimAI's packet-level SimAI_simulator (--ns3-root); astra-aware, "
+                             "astra-unaware: ASTRA-sim's analytical backends on the workload's Chakra traces "
+                             "(--astra-root)")
     strict: bool = flag("--strict", action="store_true", default=False,
                         help="fail when -g is not the workload's all_gpus (default: warn; SimAI takes DP from -g)")
     simai_root: str | None = flag("--simai-root", default=None, help="a built SimAI checkout")
@@ -205,6 +208,9 @@ class SimulateStage(Stage[SimulateJob]):
         add_arguments(p, SimulateJob)
         # The packet-level backend's own flags (the flags both take are SimulateJob's).
         add_arguments(p, PacketJob, skip=[f.name for f in SimulateJob.__dataclass_fields__.values()])
+        from .astra.command import add_arguments as add_astra_arguments
+
+        add_astra_arguments(p)
         p.set_defaults(func=cmd_simulate)
 
     def check_external(self, config: Mapping, points: Sequence) -> dict:
@@ -230,6 +236,11 @@ SIMULATE = SimulateStage()
 
 
 def cmd_simulate(ns: argparse.Namespace) -> None:
+    if ns.backend.startswith("astra"):  # ASTRA-sim: Chakra traces through a user's binary
+        from .astra.command import run_args
+
+        run_args(ns)
+        return
     if ns.backend == "ns3":  # the packet-level backend: a topology, not the analytical flags
         from .ns3.stage import PACKET
 
