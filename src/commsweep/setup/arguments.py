@@ -219,6 +219,14 @@ def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
                   "(megatron's --cp-comm-type; default p2p, the ring)")
     add_flag(g, "--hierarchical-context-parallel-sizes", dest="hierarchical_cp", type=int, nargs=2, default=None,
              metavar=("A2A", "P2P"), help="cp-comm-type a2a+p2p: the all-to-all group's size and the ring's")
+    add_flag(g, "--overlap-grad-reduce", dest="overlap_grad_reduce", action="store_true",
+             help="reduce the gradients bucket by bucket as the backward pass fills them (megatron's "
+                  "--overlap-grad-reduce; the workload writes one DP row per bucket)")
+    add_flag(g, "--overlap-param-gather", dest="overlap_param_gather", action="store_true",
+             help="with --overlap-grad-reduce: gather the parameters bucket by bucket in the next "
+                  "forward pass (megatron's --overlap-param-gather)")
+    add_flag(g, "--ddp-bucket-size", dest="ddp_bucket_size", type=int, default=None, metavar="PARAMS",
+             help="with --overlap-grad-reduce: parameters per gradient bucket (default max(40M, 1M*DP))")
     add_flag(g, "--megatron-version", metavar="VERSION", default=None,
              help="the megatron-core release whose collectives to follow, 0.8.0 to the newest traced (default); "
                   "releases differ in MoE layers only (docs/megatron-versions.md)")
@@ -381,6 +389,9 @@ def setup_from_args(ns: argparse.Namespace) -> TrainingSetup:
         cp=cp,  # the megatron schedule's (the aicb schedule's job sets it to 1, as AICB ignores it)
         cp_comm_type=getattr(ns, "cp_comm_type", "p2p") if cp != 1 else "p2p",
         hierarchical_cp=tuple(ns.hierarchical_cp) if cp != 1 and getattr(ns, "hierarchical_cp", None) else None,
+        overlap_grad_reduce=getattr(ns, "overlap_grad_reduce", False),
+        overlap_param_gather=getattr(ns, "overlap_param_gather", False),
+        ddp_bucket_size=getattr(ns, "ddp_bucket_size", None),
     )
     return setup
 
@@ -496,8 +507,8 @@ def as_commanded(setup: TrainingSetup) -> TrainingSetup:
 
     A stage run in-process (a batch's task) must compute what its command computes, and the
     command line carries every model field (tests/test_arguments.py round-trips each one) but
-    the labels: the model is named by its AICB name. The schedule's interleaving and recompute
-    granularity take their defaults (a sweep sets neither), and an expert TP equal to TP is no
+    the labels: the model is named by its AICB name. The schedule's interleaving, recompute
+    granularity and gradient buckets take their defaults (a sweep sets neither), and an expert TP equal to TP is no
     expert TP. tests/test_stages.py checks this against the parser for every preset and every
     point of the sweeps.
     """
@@ -505,6 +516,7 @@ def as_commanded(setup: TrainingSetup) -> TrainingSetup:
     label = m.aicb_name or m.name
     model = dataclasses.replace(m, name=label, aicb_name=label)
     return dataclasses.replace(setup, model=model, virtual_pipeline=1, recompute_granularity="selective",
+                               overlap_grad_reduce=False, overlap_param_gather=False, ddp_bucket_size=None,
                                etp=None if setup.etp in (None, setup.tp) else setup.etp)
 
 

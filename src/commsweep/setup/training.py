@@ -56,6 +56,13 @@ class TrainingSetup:
     cp_comm_type: str = "p2p"
     # a2a+p2p: (all-to-all group size, ring size), their product c.
     hierarchical_cp: tuple[int, int] | None = None
+    # The distributed optimizer's buckets (the megatron schedule only; see
+    # ``workload/megatron_buckets.py``): Megatron's --overlap-grad-reduce (gradients reduced
+    # bucket by bucket, buckets of --ddp-bucket-size parameters, default max(40M, 1M*d)) and
+    # --overlap-param-gather (parameters gathered bucket by bucket in the next forward pass).
+    overlap_grad_reduce: bool = False
+    overlap_param_gather: bool = False
+    ddp_bucket_size: int | None = None
 
     # -- derived sizes -------------------------------------------------------------
     @property
@@ -161,6 +168,7 @@ class TrainingSetup:
             out.append(f"recompute_granularity must be one of {', '.join(RECOMPUTE_GRANULARITIES)}, "
                        f"got {self.recompute_granularity!r}")
         out += self._context_parallel_problems()
+        out += self._bucket_problems()
         v = self.virtual_pipeline
         if v < 1:
             out.append(f"virtual_pipeline must be at least 1 (got {v})")
@@ -169,6 +177,17 @@ class TrainingSetup:
                 out.append(f"virtual_pipeline={v} needs pipeline parallelism (pp > 1)")
             elif m.num_layers % (p * v):
                 out.append(f"pp*virtual_pipeline={p * v} does not divide num_layers={m.num_layers}")
+        return out
+
+    def _bucket_problems(self) -> list[str]:
+        """Megatron-LM's rules for the gradient buckets' options."""
+        out = []
+        if self.ddp_bucket_size is not None and self.ddp_bucket_size < 1:
+            out.append(f"ddp_bucket_size must be at least 1 (got {self.ddp_bucket_size})")
+        if self.ddp_bucket_size is not None and not self.overlap_grad_reduce:
+            out.append("ddp_bucket_size needs overlap_grad_reduce (without it megatron uses one bucket)")
+        if self.overlap_param_gather and not (self.overlap_grad_reduce and self.distributed_optimizer):
+            out.append("overlap_param_gather needs the distributed optimizer and overlap_grad_reduce")
         return out
 
     def _context_parallel_problems(self) -> list[str]:

@@ -18,11 +18,21 @@ iteration, after the backward pass:
 
 SimAI runs rows backwards in the backward pass, so these rows come first in the file and
 run last; the optimizer's own compute goes on the first row.
+
+With ``overlap_grad_reduce`` (``megatron_buckets``) the reduces and the gathers are written
+bucket by bucket, one row each, of the padded sizes megatron's buffer allocates, written in
+reverse so that SimAI runs bucket 0 (the last layers) first; the optimizer's compute goes on
+the gather row SimAI runs first. The rows stay after the backward pass: SimAI's DP column is a
+layer's weight-gradient column, whose collectives SimAI runs on every micro-batch, while
+megatron reduces a bucket once, during the last micro-batch's backward; and parameter gathers
+in the forward pass have no DP column at all. Each bucket row carries that as a note
+(``Unexpressed`` with ``in_rows``).
 """
 
 from __future__ import annotations
 
 from .megatron_blocks import BF16, FP32, Block, Build, Comm, Rows, Unexpressed
+from .megatron_buckets import Bucket, stage_buckets
 from .megatron_parameters import dense_parameters, expert_parameters, sequence_parallel_parameters
 from .row_names import SP_GRADS_ALLREDUCE, dp_ep
 
@@ -47,9 +57,11 @@ def _expert_dp(build: Build, stage: int) -> int:
     return experts if experts > 0 and build.setup.expert_dp > 1 else 0
 
 
-def _optimizer(build: Build, stage: int) -> list[Block]:
+def _optimizer(build: Build, stage: int) -> Rows | list[Block]:
     """The optimizer step; with the distributed optimizer, its parameter all-gathers."""
     s = build.setup
+    if s.overlap_grad_reduce and s.distributed_optimizer:
+        return _bucketed_gathers(build, stage)
     if not s.distributed_optimizer:
         return [Block("optimizer", "optimizer.step", **build.timed("optimizer"))]
     psi = dense_parameters(s, stage, build.release)
@@ -69,11 +81,13 @@ def _sequence_parallel_grads(build: Build, stage: int) -> list[Block]:
     return [Block(SP_GRADS_ALLREDUCE, "finalize_model_grads.sequence_parallel", ig=Comm("allreduce", "TP", size))]
 
 
-def _dense_grads(build: Build, stage: int) -> list[Block]:
+def _dense_grads(build: Build, stage: int) -> Rows | list[Block]:
     """The DP reduce of the dense gradients: reduce-scatter (distributed optimizer) or all-reduce."""
     s = build.setup
     if s.dp_cp == 1:
         return []
+    if s.overlap_grad_reduce:
+        return _bucketed_reduces(build, stage, experts=False)
     size = _grad_bytes(build) * dense_parameters(s, stage, build.release)
     if s.distributed_optimizer:
         return [Block("dp_grad_reducescatter", "ddp.grad_reducescatter", wg=Comm("reducescatter", "DP", size))]
@@ -87,6 +101,8 @@ def _expert_grads(build: Build, stage: int) -> Rows:
     experts = _expert_dp(build, stage)
     if not experts:
         return out
+    if s.overlap_grad_reduce:
+        return _bucketed_reduces(build, stage, experts=True)
     grads = _grad_bytes(build) * experts
     if s.distributed_optimizer:
         comms = [("ddp.expert_grad_reducescatter", Comm("reducescatter", "DP_EP", grads)),
@@ -100,4 +116,57 @@ def _expert_grads(build: Build, stage: int) -> Rows:
                 module, "wg", comm,
                 f"megatron's expert-data-parallel group has world/(etp*ep*pp) = {s.expert_dp} ranks; "
                 f"SimAI sizes DP_EP as dp/ep = {s.dp // s.ep}", in_rows=True))
+    return out
+
+
+def _overlap_note(bucket: Bucket, what: str) -> str:
+    layers = f"layers {bucket.layers[0]} to {bucket.layers[-1]}" if bucket.layers else "no transformer layer"
+    return (f"one of megatron's gradient buckets ({bucket.params} parameters, {bucket.numel} with padding; "
+            f"{layers}), {what}; the row runs after the backward pass")
+
+
+def _bucket_rows(buckets: list[Bucket], name: str, module: str, comm_of, when: str, timed: dict) -> Rows:
+    """One row per bucket, written last bucket first (SimAI runs these rows backwards), with
+    the note of what megatron overlaps; ``timed`` goes on the row SimAI runs first."""
+    out = Rows()
+    for i in reversed(range(len(buckets))):
+        comm = comm_of(buckets[i])
+        extra = timed if i == 0 else {}
+        out.blocks.append(Block(f"{name}_bucket{i}", module, wg=comm, **extra))
+        out.unexpressed.append(Unexpressed(module, "wg", comm, _overlap_note(buckets[i], when), in_rows=True))
+    return out
+
+
+def _bucketed_reduces(build: Build, stage: int, *, experts: bool) -> Rows:
+    """With overlap_grad_reduce: the gradient reduce of each bucket (reduce-scatter with the
+    distributed optimizer, else all-reduce)."""
+    s = build.setup
+    if (s.expert_dp if experts else s.dp_cp) == 1:
+        return Rows()
+    op = "reducescatter" if s.distributed_optimizer else "allreduce"
+    group = "DP_EP" if experts else "DP"
+    name = dp_ep(f"grad_{op}") if experts else f"dp_grad_{op}"
+    module = f"ddp.expert_grad_{op}" if experts else f"ddp.grad_{op}"
+    buckets = stage_buckets(s, stage, build.release, experts=experts)
+    return _bucket_rows(buckets, name, module, lambda b: Comm(op, group, _grad_bytes(build) * b.numel),
+                        "issued in the backward pass once its last gradient is ready", {})
+
+
+def _bucketed_gathers(build: Build, stage: int) -> Rows:
+    """With overlap_grad_reduce and the distributed optimizer: the parameter all-gather of
+    each bucket (in the next forward pass with overlap_param_gather), dense then experts."""
+    s = build.setup
+    when = ("issued in the next forward pass before its first layer runs" if s.overlap_param_gather
+            else "issued by the optimizer step")
+    out = Rows()
+    if s.dp_cp > 1:
+        out += _bucket_rows(stage_buckets(s, stage, build.release), "dp_param_allgather",
+                            "optimizer.param_allgather", lambda b: Comm("allgather", "DP", BF16 * b.numel),
+                            when, build.timed("optimizer"))
+    else:
+        out.blocks.append(Block("dp_param_allgather", "optimizer.param_allgather", **build.timed("optimizer")))
+    if _expert_dp(build, stage):
+        out += _bucket_rows(stage_buckets(s, stage, build.release, experts=True), dp_ep("param_allgather"),
+                            "optimizer.expert_param_allgather", lambda b: Comm("allgather", "DP_EP", BF16 * b.numel),
+                            when, {})
     return out
