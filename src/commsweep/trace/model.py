@@ -418,7 +418,9 @@ def _trace_step(setup: TrainingSetup, seed: int) -> tuple[list, dict]:
         ddp = DistributedDataParallel(
             config,
             DistributedDataParallelConfig(
-                grad_reduce_in_fp32=True, use_distributed_optimizer=True, overlap_grad_reduce=False,
+                grad_reduce_in_fp32=True, use_distributed_optimizer=True,
+                # The gradient buckets as the schedule's options set them (megatron_buckets).
+                overlap_grad_reduce=setup.overlap_grad_reduce, bucket_size=setup.ddp_bucket_size,
             ),
             model,
         )
