@@ -151,3 +151,27 @@ def test_traced_buckets_match_the_schedules():
     assert scatters == expected
     assert gathers == expected
     assert {compare.trace_module(r) for r in records} == {"ddp.grad_reducescatter", "optimizer.param_allgather"}
+
+
+def _parse(argv):
+    import argparse
+
+    from commsweep.setup.arguments import add_schedule_arguments, add_training_arguments, setup_from_args
+
+    parser = argparse.ArgumentParser()
+    add_training_arguments(parser)
+    add_schedule_arguments(parser)
+    return setup_from_args(parser.parse_args(argv))
+
+
+def test_bucket_flags_parse_and_round_trip_through_the_command_line():
+    from commsweep.setup.arguments import same_setup, to_commsweep_argv
+
+    base = ["--model=gpt-13b", "--world_size=64", "--tensor_model_parallel_size=4", "--global_batch=64"]
+    s = _parse(base + ["--overlap-grad-reduce", "--overlap-param-gather", "--ddp-bucket-size=1000000"])
+    assert (s.overlap_grad_reduce, s.overlap_param_gather, s.ddp_bucket_size) == (True, True, 1_000_000)
+    assert same_setup(_parse(to_commsweep_argv(s)), s)
+    # AICB's spelling is the same switch
+    assert _parse(base + ["--overlap_grad_reduce"]).overlap_grad_reduce
+    plain = _parse(base)
+    assert not plain.overlap_grad_reduce and "--overlap-grad-reduce" not in to_commsweep_argv(plain)

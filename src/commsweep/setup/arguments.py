@@ -219,9 +219,10 @@ def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
                   "(megatron's --cp-comm-type; default p2p, the ring)")
     add_flag(g, "--hierarchical-context-parallel-sizes", dest="hierarchical_cp", type=int, nargs=2, default=None,
              metavar=("A2A", "P2P"), help="cp-comm-type a2a+p2p: the all-to-all group's size and the ring's")
-    add_flag(g, "--overlap-grad-reduce", dest="overlap_grad_reduce", action="store_true",
-             help="reduce the gradients bucket by bucket as the backward pass fills them (megatron's "
-                  "--overlap-grad-reduce; the workload writes one DP row per bucket)")
+    # The same switch as AICB's --overlap_grad_reduce (which AICB's own workload ignores).
+    g.add_argument("--overlap-grad-reduce", dest="overlap_grad_reduce", action="store_true",
+                   help="reduce the gradients bucket by bucket as the backward pass fills them (megatron's "
+                        "--overlap-grad-reduce, AICB's --overlap_grad_reduce; one DP row per bucket)")
     add_flag(g, "--overlap-param-gather", dest="overlap_param_gather", action="store_true",
              help="with --overlap-grad-reduce: gather the parameters bucket by bucket in the next "
                   "forward pass (megatron's --overlap-param-gather)")
@@ -498,6 +499,9 @@ def to_commsweep_argv(setup: TrainingSetup) -> list[str]:
         argv += [f"--context-parallel-size={setup.cp}", f"--cp-comm-type={setup.cp_comm_type}"]
         if setup.hierarchical_cp is not None:
             argv += ["--hierarchical-context-parallel-sizes", *map(str, setup.hierarchical_cp)]
+    argv += ["--overlap-grad-reduce"] if setup.overlap_grad_reduce else []
+    argv += ["--overlap-param-gather"] if setup.overlap_param_gather else []
+    argv += [f"--ddp-bucket-size={setup.ddp_bucket_size}"] if setup.ddp_bucket_size is not None else []
     return argv
 
 
@@ -507,8 +511,8 @@ def as_commanded(setup: TrainingSetup) -> TrainingSetup:
 
     A stage run in-process (a batch's task) must compute what its command computes, and the
     command line carries every model field (tests/test_arguments.py round-trips each one) but
-    the labels: the model is named by its AICB name. The schedule's interleaving, recompute
-    granularity and gradient buckets take their defaults (a sweep sets neither), and an expert TP equal to TP is no
+    the labels: the model is named by its AICB name. The schedule's interleaving and recompute
+    granularity take their defaults (a sweep sets neither), and an expert TP equal to TP is no
     expert TP. tests/test_stages.py checks this against the parser for every preset and every
     point of the sweeps.
     """
@@ -516,7 +520,6 @@ def as_commanded(setup: TrainingSetup) -> TrainingSetup:
     label = m.aicb_name or m.name
     model = dataclasses.replace(m, name=label, aicb_name=label)
     return dataclasses.replace(setup, model=model, virtual_pipeline=1, recompute_granularity="selective",
-                               overlap_grad_reduce=False, overlap_param_gather=False, ddp_bucket_size=None,
                                etp=None if setup.etp in (None, setup.tp) else setup.etp)
 
 
