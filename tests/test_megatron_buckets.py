@@ -175,3 +175,13 @@ def test_bucket_flags_parse_and_round_trip_through_the_command_line():
     assert _parse(base + ["--overlap_grad_reduce"]).overlap_grad_reduce
     plain = _parse(base)
     assert not plain.overlap_grad_reduce and "--overlap-grad-reduce" not in to_commsweep_argv(plain)
+
+
+def test_expert_buckets_keep_the_expert_group_note():
+    """Mixtral with an expert TP of 1 under TP 2: the expert buckets' rows say that SimAI's
+    DP_EP is not megatron's expert-data-parallel group (world/(etp*ep*pp) = 64/8 = 8 ranks,
+    SimAI's dp/ep = 16/4 = 4)."""
+    s = dataclasses.replace(SETUPS["mixtral"], etp=1, overlap_grad_reduce=True)
+    notes = [u.why for u in megatron.schedule(s, stage=0).unexpressed if u.module == "ddp.expert_grad_reducescatter"]
+    assert len(notes) == len(stage_buckets(s, 0, experts=True)) > 1
+    assert all("= 8 ranks" in n and "dp/ep = 4" in n for n in notes)

@@ -149,7 +149,15 @@ def _bucketed_reduces(build: Build, stage: int, *, experts: bool) -> Rows:
     module = f"ddp.expert_grad_{op}" if experts else f"ddp.grad_{op}"
     buckets = stage_buckets(s, stage, build.release, experts=experts)
     return _bucket_rows(buckets, name, module, lambda b: Comm(op, group, _grad_bytes(build) * b.numel),
-                        "issued in the backward pass once its last gradient is ready", {})
+                        "issued in the backward pass once its last gradient is ready" + _etp_note(s, experts), {})
+
+
+def _etp_note(s, experts: bool) -> str:
+    """With an expert TP other than TP, why SimAI's DP_EP rows are not megatron's group."""
+    if not experts or s.expert_tp == s.tp:
+        return ""
+    return (f"; megatron's expert-data-parallel group has world/(etp*ep*pp) = {s.expert_dp} ranks, "
+            f"SimAI sizes DP_EP as dp/ep = {s.dp // s.ep}")
 
 
 def _bucketed_gathers(build: Build, stage: int) -> Rows:
@@ -168,5 +176,5 @@ def _bucketed_gathers(build: Build, stage: int) -> Rows:
     if _expert_dp(build, stage):
         out += _bucket_rows(stage_buckets(s, stage, build.release, experts=True), dp_ep("param_allgather"),
                             "optimizer.expert_param_allgather", lambda b: Comm("allgather", "DP_EP", BF16 * b.numel),
-                            when, {})
+                            when + _etp_note(s, True), {})
     return out
