@@ -22,10 +22,11 @@ run last; the optimizer's own compute goes on the first row.
 With ``overlap_grad_reduce`` (``megatron_buckets``) the reduces and the gathers are written
 bucket by bucket, one row each, of the padded sizes megatron's buffer allocates, written in
 reverse so that SimAI runs bucket 0 (the last layers) first; the optimizer's compute goes on
-the gather row SimAI runs first. The rows stay after the backward pass: SimAI's DP column is a
-layer's weight-gradient column, whose collectives SimAI runs on every micro-batch, while
-megatron reduces a bucket once, during the last micro-batch's backward; and parameter gathers
-in the forward pass have no DP column at all. Each bucket row carries that as a note
+the gather row SimAI runs first. The rows stay after the backward pass: a bucket's reduce
+could go in the weight-gradient column of the layer row where it fills up (megatron issues it
+in the last micro-batch's backward pass), but the gathers of overlap_param_gather, issued in
+the next forward pass, have no DP column (the forward column carries TP and EP only). Each
+bucket row carries when megatron issues it as a note
 (``Unexpressed`` with ``in_rows``).
 """
 
