@@ -132,25 +132,36 @@ def test_bucket_options_are_checked():
                                ddp_bucket_size=10**6).problems() == []
 
 
+def _traced_setups() -> list[TrainingSetup]:
+    """Two tiny setups of 4 processes, each with a bucket size of a third of stage 0's
+    parameters: TP 2 x DP 2 with SP, and PP 2 x DP 2 of a tied-embedding GPT (stage 1 is
+    not bucketed; each stage's copy of the embedding gets a bucket of its own)."""
+    out = []
+    for tp, pp in ((2, 1), (1, 2)):
+        big = TrainingSetup(model=PRESETS["gpt-7b"], world_size=16 * tp * pp, tp=tp, pp=pp, sp=tp > 1, global_batch=64)
+        small = scale.scaled_setup(big, dp=2)
+        out.append(dataclasses.replace(small, overlap_grad_reduce=True,
+                                       ddp_bucket_size=dense_parameters(small, 0) // 3))
+    return out
+
+
 @pytest.mark.trace
 @pytest.mark.skipif(MISSING is not None, reason=f"cannot trace: {MISSING}")
 def test_traced_buckets_match_the_schedules():
     """megatron-core with overlap_grad_reduce, the distributed optimizer and a small bucket
-    size on 4 gloo processes (TP 2, DP 2): each bucket's reduce-scatter and all-gather, in
-    megatron's order and of the buffer's padded size, as ``stage_buckets`` computes them."""
-    small = scale.scaled_setup(TrainingSetup(model=PRESETS["gpt-7b"], world_size=32, tp=2, sp=True,
-                                             global_batch=64), dp=2)
-    params = dense_parameters(small, 0)
-    setup = dataclasses.replace(small, overlap_grad_reduce=True, ddp_bucket_size=params // 3)
-    (trace,) = runner.run([setup], timeout=900)
-    expected = [b.numel for b in stage_buckets(setup, 0)]
-    assert len(expected) >= 3
-    records = [r for r in trace.rank_records(trace.first_rank_of_stage(0)) if r.group == "DP" and r.group_size > 1]
-    scatters = [r.elements for r in records if r.collective == "reducescatter"]
-    gathers = [r.elements for r in records if r.collective == "allgather"]
-    assert scatters == expected
-    assert gathers == expected
-    assert {compare.trace_module(r) for r in records} == {"ddp.grad_reducescatter", "optimizer.param_allgather"}
+    size on 4 gloo processes: on every stage, each bucket's reduce-scatter and all-gather,
+    in megatron's order and of the buffer's padded size, as ``stage_buckets`` computes them."""
+    setups = _traced_setups()
+    for setup, trace in zip(setups, runner.run(setups, timeout=900)):
+        for stage in range(setup.pp):
+            expected = [b.numel for b in stage_buckets(setup, stage)]
+            assert len(expected) >= (3 if stage == 0 else 1)
+            records = [r for r in trace.rank_records(trace.first_rank_of_stage(stage))
+                       if r.group == "DP" and r.group_size > 1]
+            assert [r.elements for r in records if r.collective == "reducescatter"] == expected, (setup.pp, stage)
+            assert [r.elements for r in records if r.collective == "allgather"] == expected, (setup.pp, stage)
+            assert {compare.trace_module(r) for r in records} == {"ddp.grad_reducescatter",
+                                                                  "optimizer.param_allgather"}
 
 
 def _parse(argv):
