@@ -32,6 +32,9 @@ bucket row carries when megatron issues it as a note
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from ..setup.training import TrainingSetup
 from .megatron_blocks import BF16, FP32, Block, Build, Comm, Rows, Unexpressed
 from .megatron_buckets import Bucket, stage_buckets
 from .megatron_parameters import dense_parameters, expert_parameters, sequence_parallel_parameters
@@ -126,7 +129,8 @@ def _overlap_note(bucket: Bucket, what: str) -> str:
             f"{layers}), {what}; the row runs after the backward pass")
 
 
-def _bucket_rows(buckets: list[Bucket], name: str, module: str, comm_of, when: str, timed: dict) -> Rows:
+def _bucket_rows(buckets: list[Bucket], name: str, module: str, comm_of: Callable[[Bucket], Comm], when: str,
+                 timed: dict) -> Rows:
     """One row per bucket, written last bucket first (SimAI runs these rows backwards), with
     the note of what megatron overlaps; ``timed`` goes on the row SimAI runs first."""
     out = Rows()
@@ -153,7 +157,7 @@ def _bucketed_reduces(build: Build, stage: int, *, experts: bool) -> Rows:
                         "issued in the backward pass once its last gradient is ready" + _etp_note(s, experts), {})
 
 
-def _etp_note(s, experts: bool) -> str:
+def _etp_note(s: TrainingSetup, experts: bool) -> str:
     """With an expert TP other than TP, why SimAI's DP_EP rows are not megatron's group."""
     if not experts or s.expert_tp == s.tp:
         return ""
