@@ -13,6 +13,7 @@ from commsweep.setup.arguments import (
     add_aiob_arguments, add_training_arguments, same_setup, setup_from_args, to_aicb_argv, to_commsweep_argv,
 )
 from commsweep.base.errors import ConfigError
+from commsweep.orchestration import cli
 from commsweep.setup.models import PRESETS, ModelSpec
 from commsweep.setup.training import TrainingSetup
 
@@ -151,3 +152,33 @@ def test_a_dense_mla_model_round_trips_through_the_command_line():
     model = ModelSpec(name="mine", **_DENSE, **_MLA, swiglu=True, tie_embeddings=False)
     setup = TrainingSetup(model=model, world_size=32, tp=2, pp=2, global_batch=64)
     assert setup_from_args(parse(to_commsweep_argv(setup))).model.num_experts is None
+
+
+@pytest.mark.parametrize("extra, field, value", [
+    (["--virtual-pipeline", "2"], "virtual_pipeline", 2),
+    (["--recompute-granularity", "full"], "recompute_granularity", "full"),
+])
+def test_generate_keeps_the_schedule_options_its_command_line_gives(tmp_path, extra, field, value):
+    """The interleaving and the full recompute travel on the command line and survive the
+    setup as its command stands for it: before, generate reset both to their defaults, so a
+    --virtual-pipeline 2 workload said vpp 1."""
+    from commsweep.setup.arguments import as_commanded, setup_from_args, to_commsweep_argv
+
+    out = tmp_path / "w.txt"
+    argv = ["generate", "--model", "gpt-7b", "--world_size", "8", "--tensor_model_parallel_size", "2",
+            "--pipeline_model_parallel", "2", "--schedule", "megatron", *extra, "-o", str(out)]
+    cli.main(argv)
+    setup = _generate_setup(argv)
+    assert getattr(setup, field) == value
+    assert getattr(as_commanded(setup), field) == value
+    assert getattr(_generate_setup(["generate", *to_commsweep_argv(setup), "--schedule", "megatron"]), field) == value
+    if field == "virtual_pipeline":
+        assert " vpp: 2 " in out.read_text().splitlines()[0]
+
+
+def _generate_setup(argv):
+    from commsweep.orchestration.stages import STAGES
+
+    parser = argparse.ArgumentParser()
+    STAGES["generate"].add_parser(parser.add_subparsers())
+    return STAGES["generate"].from_args(parser.parse_args(argv)).setup

@@ -495,6 +495,10 @@ def to_commsweep_argv(setup: TrainingSetup) -> list[str]:
             argv.append(f"--moe-layer-freq={m.moe_layer_freq}")
         if m.moe_aux_loss_coeff:
             argv.append(f"--moe-aux-loss-coeff={m.moe_aux_loss_coeff!r}")
+    if setup.virtual_pipeline != 1:
+        argv.append(f"--virtual-pipeline={setup.virtual_pipeline}")
+    if setup.recompute and setup.recompute_granularity != "selective":
+        argv.append(f"--recompute-granularity={setup.recompute_granularity}")
     if setup.cp != 1:
         argv += [f"--context-parallel-size={setup.cp}", f"--cp-comm-type={setup.cp_comm_type}"]
         if setup.hierarchical_cp is not None:
@@ -511,15 +515,14 @@ def as_commanded(setup: TrainingSetup) -> TrainingSetup:
 
     A stage run in-process (a batch's task) must compute what its command computes, and the
     command line carries every model field (tests/test_arguments.py round-trips each one) but
-    the labels: the model is named by its AICB name. The schedule's interleaving and recompute
-    granularity take their defaults (a sweep sets neither), and an expert TP equal to TP is no
-    expert TP. tests/test_stages.py checks this against the parser for every preset and every
+    the labels: the model is named by its AICB name, and an expert TP equal to TP is no expert TP. tests/test_stages.py checks this against the parser for every preset and every
     point of the sweeps.
     """
     m = setup.model
     label = m.aicb_name or m.name
     model = dataclasses.replace(m, name=label, aicb_name=label)
-    return dataclasses.replace(setup, model=model, virtual_pipeline=1, recompute_granularity="selective",
+    granularity = setup.recompute_granularity if setup.recompute else "selective"
+    return dataclasses.replace(setup, model=model, recompute_granularity=granularity,
                                etp=None if setup.etp in (None, setup.tp) else setup.etp)
 
 
