@@ -21,9 +21,7 @@ rule astra_compare:
         # The binary's checksum: a rebuilt ASTRA-sim reruns the step.
         provenance=provenance("simulator.astra.root"),
         attempt=attempt(L.step_status("astra_compare")),
-        command=guarded_argv(*astra_sweep.argv(config, RESULTS, "<output.table>", "<output.pairs>", L.astra_runs()))
-        if ASTRA
-        else [],
+        command=guarded_argv("astra-compare", *astra_arguments()),
     conda:
         COMMSWEEP_ENV
     log:

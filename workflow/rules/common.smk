@@ -269,6 +269,14 @@ def table_commands(**commands):
     return params
 
 
+# -- ASTRA-sim beside SimAI (workflow/rules/astra.smk) ------------------------------------
+
+
+def astra_arguments():
+    """astra-compare's arguments from simulator.astra (commsweep.simulate.astra.sweep)."""
+    return astra_sweep.arguments(config, RESULTS, "<output.table>", "<output.pairs>", L.astra_runs()) if ASTRA else []
+
+
 # -- measured traces (workflow/rules/trace.smk) --------------------------------------------
 
 

@@ -74,11 +74,11 @@ def check_external(config: Mapping) -> dict:
     return {KEY: External(KEY, root(config), file_digest(path), str(path.resolve()))}
 
 
-def argv(config: Mapping, results: str, table: str, pairs: str, runs: str) -> list[str]:
-    """The step's ``commsweep astra-compare`` words: the sweep's results folder, its two tables
-    and the folder of its runs."""
+def arguments(config: Mapping, results: str, table: str, pairs: str, runs: str) -> list[str]:
+    """The step's ``commsweep astra-compare`` arguments: the sweep's results folder, its two
+    tables, the folder of its runs and the config's settings."""
     b, s = block(config), settings(config)
-    words = ["astra-compare", "--results", results, "--table", table, "--pairs", pairs, "--runs", runs,
+    words = ["--results", results, "--table", table, "--pairs", pairs, "--runs", runs,
              "--astra-root", root(config), "--backend", backend(config),
              "--astra-latency", ",".join(repr(float(x)) for x in s.latency_ns),
              "--astra-topology", ",".join(s.topology), "--strict"]
