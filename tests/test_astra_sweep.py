@@ -199,3 +199,20 @@ def test_the_sweep_through_a_real_astra_sim_equals_its_kept_commands(silent_swee
         assert float(pair["astra_difference_us"]) == pytest.approx(float(a["astra_total_us"]) - float(m["astra_total_us"]))
     answer = (results / "answer.md").read_text()
     assert "agree on the sign in" in answer and "have no ASTRA-sim time" not in answer
+
+
+def test_guard_keeps_a_partial_results_outputs_and_fails_its_status(tmp_path):
+    from commsweep.base import status
+    from commsweep.base.errors import PartialResult
+
+    written, unwritten, st = tmp_path / "table.csv", tmp_path / "pairs.csv", tmp_path / "step.status"
+
+    def run():
+        written.write_text("point,astra_status\np,failed\n")
+        raise PartialResult("1 of 1 point(s) have no ASTRA-sim time: p: why")
+
+    recorded = status.guard("astra-compare", run, status_path=st, outputs=[written, unwritten, st])
+    assert not recorded.ok and recorded.error == "1 of 1 point(s) have no ASTRA-sim time: p: why"
+    assert written.read_text() == "point,astra_status\np,failed\n"  # kept: its failed row says why
+    assert status.is_marker(unwritten)  # what it did not write is a marker still
+    assert status.read(st) == recorded
