@@ -3,8 +3,11 @@ difference between each AICB variant and its Megatron twin in both.
 
 For every point of the points table (``setup.points``), its workload runs through a user's
 ASTRA-sim (``simulate.astra.command.simulate``) on the point's network, each run in
-``<out>/runs/<point>/`` with its command kept; a run that gives no time (``runner.AstraFailure``)
-is a failed point with its reason, never a number. The table (``COLUMNS``) sets SimAI's iteration
+``<runs>/<point>/`` with its command kept; a run that gives no time (``runner.AstraFailure``)
+is a failed point with its reason, never a number, and so is a point the sweep did not finish
+(not run). A sweep with ``simulator.astra.root`` runs this as its step ``astra_compare``
+(``simulate.astra.sweep``), ``--strict``: after both tables are written, a failed point fails the
+step (``errors.PartialResult``), which names it and keeps the tables. The table (``COLUMNS``) sets SimAI's iteration
 (the point's ``times.csv``: whatever backend the sweep simulated with) beside ASTRA-sim's, with
 the binary's build. The pairs table (``PAIR_COLUMNS``) gives, per setting, each AICB variant's
 time minus its Megatron twin's in each simulator: the answer, told by both.
