@@ -38,7 +38,7 @@ def root(config: Mapping) -> str:
     expanded = os.path.expanduser(os.path.expandvars(given))
     if not given or "$" in expanded or not expanded.strip():
         raise ConfigError(f"{given!r} names no ASTRA-sim: set the variable it reads (e.g. ASTRA_SIM_ROOT=/path/to/"
-                          "astra-sim) or give the root (--config simulator.astra.root=...)", key=KEY)
+                          "astra-sim) or give the root (--config 'simulator={astra: {root: /path/to/astra-sim}}')", key=KEY)
     return expanded
 
 
