@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 import sweeps
-from commsweep.analysis import astra_answer
+from commsweep.analysis import astra_answer, astra_compare
 from commsweep.base.errors import ConfigError, InputError
 from commsweep.base.external import file_digest
 from commsweep.base.status import is_marker, read
@@ -110,9 +110,9 @@ def test_the_section_measures_the_disagreement_from_the_table(tmp_path):
     pairs.write_text("point,twin,simai_difference_us,astra_difference_us\n"
                      "a,m,11559.000,-4976.412\nb,m2,7393.000,22589.412\nc,m3,100.000,\n")
     table = tmp_path / "astra_vs_simai.csv"
-    table.write_text(",".join(astra_answer.COLUMNS) + "\nc,aicb_default,1.000,1.000,,,failed,3 of 16 ranks printed no "
+    table.write_text(",".join(astra_compare.COLUMNS) + "\nc,aicb_default,1.000,1.000,,,failed,3 of 16 ranks printed no "
                      "'finished' line,\n")
-    read = astra_answer.read_pairs(pairs)
+    read = astra_compare.read_pairs(pairs)
     assert read[0].flips and read[0].gap_us == pytest.approx(-16535.412)
     assert not read[1].flips and read[1].gap_us == pytest.approx(15196.412)
     assert read[2].gap_us is None
@@ -121,7 +121,7 @@ def test_the_section_measures_the_disagreement_from_the_table(tmp_path):
     assert "1 point(s) have no ASTRA-sim time" in text and "3 of 16 ranks printed no" in text
     pairs.write_text("point,twin,simai_difference_us,astra_difference_us\na,m,1.0,fast\n")
     with pytest.raises(InputError, match=r"astra_difference.csv:2: field 'astra_difference_us'"):
-        astra_answer.read_pairs(pairs)
+        astra_compare.read_pairs(pairs)
 
 
 # -- a whole sweep ------------------------------------------------------------------------------
@@ -196,7 +196,8 @@ def test_the_sweep_through_a_real_astra_sim_equals_its_kept_commands(silent_swee
         assert row["astra_exposed_us"] == f"{last[2] // 1000}.{last[2] % 1000:03d}"
     for pair in table(results / "astra_difference.csv"):
         a, m = rows[pair["point"]], rows[pair["twin"]]
-        assert float(pair["astra_difference_us"]) == pytest.approx(float(a["astra_total_us"]) - float(m["astra_total_us"]))
+        astra = float(a["astra_total_us"]) - float(m["astra_total_us"])
+        assert float(pair["astra_difference_us"]) == pytest.approx(astra)
     answer = (results / "answer.md").read_text()
     assert "agree on the sign in" in answer and "have no ASTRA-sim time" not in answer
 

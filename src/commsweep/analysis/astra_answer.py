@@ -10,64 +10,12 @@ ASTRA-sim's time per collective, so the difference by cause is SimAI's alone.
 
 from __future__ import annotations
 
-import csv
-from dataclasses import dataclass
 from pathlib import Path
 
-from ..base.errors import InputError
 from ..base.status import is_marker
 from ..setup.points import AICB_AIOB, AICB_DEFAULT, PointRow
-from .astra_compare import COLUMNS, PAIR_COLUMNS
+from .astra_compare import Pair, read_failed, read_pairs
 from .causes import setting_label
-
-
-@dataclass(frozen=True)
-class Pair:
-    """One AICB point against its Megatron twin: both differences in us (None: no time)."""
-
-    point: str
-    twin: str
-    simai_us: float | None
-    astra_us: float | None
-
-    @property
-    def gap_us(self) -> float | None:
-        """ASTRA-sim's difference minus SimAI's."""
-        return None if None in (self.simai_us, self.astra_us) else self.astra_us - self.simai_us
-
-    @property
-    def flips(self) -> bool:
-        """The two simulators disagree on which is slower (one positive, the other negative)."""
-        return self.gap_us is not None and self.simai_us * self.astra_us < 0
-
-
-def _rows(path: Path, columns: tuple[str, ...]) -> list[dict[str, str]]:
-    with open(path, newline="", encoding="utf-8") as fh:
-        reader = csv.DictReader(fh)
-        if tuple(reader.fieldnames or ()) != columns:
-            raise InputError(f"expected the columns {', '.join(columns)}", file=path, line=1)
-        return list(reader)
-
-
-def _number(text: str, path: Path, line: int, column: str) -> float | None:
-    if text == "":
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        raise InputError(f"expected microseconds, got {text!r}", file=path, line=line, field=column) from None
-
-
-def read_pairs(path: Path) -> list[Pair]:
-    """``astra_difference.csv``, its numbers checked."""
-    return [Pair(r["point"], r["twin"], _number(r["simai_difference_us"], path, i, "simai_difference_us"),
-                 _number(r["astra_difference_us"], path, i, "astra_difference_us"))
-            for i, r in enumerate(_rows(path, PAIR_COLUMNS), start=2)]
-
-
-def read_failed(path: Path) -> list[tuple[str, str]]:
-    """The points of ``astra_vs_simai.csv`` without an ASTRA-sim time, with the reason."""
-    return [(r["point"], r["astra_reason"]) for r in _rows(path, COLUMNS) if r["astra_status"] != "ok"]
 
 
 def _ms(us: float | None) -> str:
@@ -85,7 +33,8 @@ def _item(pair: Pair, points: dict[str, PointRow]) -> str:
         return text + " (one of the runs gave no time)"
     if pair.flips:
         return text + f": **opposite signs**, {abs(pair.gap_us) / 1000:,.2f} ms apart"
-    return text + f": ASTRA-sim's is {abs(pair.gap_us) / 1000:,.2f} ms {'above' if pair.gap_us > 0 else 'below'} SimAI's"
+    side = "above" if pair.gap_us > 0 else "below"
+    return text + f": ASTRA-sim's is {abs(pair.gap_us) / 1000:,.2f} ms {side} SimAI's"
 
 
 def lines(pairs_csv: Path, points_csv: Path, points: dict[str, PointRow]) -> list[tuple[str, object]]:

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..base.errors import InputError
 from ..base.paths import times_file, workload_file
 from ..base.status import is_marker
 from ..setup.network import Network
@@ -136,6 +137,58 @@ def _signed_us(ns: int | None) -> str:
     if ns is None:
         return ""
     return ("-" if ns < 0 else "") + _us(abs(ns))
+
+
+# -- the tables' typed readers (the answer page's section reads them) --------------------------
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One AICB point against its Megatron twin: both differences in us (None: no time)."""
+
+    point: str
+    twin: str
+    simai_us: float | None
+    astra_us: float | None
+
+    @property
+    def gap_us(self) -> float | None:
+        """ASTRA-sim's difference minus SimAI's."""
+        return None if None in (self.simai_us, self.astra_us) else self.astra_us - self.simai_us
+
+    @property
+    def flips(self) -> bool:
+        """The two simulators disagree on which is slower (one positive, the other negative)."""
+        return self.gap_us is not None and self.simai_us * self.astra_us < 0
+
+
+def _rows(path: Path, columns: tuple[str, ...]) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        if tuple(reader.fieldnames or ()) != columns:
+            raise InputError(f"expected the columns {', '.join(columns)}", file=path, line=1)
+        return list(reader)
+
+
+def _number(text: str, path: Path, line: int, column: str) -> float | None:
+    if text == "":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise InputError(f"expected microseconds, got {text!r}", file=path, line=line, field=column) from None
+
+
+def read_pairs(path: Path) -> list[Pair]:
+    """``astra_difference.csv``, its numbers checked."""
+    return [Pair(r["point"], r["twin"], _number(r["simai_difference_us"], path, i, "simai_difference_us"),
+                 _number(r["astra_difference_us"], path, i, "astra_difference_us"))
+            for i, r in enumerate(_rows(path, PAIR_COLUMNS), start=2)]
+
+
+def read_failed(path: Path) -> list[tuple[str, str]]:
+    """The points of ``astra_vs_simai.csv`` without an ASTRA-sim time, with the reason."""
+    return [(r["point"], r["astra_reason"]) for r in _rows(path, COLUMNS) if r["astra_status"] != "ok"]
 
 
 def cmd_astra_compare(ns) -> None:

@@ -28,7 +28,7 @@ def block(config: Mapping) -> Mapping:
 
 
 def enabled(config: Mapping) -> bool:
-    """Whether the sweep runs ASTRA-sim: ``simulator.astra.root`` is set (to anything, even an unset variable)."""
+    """Whether the sweep runs ASTRA-sim: ``simulator.astra.root`` is set (even to an unset variable)."""
     return bool(block(config).get("root"))
 
 
@@ -38,7 +38,8 @@ def root(config: Mapping) -> str:
     expanded = os.path.expanduser(os.path.expandvars(given))
     if not given or "$" in expanded or not expanded.strip():
         raise ConfigError(f"{given!r} names no ASTRA-sim: set the variable it reads (e.g. ASTRA_SIM_ROOT=/path/to/"
-                          "astra-sim) or give the root (--config 'simulator={astra: {root: /path/to/astra-sim}}')", key=KEY)
+                          "astra-sim) or give the root (--config 'simulator={astra: {root: /path/to/astra-sim}}')",
+                          key=KEY)
     return expanded
 
 
