@@ -217,3 +217,14 @@ def test_guard_keeps_a_partial_results_outputs_and_fails_its_status(tmp_path):
     assert written.read_text() == "point,astra_status\np,failed\n"  # kept: its failed row says why
     assert status.is_marker(unwritten)  # what it did not write is a marker still
     assert status.read(st) == recorded
+
+
+def test_the_section_says_when_the_step_left_markers(tmp_path):
+    from commsweep.base import status
+
+    failed = status.Status(ok=False, stage="astra-compare", error="simulator.astra.root: no binary")
+    pairs, table = tmp_path / "astra_difference.csv", tmp_path / "astra_vs_simai.csv"
+    for path in (pairs, table):
+        path.write_text(status.marker_text(failed, tmp_path / "astra_compare.status"))
+    (kind, title), (_, text) = astra_answer.lines(pairs, table, {})
+    assert kind == "h2" and "ASTRA-sim's step failed" in text and "SimAI's answer above stands alone" in text
