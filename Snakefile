@@ -41,6 +41,7 @@ include: "workflow/rules/trace.smk"
 include: "workflow/rules/answer.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/packet.smk"
+include: "workflow/rules/astra.smk"
 
 
 rule all:

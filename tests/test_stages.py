@@ -31,7 +31,7 @@ SWEEPS = [*sorted((ROOT / "config").glob("*.yaml")),
 
 def plannable(path: Path, folder: Path):
     """A sweep's config, points and external inputs, planned from ``folder``, with stand-ins
-    there for the files of the user's it reads (AIOB files, SimAI_simulator: planning checksums
+    there for the files of the user's it reads (AIOB files, SimAI_simulator, ASTRA-sim: planning checksums
     them, it does not run them); None for a sweep needing the reference's ratio tables."""
     import os
 
@@ -43,7 +43,12 @@ def plannable(path: Path, folder: Path):
     simulator.write_text("#!/bin/sh\nexit 1  # a stand-in: planned, never run\n")
     simulator.chmod(0o755)
     os.environ["SIMAI_ROOT"] = str(simulator.parent.parent)  # the ns3 sweep's simulator.ns3.root
+    astra = folder / "AstraSim_Analytical_Congestion_Unaware"
+    astra.write_text("#!/bin/sh\nexit 1  # a stand-in: planned, never run\n")
+    astra.chmod(0o755)
     config = sweep.load_config(str(path))
+    if config["simulator"]["astra"]["root"]:  # config/astra-sim.yaml's, $ASTRA_SIM_ROOT
+        config["simulator"]["astra"]["root"] = str(astra)
     points, _ = sweep.points_from_config(config)
     if config["aiob"]["backend"] == "file":
         for p in points:

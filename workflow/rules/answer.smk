@@ -10,6 +10,9 @@ rule answer:
         figures=[L.plot(name) for name in figure_names.ON_THE_ANSWER_PAGE],
         # With packet-level points, the answer under packet-level simulation too (packet.smk).
         packet=[L.packet_causes()] if PACKET_POINTS else [],
+        # With ASTRA-sim, its two tables (astra.smk); not after its status: a failed run of it
+        # leaves markers, which the page reports, and SimAI's answer stands.
+        astra=[L.astra_difference(), L.astra_vs_simai()] if ASTRA else [],
         after=[L.step_status("difference_by_cause")]
         + ([L.step_status("packet_difference_by_cause")] if PACKET_POINTS else []),
     output:
@@ -31,4 +34,5 @@ rule answer:
     threads: 1
     shell:
         guarded("answer {input.causes} --sweep {input.sweep} -o {output.markdown} --rst {output.rst}"
-                + (" --packet {input.packet}" if PACKET_POINTS else ""))
+                + (" --packet {input.packet}" if PACKET_POINTS else "")
+                + (" --astra {input.astra}" if ASTRA else ""))

@@ -13,6 +13,7 @@ from commsweep.base import paths, status
 from commsweep.base.errors import CommsweepError
 from commsweep.orchestration import batch, interrupts, pipeline, steps, storage, sweep
 from commsweep.setup.arguments import to_commsweep_argv
+from commsweep.simulate.astra import sweep as astra_sweep
 from commsweep.trace.scale import pipeline_dp, trace_setups
 
 # Ctrl-C: one line, no traceback, wherever it lands (commsweep.orchestration.interrupts): the
@@ -61,6 +62,8 @@ PACKET_POINTS = [p for p in POINTS if p.packet]
 # and per release of megatron_core when it lists some (else the installed release).
 TRACES = trace_setups([p.setup for p in POINTS]) if config["reference"] == "measured" else {}
 RELEASES = config["megatron_core"] if TRACES else []
+# ASTRA-sim beside SimAI (simulator.astra.root; workflow/rules/astra.smk).
+ASTRA = astra_sweep.enabled(config)
 
 
 def trace_names():
@@ -91,12 +94,13 @@ wildcard_constraints:
 def final_outputs():
     """Everything `rule all` asks for (the check's inputs)."""
     return [L.run_record(), L.summary(), *audit_outputs(), *answer_outputs(), *figure_outputs(), *trace_outputs(),
-            *([L.packet_comparison()] if PACKET_POINTS else [])]
+            *([L.packet_comparison()] if PACKET_POINTS else []),
+            *([L.astra_vs_simai(), L.astra_difference()] if ASTRA else [])]
 
 
 # The sweep-wide steps of this sweep (commsweep.orchestration.steps: the one table of them).
 STEPS = steps.of_sweep({"audited": bool(TIMELINE_POINTS), "moe": HAS_MOE, "packet": bool(PACKET_POINTS),
-                        "traces": bool(TRACES), "releases": bool(RELEASES)},
+                        "traces": bool(TRACES), "releases": bool(RELEASES), "astra": ASTRA},
                        tp_overlap=config["simulator"]["overlap"]["tp"])
 
 
@@ -263,6 +267,14 @@ def table_commands(**commands):
                 for name in TABLES]
 
     return params
+
+
+# -- ASTRA-sim beside SimAI (workflow/rules/astra.smk) ------------------------------------
+
+
+def astra_arguments():
+    """astra-compare's arguments from simulator.astra (commsweep.simulate.astra.sweep)."""
+    return astra_sweep.arguments(config, RESULTS, "<output.table>", "<output.pairs>", L.astra_runs()) if ASTRA else []
 
 
 # -- measured traces (workflow/rules/trace.smk) --------------------------------------------

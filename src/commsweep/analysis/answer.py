@@ -14,6 +14,8 @@ which ``workflow/report/workflow.rst`` includes as the front page of ``report.ht
 5. in a sweep with packet-level points, the same answer under packet-level simulation
    (``packet_difference_by_cause.csv``): what the dropped all-reduces cost in exposed time
    when SimAI_simulator runs both workloads, beside the analytical number, and its verdicts;
+   in a sweep that ran ASTRA-sim, each path's difference from Megatron in both simulators
+   (``astra_answer``);
 6. the figures (the difference by cause right after the one-line answer).
 
 Every number on the page is a sum of rows of ``difference_by_cause.csv`` (bytes, rows,
@@ -358,7 +360,8 @@ def headline_blocks(head: cz.Panel, figures: dict[str, str]) -> list[Block]:
 
 
 def page(rows: list[cz.Row], points: dict[str, PointRow], figures: dict[str, str],
-         packet_rows: list[cz.Row] | None = None, skipped: list[Invalid] = ()) -> list[Block]:
+         packet_rows: list[cz.Row] | None = None, skipped: list[Invalid] = (),
+         astra: list[tuple[str, object]] = ()) -> list[Block]:
     """The landing page's blocks (``figures``: caption -> path of a PNG, relative to the page;
     ``packet_rows``: the packet-level difference by cause, where the sweep has packet-level points;
     ``skipped``: the combinations the sweep asked for and could not run)."""
@@ -390,6 +393,9 @@ def page(rows: list[cz.Row], points: dict[str, PointRow], figures: dict[str, str
             "collective, group and sign; per point the rows add up exactly to its difference from Megatron in "
             f"bytes{' and in exposed time' if timed else ''}.")))
     blocks += packet_blocks(packet_rows, points, panels)
+    # In two simulators (analysis.astra_answer), where the sweep ran ASTRA-sim.
+    blocks += [Block(kind, items=tuple((t, ()) for t in content)) if kind == "ul" else Block(kind, str(content))
+               for kind, content in astra]
     rest = list(figures.items())[1:] if head is not None else list(figures.items())
     if rest:
         blocks.append(Block("h2", "Figures"))
@@ -456,9 +462,12 @@ FIGURES = {f"{CAPTIONS[name]} ({png})": png
 
 
 def write(causes_csv: Path, sweep_csv: Path, markdown: Path, rst: Path | None = None,
-          packet_csv: Path | None = None) -> None:
+          packet_csv: Path | None = None, astra: tuple[Path, Path] | None = None) -> None:
     """Write answer.md (figures linked relative to it) and, if asked, answer.rst (embedded);
-    ``packet_csv``: packet_difference_by_cause.csv, for a sweep with packet-level points."""
+    ``packet_csv``: packet_difference_by_cause.csv, for a sweep with packet-level points;
+    ``astra``: astra_difference.csv and astra_vs_simai.csv, for a sweep that ran ASTRA-sim."""
+    from .astra_answer import lines as astra_lines
+
     from ..base.files import write_text
     from ..setup.points import read_points, read_skipped
 
@@ -467,7 +476,8 @@ def write(causes_csv: Path, sweep_csv: Path, markdown: Path, rst: Path | None = 
     points = {p.point: p for p in read_points(sweep_csv)}
     base = Path(markdown).parent
     figures = {caption: path for caption, path in FIGURES.items() if (base / path).exists()}
-    blocks = page(rows, points, figures, packet_rows, read_skipped(sweep_csv))
+    astra_section = astra_lines(*astra, points) if astra is not None else []
+    blocks = page(rows, points, figures, packet_rows, read_skipped(sweep_csv), astra_section)
     write_text(markdown, to_markdown(blocks))
     if rst is not None:
         write_text(rst, to_rst(blocks, base))

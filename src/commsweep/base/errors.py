@@ -81,3 +81,9 @@ def exit_interrupted(said: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGINT)
     raise SystemExit(128 + signal.SIGINT)  # only if the signal could not end the process
+
+
+class PartialResult(CommsweepError):
+    """A step that wrote all its outputs, some of whose rows name failures (a point ASTRA-sim
+    gave no time for): its status fails and names them, and ``status.guard`` keeps the outputs,
+    whose failed rows say why, rather than putting markers in their place."""

@@ -122,6 +122,18 @@ class Layout:
         """A packet-level point's run record (``simulate.ns3.record``): settings, build, FCT, PFC, cost."""
         return f"{self.point_dir(point)}/ns3.csv"
 
+    def astra_vs_simai(self) -> str:
+        """Each analytical point's time in ASTRA-sim beside SimAI's (``analysis.astra_compare``)."""
+        return self._at("astra_vs_simai.csv")
+
+    def astra_difference(self) -> str:
+        """Each AICB point minus its Megatron twin, in SimAI and in ASTRA-sim."""
+        return self._at("astra_difference.csv")
+
+    def astra_runs(self) -> str:
+        """The folder of the ASTRA-sim runs, one per point, each with its command kept."""
+        return self._at("astra")
+
     def packet_comparison(self) -> str:
         """Each packet-level point beside its analytical twin (``analysis.packet``)."""
         return self._at("packet_vs_analytical.csv")

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import paths
-from .errors import CommsweepError, InputError
+from .errors import CommsweepError, InputError, PartialResult
 from .files import write_text
 
 SUFFIX = ".status"
@@ -232,6 +232,7 @@ def guard(
     status_path = Path(status_path)
     outs = tuple(str(o) for o in outputs if Path(o) != status_path)
     status: Status | None = None
+    kept = False  # a partial result (errors.PartialResult): its outputs stay, their failed rows named
     for upstream in after:
         try:
             before = read(upstream)
@@ -253,6 +254,7 @@ def guard(
                 traceback.print_exc(file=sys.stderr)
             print(f"commsweep {stage}: error: {message}", file=sys.stderr)
             status = Status(ok=False, stage=stage, error=message, outputs=outs, attempt=attempt)
+            kept = isinstance(err, PartialResult)
         else:
             missing = [o for o in outs if not Path(o).exists()]
             if missing:
@@ -267,7 +269,8 @@ def guard(
         status = replace(status, job=job)
     if not status.ok:
         for out in outs:
-            write_text(out, marker_text(status, status_path))
+            if not (kept and Path(out).exists()):
+                write_text(out, marker_text(status, status_path))
     write(status_path, status)
     return status
 

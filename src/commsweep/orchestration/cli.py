@@ -144,7 +144,7 @@ def cmd_answer(ns: argparse.Namespace) -> None:
     from ..analysis import answer
 
     answer.write(Path(ns.causes), Path(ns.sweep), Path(ns.output), Path(ns.rst) if ns.rst else None,
-                 Path(ns.packet) if ns.packet else None)
+                 Path(ns.packet) if ns.packet else None, tuple(map(Path, ns.astra)) if ns.astra else None)
 
 
 def cmd_trace(ns: argparse.Namespace) -> None:
@@ -458,6 +458,9 @@ def add_answer_parser(sub) -> None:
     p.add_argument("--rst", help="also the page in reStructuredText, figures embedded (the report's front page)")
     p.add_argument("--packet", help="results/packet_difference_by_cause.csv: the answer under packet-level "
                                     "simulation too (a sweep with packet-level points)")
+    p.add_argument("--astra", nargs=2, metavar=("DIFFERENCE", "POINTS"),
+                   help="results/astra_difference.csv and results/astra_vs_simai.csv: the answer in ASTRA-sim "
+                        "too (a sweep with simulator.astra.root)")
     p.set_defaults(func=cmd_answer)
 
 

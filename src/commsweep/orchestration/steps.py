@@ -21,8 +21,9 @@ from ..analysis.figures.names import (AUDIT_BY_KIND, DIFFERENCE_BY_CAUSE, EXPOSE
                                       FIGURES, TIMELINE, TP_BYTES_BY_PHASE, VOLUME_BY_GROUP, VOLUME_BY_TP)
 
 # The sweeps that have a step: every sweep, or one with an audited point, an MoE point,
-# a packet-level point, measured traces, or traces of several megatron-core releases.
-WHEN = ("always", "audited", "moe", "packet", "traces", "releases")
+# a packet-level point, measured traces, traces of several megatron-core releases, or
+# ASTRA-sim beside SimAI (simulator.astra.root).
+WHEN = ("always", "audited", "moe", "packet", "traces", "releases", "astra")
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,11 @@ def table(tp_overlap: float | int = 0) -> tuple[Step, ...]:
         # packet-level Megatron point (no batch holds both: each packet point is a batch of its own).
         Step("packet_difference_by_cause", ("causes", "--simulation", "packet"), (), "1. The answer", when="packet",
              mem_mb=1024, runtime=5),
+        # Every finished analytical point through the user's ASTRA-sim, beside SimAI's time
+        # (simulate.astra.sweep); before the answer, whose page shows it. A job of its own: its
+        # run time is ASTRA-sim's.
+        Step("astra_compare", ("astra-compare",), (), "ASTRA-sim beside SimAI", when="astra", group=None,
+             mem_mb=2048, runtime=60),
         Step("answer", ("answer",), ("difference_by_cause",), "1. The answer", mem_mb=1024, runtime=5),
         Step("packet_vs_analytical", ("packet-compare",), ("summarize",), "Packet-level simulation", when="packet",
              mem_mb=512, runtime=5),

@@ -214,7 +214,9 @@ class SimulateStage(Stage[SimulateJob]):
         p.set_defaults(func=cmd_simulate)
 
     def check_external(self, config: Mapping, points: Sequence) -> dict:
-        return check_external(config, points)
+        from .astra.sweep import check_external as astra_external
+
+        return {**check_external(config, points), **astra_external(config)}
 
     def reads(self, point, config: Mapping) -> tuple[str, ...]:
         return ("simulator.root", "simulator.ratio_dir")
