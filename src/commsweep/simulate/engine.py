@@ -443,13 +443,8 @@ class _Walk:
     raw: list[tuple]
     bugs: list[BugHit]
     truncated_at: int | None
-    dp_comm: float = 0.0
-    dp_ep_comm: float = 0.0
-    tp_comm: float = 0.0
-    ep_comm: float = 0.0
-    comp: float = 0.0
-    total_exposed: float = 0.0
-    bubble: float = 0.0
+    # DP, DP_EP, TP and EP comm, compute, exposed comm, bubble before scaling (us)
+    sums: tuple[float, ...] = ()
 
 
 def _walk_rows(rows: list, table: _PhaseTable, rerun: range) -> _Walk:
@@ -474,7 +469,11 @@ def _walk_rows(rows: list, table: _PhaseTable, rerun: range) -> _Walk:
             if _note_problems(walk.bugs, index, row.name, fwd, wg, ig):
                 walk.truncated_at = index
                 break
-        fc, wgc, igc = _computes(row, index in rerun)
+        fc, wgc, igc = row.fwd_compute, row.wg_compute, row.ig_compute
+        if fc >= _F32_EXACT or wgc >= _F32_EXACT or igc >= _F32_EXACT:
+            fc, wgc, igc = scaled(fc), scaled(wgc), scaled(igc)
+        if index in rerun:  # its forward compute runs twice
+            fc = (2 * fc) & U64_MASK
         # Exposure: fwd and ig under the EP overlap when the row's FWD collective is on EP.
         on_ep = 1 if fwd.group == "EP" else 0
         fwd_exp = fwd.exposed[on_ep]
@@ -506,8 +505,7 @@ def _walk_rows(rows: list, table: _PhaseTable, rerun: range) -> _Walk:
             add_raw((index, name, "ig", ig, on_ep))
         if wg.coll:
             add_raw((index, name, "wg", wg, 2))
-    walk.dp_comm, walk.dp_ep_comm, walk.tp_comm, walk.ep_comm = dp_comm, dp_ep_comm, tp_comm, ep_comm
-    walk.comp, walk.total_exposed, walk.bubble = comp, total_exposed, bubble
+    walk.sums = (dp_comm, dp_ep_comm, tp_comm, ep_comm, comp, total_exposed, bubble)
     return walk
 
 
@@ -519,30 +517,14 @@ def _note_problems(bugs: list[BugHit], index: int, name: str, fwd: _Phase, wg: _
     return fwd.ticks is None or wg.ticks is None or ig.ticks is None
 
 
-def _computes(row, recomputed: bool) -> tuple[int, int, int]:
-    """A row's fwd, wg and ig compute ticks as SimAI holds them (fwd doubled when recomputed)."""
-    fc = row.fwd_compute
-    if fc >= _F32_EXACT:
-        fc = scaled(fc)
-    if recomputed:
-        fc = (2 * fc) & U64_MASK
-    wgc = row.wg_compute
-    if wgc >= _F32_EXACT:
-        wgc = scaled(wgc)
-    igc = row.ig_compute
-    if igc >= _F32_EXACT:
-        igc = scaled(igc)
-    return fc, wgc, igc
-
-
 def _summary(walk: _Walk, header: Header, network: Network, prefix: str,
              simai_bugs: str) -> tuple[str, dict[str, float], float]:
     """EndToEnd.csv with its summary: the bubble scaled by the schedule, PP comm, the total."""
+    dp_comm, dp_ep_comm, tp_comm, ep_comm, comp, total_exposed, bubble = walk.sums
     pp_ticks = _pp_ticks(header, network, walk.bugs, simai_bugs)
-    bubble = walk.bubble * div(float(header.pp - 1), float(_int32(header.ga * header.vpp)))
-    total = walk.comp + walk.total_exposed + bubble + float(pp_ticks)
-    components = (walk.dp_comm, walk.dp_ep_comm, walk.tp_comm, walk.ep_comm, float(pp_ticks), bubble,
-                  walk.comp, walk.total_exposed)
+    bubble *= div(float(header.pp - 1), float(_int32(header.ga * header.vpp)))
+    total = comp + total_exposed + bubble + float(pp_ticks)
+    components = (dp_comm, dp_ep_comm, tp_comm, ep_comm, float(pp_ticks), bubble, comp, total_exposed)
     text = endtoend.render(prefix, walk.lines, components, total)
     return text, dict(zip(endtoend.COMPONENTS, components)), total
 
