@@ -99,43 +99,50 @@ def _number(token: str, *, source, line: int, key: str) -> Number:
 
 
 def parse(text: str, *, source: str | Path = "<aiob>", require_standard: bool = False) -> AiobProfile:
+    """A profile from its text; ``require_standard``: every section AICB's workloads read."""
     lines = text.splitlines()
+    train_iter = _train_iter(lines, source)
+    sections = _sections(lines, source)
+    if not sections:
+        raise InputError("no operator sections", file=source, line=len(lines))
+    profile = AiobProfile(sections=tuple(sections), train_iter=train_iter)
+    if require_standard:
+        # Either AICB's Megatron sections or its DeepSeek ones (the fewer missing named).
+        missing = min(([s for s in names if profile.get(s) is None] for names in (STANDARD_SECTIONS, DEEPSEEK_SECTIONS)),
+                      key=len)
+        if missing:
+            raise InputError(
+                f"missing sections: {', '.join(missing)}", file=source, line=len(lines), field=missing[0]
+            )
+    return profile
+
+
+def _train_iter(lines: list[str], source: str | Path) -> int:
+    """The first line's ``train_iter:<N>``."""
     if not lines or not _TRAIN_ITER.fullmatch(lines[0]):
         got = lines[0] if lines else ""
         raise InputError(f"expected 'train_iter:<N>' on the first line, got {got!r}", file=source, line=1, field="train_iter")
     digits = _TRAIN_ITER.fullmatch(lines[0]).group(1)  # type: ignore[union-attr]
     if len(digits) > 18:
         raise InputError(f"expected an iteration count, got {len(digits)} digits", file=source, line=1, field="train_iter")
-    train_iter = int(digits)
+    return int(digits)
+
+
+def _sections(lines: list[str], source: str | Path) -> list[tuple[str, OpTime]]:
+    """Each ``Section:`` with its indented ``key: value`` lines, in file order, checked."""
     sections: list[tuple[str, OpTime]] = []
     seen: dict[str, int] = {}
     current: str | None = None
     current_line = 0
     values: dict[str, tuple[Number, int]] = {}
     extra: list[tuple[str, str]] = []
-
-    def close() -> None:
-        if current is None:
-            return
-        missing = [k for k in TIME_KEYS if k not in values]
-        if missing:
-            raise InputError(
-                f"section {current!r} lacks {', '.join(missing)}", file=source, line=current_line, field=missing[0]
-            )
-        mx, mn, avg = (values[k][0] for k in TIME_KEYS)
-        if not mn <= avg <= mx:
-            raise InputError(
-                f"section {current!r} needs time_gpu_min <= time_gpu_avg <= time_gpu_max, got {mn}, {avg}, {mx}",
-                file=source, line=values["time_gpu_avg"][1], field="time_gpu_avg",
-            )
-        sections.append((current, OpTime(max=mx, min=mn, avg=avg, extra=tuple(extra))))
-
     for number, line in enumerate(lines[1:], start=2):
         if not line.strip():
             continue
         section = _SECTION.fullmatch(line)
         if section:
-            close()
+            if current is not None:
+                sections.append((current, _op_time(current, current_line, values, extra, source)))
             current, current_line, values, extra = section.group(1), number, {}, []
             if current in seen:
                 raise InputError(
@@ -155,19 +162,24 @@ def parse(text: str, *, source: str | Path = "<aiob>", require_standard: bool = 
             values[key] = (_number(token, source=source, line=number, key=key), number)
         else:
             extra.append((key, token))
-    close()
-    if not sections:
-        raise InputError("no operator sections", file=source, line=len(lines))
-    profile = AiobProfile(sections=tuple(sections), train_iter=train_iter)
-    if require_standard:
-        # Either AICB's Megatron sections or its DeepSeek ones (the fewer missing named).
-        missing = min(([s for s in names if profile.get(s) is None] for names in (STANDARD_SECTIONS, DEEPSEEK_SECTIONS)),
-                      key=len)
-        if missing:
-            raise InputError(
-                f"missing sections: {', '.join(missing)}", file=source, line=len(lines), field=missing[0]
-            )
-    return profile
+    if current is not None:
+        sections.append((current, _op_time(current, current_line, values, extra, source)))
+    return sections
+
+
+def _op_time(name: str, line: int, values: dict[str, tuple[Number, int]], extra: list[tuple[str, str]],
+             source: str | Path) -> OpTime:
+    """One section's times, each present and min <= avg <= max (``line``: the section's)."""
+    missing = [k for k in TIME_KEYS if k not in values]
+    if missing:
+        raise InputError(f"section {name!r} lacks {', '.join(missing)}", file=source, line=line, field=missing[0])
+    mx, mn, avg = (values[k][0] for k in TIME_KEYS)
+    if not mn <= avg <= mx:
+        raise InputError(
+            f"section {name!r} needs time_gpu_min <= time_gpu_avg <= time_gpu_max, got {mn}, {avg}, {mx}",
+            file=source, line=values["time_gpu_avg"][1], field="time_gpu_avg",
+        )
+    return OpTime(max=mx, min=mn, avg=avg, extra=tuple(extra))
 
 
 # -- writing ---------------------------------------------------------------------------

@@ -113,22 +113,48 @@ def _free_bytes(torch, device) -> tuple[int, str]:
 
 def _builders(setup: TrainingSetup, torch, device, dtype) -> dict[str, Callable[[], Callable[[], object]]]:
     """For each section, a function that allocates its tensors and returns the timed call."""
-    import torch.nn.functional as F
-
-    sh = Shard.of(setup)
-    m = setup.model
+    ops = _Operators(setup, torch, device, dtype)
+    sh = ops.sh
     h, t, s, b = sh.h, sh.t, sh.s, sh.b
-    heads, groups, d = sh.heads // t, sh.kv_groups // t, sh.head_dim
-    torch.manual_seed(0)
+    return {
+        "Emb": ops.embedding,
+        "layernorm": ops.norm,
+        "atten_qkv": lambda: ops.linear((s, b), h, sh.qkv_width),
+        "atten_flash": ops.flash,
+        "atten_linear": ops.projection,
+        "layernorm2": ops.norm,
+        "mlp_linear_1": lambda: ops.expert_linears(h, sh.fc1_width),
+        "mlp_gelu": ops.activation,
+        "mlp_linear_2": lambda: ops.expert_linears(sh.fc2_width, h),
+        "layernorm_post": ops.norm,
+        "logit_time": lambda: ops.linear((s, b), h, sh.vocab // t),
+        "param_time": ops.param,
+    }
 
-    def rand(*shape):
-        return torch.rand(*shape, device=device).to(dtype)
 
-    def embedding():
+class _Operators:
+    """AICB's operators on one rank's shard: each method allocates its tensors and returns the
+    timed call. Creating it seeds torch's generator (the tensors are the same every run)."""
+
+    def __init__(self, setup: TrainingSetup, torch, device, dtype):
+        import torch.nn.functional as F
+
+        self.setup, self.torch, self.F, self.device, self.dtype = setup, torch, F, device, dtype
+        self.sh = sh = Shard.of(setup)
+        self.heads, self.groups = sh.heads // sh.t, sh.kv_groups // sh.t
+        self.rows_shape = (sh.s, sh.b) if sh.experts is None else (sh.expert_tokens,)
+        torch.manual_seed(0)
+
+    def rand(self, *shape):
+        return self.torch.rand(*shape, device=self.device).to(self.dtype)
+
+    def embedding(self):
+        torch, device, sh = self.torch, self.device, self.sh
+        h, t, s, b = sh.h, sh.t, sh.s, sh.b
         rows = math.ceil(sh.vocab / t)
         ids = torch.randint(0, rows, (b, s), device=device)
         table = torch.zeros(rows, h, dtype=torch.int64, device=device)  # AICB: randint(0, 1) as int64
-        max_pos = max(m.max_position_embeddings, s)
+        max_pos = max(self.setup.model.max_position_embeddings, s)
         positions = torch.nn.Embedding(max_pos, h).to(device)
         position_ids = torch.randint(0, max(s - 1, 1), (1, s), device=device)
 
@@ -144,26 +170,33 @@ def _builders(setup: TrainingSetup, torch, device, dtype) -> dict[str, Callable[
 
         return call
 
-    def norm():
-        rows = -(-s // t) if sh.sp else s
-        x = rand(rows, b, h)
-        weight, bias = rand(h), torch.zeros(h, dtype=dtype, device=device)
-        if m.normalization == "rmsnorm":
+    def norm(self):
+        F, sh = self.F, self.sh
+        h = sh.h
+        rows = -(-sh.s // sh.t) if sh.sp else sh.s
+        x = self.rand(rows, sh.b, h)
+        weight, bias = self.rand(h), self.torch.zeros(h, dtype=self.dtype, device=self.device)
+        if self.setup.model.normalization == "rmsnorm":
             return lambda: F.rms_norm(x, [h], weight, 1e-5)
         return lambda: F.layer_norm(x, [h], weight, bias, 1e-5)
 
-    def linear(rows_shape: tuple[int, ...], k: int, out: int):
-        x, w = rand(*rows_shape, k), rand(out, k)
+    def linear(self, rows_shape: tuple[int, ...], k: int, out: int):
+        x, w = self.rand(*rows_shape, k), self.rand(out, k)
+        torch = self.torch
         return lambda: torch.matmul(x, w.t())
 
-    def flash():
-        q = rand(b, heads, s, d)
-        k, v = rand(b, groups, s, d), rand(b, groups, s, d)
+    def flash(self):
+        F, sh, heads, groups = self.F, self.sh, self.heads, self.groups
+        b, s, d = sh.b, sh.s, sh.head_dim
+        q = self.rand(b, heads, s, d)
+        k, v = self.rand(b, groups, s, d), self.rand(b, groups, s, d)
         gqa = groups != heads
         return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
 
-    def projection():
-        context, w = rand(b, s, heads, d), rand(h, heads * d)
+    def projection(self):
+        torch, sh, heads = self.torch, self.sh, self.heads
+        b, s, d = sh.b, sh.s, sh.head_dim
+        context, w = self.rand(b, s, heads, d), self.rand(sh.h, heads * d)
 
         def call():
             sbh = context.permute(1, 0, 2, 3).reshape(s, b, heads * d).contiguous()
@@ -171,16 +204,14 @@ def _builders(setup: TrainingSetup, torch, device, dtype) -> dict[str, Callable[
 
         return call
 
-    experts, m_e = sh.local_experts, sh.expert_tokens
-    rows_shape = (s, b) if sh.experts is None else (m_e,)
-
-    def expert_linears(k: int, out: int):
-        calls = [linear(rows_shape, k, out) for _ in range(experts)]
+    def expert_linears(self, k: int, out: int):
+        calls = [self.linear(self.rows_shape, k, out) for _ in range(self.sh.local_experts)]
         return lambda: [c() for c in calls]
 
-    def activation():
-        xs = [rand(*rows_shape, sh.fc1_width) for _ in range(experts)]
-        bias = rand(sh.fc1_width)
+    def activation(self):
+        F, torch, sh = self.F, self.torch, self.sh
+        xs = [self.rand(*self.rows_shape, sh.fc1_width) for _ in range(sh.local_experts)]
+        bias = self.rand(sh.fc1_width)
 
         def one(x):
             if sh.bias:
@@ -192,9 +223,10 @@ def _builders(setup: TrainingSetup, torch, device, dtype) -> dict[str, Callable[
 
         return lambda: [one(x) for x in xs]
 
-    def param():
-        values = aicb_model_param(setup) // t
-        data = torch.rand(values, device=device, dtype=torch.float32)
+    def param(self):
+        torch, setup = self.torch, self.setup
+        values = aicb_model_param(setup) // self.sh.t
+        data = torch.rand(values, device=self.device, dtype=torch.float32)
         dp = max(setup.dp, 1)
 
         def call():
@@ -203,21 +235,6 @@ def _builders(setup: TrainingSetup, torch, device, dtype) -> dict[str, Callable[
             return [data[r * shard:(r + 1) * shard] for r in range(dp)]
 
         return call
-
-    return {
-        "Emb": embedding,
-        "layernorm": norm,
-        "atten_qkv": lambda: linear((s, b), h, sh.qkv_width),
-        "atten_flash": flash,
-        "atten_linear": projection,
-        "layernorm2": norm,
-        "mlp_linear_1": lambda: expert_linears(h, sh.fc1_width),
-        "mlp_gelu": activation,
-        "mlp_linear_2": lambda: expert_linears(sh.fc2_width, h),
-        "layernorm_post": norm,
-        "logit_time": lambda: linear((s, b), h, sh.vocab // t),
-        "param_time": param,
-    }
 
 
 def _pick_device(torch, device: str):

@@ -131,15 +131,42 @@ def read_runs(path: str | Path) -> list[Run]:
 
 
 def _run(values: dict[str, str], path: str | Path, line: int) -> Run:
+    """One checked run from its CSV row; the first bad field is reported (in column order)."""
     def bad(column: str, expected: str) -> InputError:
         return InputError(f"expected {expected}, got {values[column]!r}", file=path, line=line, field=column)
 
+    ints = _positive_ints(values, bad)
+    floats = _positive_floats(values, bad)
+    known = _check_choices(values, ints, bad)
+    try:
+        gpu = gpus.gpu(values["gpu"])
+    except ConfigError as err:
+        raise InputError(err.message, file=path, line=line, field="gpu") from None
+    if values["precision"] == "fp8" and not gpu.fp8_tflops:
+        raise InputError(f"the {gpu.name} has no FP8 tensor cores", file=path, line=line, field="precision")
+    setup = _setup(values, ints)
+    problems = setup.problems()
+    if problems:
+        raise InputError("; ".join(problems), file=path, line=line)
+    cluster = Cluster(gpus_per_server=ints["gpus_per_server"], nics_per_server=ints["nics_per_server"],
+                      nvlink_gbps=floats["nvlink_gbps"], nic_gbps=floats["nic_gbps"])
+    return Run(line=line, values=values, setup=setup, gpu=gpu, cluster=cluster, measured_s=floats.get("measured_s"),
+               fp8=values["precision"] == "fp8", recipe=known.get(values["recipe"]))
+
+
+def _positive_ints(values: dict[str, str], bad) -> dict[str, int]:
+    """The integer columns, each checked positive."""
     ints: dict[str, int] = {}
     for column in _INTS:
         text = values[column]
         if not text.isdigit() or int(text) < 1:
             raise bad(column, "a positive integer")
         ints[column] = int(text)
+    return ints
+
+
+def _positive_floats(values: dict[str, str], bad) -> dict[str, float]:
+    """The number columns, each checked positive and finite (``measured_s`` may be empty)."""
     floats: dict[str, float] = {}
     for column in (*_FLOATS, "measured_s"):
         text = values[column]
@@ -152,6 +179,11 @@ def _run(values: dict[str, str], path: str | Path, line: int) -> Run:
         if not (number > 0 and math.isfinite(number)):
             raise bad(column, "a positive number")
         floats[column] = number
+    return floats
+
+
+def _check_choices(values: dict[str, str], ints: dict[str, int], bad) -> dict[str, dict[str, object]]:
+    """The text columns: a name, and each choice column one of its choices; returns the recipes."""
     if not values["name"]:
         raise bad("name", "a name")
     if values["recompute"] not in RECOMPUTE:
@@ -168,13 +200,13 @@ def _run(values: dict[str, str], path: str | Path, line: int) -> Run:
     groups = values["num_query_groups"]
     if groups and (not groups.isdigit() or int(groups) < 1 or ints["num_attention_heads"] % int(groups)):
         raise bad("num_query_groups", "empty or a positive divisor of num_attention_heads")
-    try:
-        gpu = gpus.gpu(values["gpu"])
-    except ConfigError as err:
-        raise InputError(err.message, file=path, line=line, field="gpu") from None
-    if values["precision"] == "fp8" and not gpu.fp8_tflops:
-        raise InputError(f"the {gpu.name} has no FP8 tensor cores", file=path, line=line, field="precision")
+    return known
+
+
+def _setup(values: dict[str, str], ints: dict[str, int]) -> TrainingSetup:
+    """The run's model (GPT or LLaMA architecture) and parallel setup, from checked columns."""
     llama = values["architecture"] == "llama"
+    groups = values["num_query_groups"]
     model = ModelSpec(
         name=values["name"], num_layers=ints["num_layers"], hidden_size=ints["hidden_size"],
         num_attention_heads=ints["num_attention_heads"], ffn_hidden_size=ints["ffn_hidden_size"],
@@ -184,20 +216,13 @@ def _run(values: dict[str, str], path: str | Path, line: int) -> Run:
         add_bias_linear=not llama, tie_embeddings=not llama,
     )
     recompute = values["recompute"]
-    setup = TrainingSetup(
+    return TrainingSetup(
         model=model, world_size=ints["tp"] * ints["pp"] * ints["dp"], tp=ints["tp"], pp=ints["pp"],
         sp=values["sequence_parallel"] == "true", micro_batch=ints["micro_batch"],
         global_batch=ints["global_batch"], seq_length=ints["seq_length"], recompute=recompute != "none",
         recompute_granularity="full" if recompute == "full" else "selective",
         virtual_pipeline=ints["virtual_pipeline"],
     )
-    problems = setup.problems()
-    if problems:
-        raise InputError("; ".join(problems), file=path, line=line)
-    cluster = Cluster(gpus_per_server=ints["gpus_per_server"], nics_per_server=ints["nics_per_server"],
-                      nvlink_gbps=floats["nvlink_gbps"], nic_gbps=floats["nic_gbps"])
-    return Run(line=line, values=values, setup=setup, gpu=gpu, cluster=cluster, measured_s=floats.get("measured_s"),
-               fp8=values["precision"] == "fp8", recipe=known.get(values["recipe"]))
 
 
 RECIPE_COLUMNS = ("recipe", "dropout", "cross_entropy", "defer_embedding_wgrad", "grad_reduce_in_fp32", "vboost")

@@ -78,6 +78,14 @@ FRAMES = ("Megatron", "DeepSeek")
 
 def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     """Add AICB's training arguments (its names and defaults) and commsweep's extensions."""
+    _add_aicb_arguments(parser)
+    _add_architecture_arguments(parser)
+    _add_moe_arguments(parser)
+    resolve_aicb_prefixes_in(parser)
+
+
+def _add_aicb_arguments(parser: argparse.ArgumentParser) -> None:
+    """AICB's own training and DeepSeek arguments (ignored ones accepted, as AICB accepts them)."""
     a = parser.add_argument_group("training setup (AICB's argument names)")
     a.add_argument("--frame", default=None,
                    help="AICB's frame: Megatron, or DeepSeek (multi-latent attention; default: the model's)")
@@ -118,6 +126,10 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     d = parser.add_argument_group("AICB's DeepSeek frame (--frame DeepSeek; AICB's defaults)")
     for name, default in DEEPSEEK_DEFAULTS.items():
         d.add_argument(f"--{name}", type=int, default=None, help=f"default {default}")
+
+
+def _add_architecture_arguments(parser: argparse.ArgumentParser) -> None:
+    """Architecture fields beyond AICB's arguments (GQA, RoPE, RMSNorm, untied embeddings, biases)."""
     # commsweep's own flags: hyphens, the first underscore spellings kept as aliases (flags.py).
     x = parser.add_argument_group("architecture beyond AICB's arguments (Megatron schedule)")
     add_flag(x, "--num-query-groups", type=int, default=None, help="GQA key/value heads")
@@ -131,6 +143,10 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     add_flag(tie, "--tie-embeddings", dest="untie_embeddings", action="store_false", default=None,
              help="the output layer shares the input embedding's weights (default without --swiglu)")
     add_flag(x, "--add-qkv-bias", action="store_true", default=None, help="biases on q, k and v only (Qwen)")
+
+
+def _add_moe_arguments(parser: argparse.ArgumentParser) -> None:
+    """MoE fields beyond AICB's arguments, in Megatron's spellings."""
     e = parser.add_argument_group("MoE beyond AICB's arguments (Megatron's spellings; docs/moe.md)")
     add_flag(e, "--expert-tensor-parallel-size", type=int, default=None, help="expert TP (default: TP)")
     add_flag(e, "--moe-ffn-hidden-size", type=int, default=None,
@@ -142,7 +158,6 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     add_flag(e, "--moe-first-k-dense", type=int, default=None,
              help="the first k layers dense (default 0; with --frame DeepSeek, AICB's --n_dense_layers)")
     add_flag(e, "--moe-aux-loss-coeff", type=float, default=None, help="load-balancing loss (default 0)")
-    resolve_aicb_prefixes_in(parser)
 
 
 class AmbiguousPrefix(ValueError):
@@ -309,36 +324,9 @@ def model_from_args(ns: argparse.Namespace) -> ModelSpec:
     swiglu = bool(_pick(ns.swiglu, base.swiglu if base else False))
     hidden = _pick(ns.hidden_size, base.hidden_size if base else 1024)
     layers = _pick(ns.num_layers, base.num_layers if base else 24)
-    if ns.ffn_hidden_size is not None:
-        ffn = ns.ffn_hidden_size
-    elif base is not None and ns.hidden_size is None and ns.swiglu is None:
-        ffn = base.ffn_hidden_size
-    else:
-        # AICB's default (utils.get_params): 4h, or 2/3 of that rounded down to 64 for swiglu.
-        ffn = int((4 * hidden * 2 / 3) / 64) * 64 if swiglu else 4 * hidden
-    moe = frame == "DeepSeek" or bool(_pick(ns.moe_enable, base.is_moe if base else False))
-    moe_base = base if base is not None and base.is_moe else None
-    if moe:
-        experts = _pick(ns.num_experts, moe_base.num_experts if moe_base else 1)
-        topk = _pick(ns.moe_router_topk, moe_base.moe_topk if moe_base else 1)
-    else:
-        experts, topk = None, 2
-
-    def moe_field(name: str, default):
-        """An MoE field: the argument, else the MoE preset's value, else megatron's default."""
-        if not moe:
-            return default
-        return _pick(getattr(ns, name), getattr(moe_base, name) if moe_base else default)
-
+    ffn = _ffn_hidden_size(ns, base, hidden, swiglu)
+    moe_fields = _moe_fields(ns, base, frame, ffn)
     llama_like = swiglu
-    if frame == "DeepSeek":
-        expert_ffn = _pick(moe_field("moe_ffn_hidden_size", None), ffn)
-        extra = _deepseek_fields(ns, base, expert_ffn)
-    else:
-        extra = dict(
-            moe_shared_expert_intermediate_size=moe_field("moe_shared_expert_intermediate_size", None),
-            moe_first_k_dense=moe_field("moe_first_k_dense", 0),
-        )
     return ModelSpec(
         name=name,
         aicb_name=ns.model_name or (base.aicb_name if base else None),
@@ -356,6 +344,45 @@ def model_from_args(ns: argparse.Namespace) -> ModelSpec:
         add_bias_linear=bool(_pick(ns.add_bias_linear, base.add_bias_linear if base else False)),
         add_qkv_bias=bool(_pick(ns.add_qkv_bias, base.add_qkv_bias if base else False)),
         tie_embeddings=not _pick(ns.untie_embeddings, (not base.tie_embeddings) if base else llama_like),
+        **moe_fields,
+    )
+
+
+def _ffn_hidden_size(ns: argparse.Namespace, base: ModelSpec | None, hidden: int, swiglu: bool) -> int:
+    """The FFN width: the argument, else the preset's (when its shape is unchanged), else AICB's default."""
+    if ns.ffn_hidden_size is not None:
+        return ns.ffn_hidden_size
+    if base is not None and ns.hidden_size is None and ns.swiglu is None:
+        return base.ffn_hidden_size
+    # AICB's default (utils.get_params): 4h, or 2/3 of that rounded down to 64 for swiglu.
+    return int((4 * hidden * 2 / 3) / 64) * 64 if swiglu else 4 * hidden
+
+
+def _moe_fields(ns: argparse.Namespace, base: ModelSpec | None, frame: str, ffn: int) -> dict:
+    """The ModelSpec fields of the MoE layers (and DeepSeek's multi-latent attention)."""
+    moe = frame == "DeepSeek" or bool(_pick(ns.moe_enable, base.is_moe if base else False))
+    moe_base = base if base is not None and base.is_moe else None
+    if moe:
+        experts = _pick(ns.num_experts, moe_base.num_experts if moe_base else 1)
+        topk = _pick(ns.moe_router_topk, moe_base.moe_topk if moe_base else 1)
+    else:
+        experts, topk = None, 2
+
+    def moe_field(name: str, default):
+        """An MoE field: the argument, else the MoE preset's value, else megatron's default."""
+        if not moe:
+            return default
+        return _pick(getattr(ns, name), getattr(moe_base, name) if moe_base else default)
+
+    if frame == "DeepSeek":
+        expert_ffn = _pick(moe_field("moe_ffn_hidden_size", None), ffn)
+        extra = _deepseek_fields(ns, base, expert_ffn)
+    else:
+        extra = dict(
+            moe_shared_expert_intermediate_size=moe_field("moe_shared_expert_intermediate_size", None),
+            moe_first_k_dense=moe_field("moe_first_k_dense", 0),
+        )
+    return dict(
         num_experts=experts,
         moe_topk=topk,
         moe_ffn_hidden_size=moe_field("moe_ffn_hidden_size", None),

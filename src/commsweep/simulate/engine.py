@@ -364,76 +364,116 @@ def simulate(workload: Workload, network: Network, ratios: Ratios | None = None,
     """
     check_mode(simai_bugs)
     ratios = ratios if ratios is not None else Ratios()
-    fix = simai_bugs == "fix"
     header = workload.header
     rows = workload.rows
     if not rows:
         raise InputError("the workload has no rows; SimAI aborts on it", line=2, field="row_count")
-    tp, ep = header.tp, header.ep
-    sizes = wformat.group_sizes(header, _gpus(network))
-    net = _params(network)
-    keep_tp, keep_dp, keep_ep = network.keep("tp"), network.keep("dp"), network.keep("ep")
-    rerun = recompute_rows(header, len(rows))
-    bugs: list[BugHit] = []
-    phases: dict[tuple[str, str, int], _Phase] = {}
-    us_text: dict[int, str] = {}
+    table = _PhaseTable(header, network, ratios, simai_bugs == "fix")
+    walk = _walk_rows(rows, table, recompute_rows(header, len(rows)))
+    if walk.truncated_at is None:
+        text, named, total = _summary(walk, header, network, prefix, simai_bugs)
+    else:
+        text = endtoend.render(prefix, walk.lines, None, None)
+        named, total = None, None
+    result = Simulation(text, named, total, walk.bugs, simai_bugs, ratios.source, walk.truncated_at, walk.raw)
+    if simai_bugs == "error" and walk.bugs:
+        raise SimaiBugError("SimAI would print nonsense for this workload and network:\n  "
+                            + "\n  ".join(result.warnings()))
+    return result
 
-    def us(ticks: int) -> str:
-        text = us_text.get(ticks)
+
+class _PhaseTable:
+    """Each (comm type, phase, size) of a workload evaluated once, and tick counts as printed us.
+
+    Rows share few distinct collectives, so ``phases`` keeps them (:meth:`add`); ``us`` caches the
+    "%.0f" text of tick counts, which the row loop prints three times per row.
+    """
+
+    def __init__(self, header: Header, network: Network, ratios: Ratios, fix: bool):
+        self.tp, self.ep = header.tp, header.ep
+        self.sizes = wformat.group_sizes(header, _gpus(network))
+        self.net = _params(network)
+        self.keep = (network.keep("tp"), network.keep("ep"), network.keep("dp"))
+        self.ratios = ratios
+        self.fix = fix
+        self.phases: dict[tuple[str, str, int], _Phase] = {}
+        self.us_text: dict[int, str] = {}
+
+    def us(self, ticks: int) -> str:
+        """Ticks (ns) as SimAI prints microseconds, ``%.0f``."""
+        text = self.us_text.get(ticks)
         if text is None:
-            text = us_text[ticks] = f"{float(ticks) / 1000.0:.0f}"
+            text = self.us_text[ticks] = f"{float(ticks) / 1000.0:.0f}"
         return text
 
-    def exposed(ticks: int, keep: float) -> int:
-        if ticks == 0 or (keep == 1.0 and ticks < _F32_EXACT):
-            return ticks
-        return u64(f32(f32_of_int(ticks) * keep))
+    def add(self, key: tuple[str, str, int]) -> _Phase:
+        """Evaluate the phase ``key`` (comm type, phase, size) and keep it in ``phases``."""
+        phase = self.phases[key] = self.evaluate(*key)
+        return phase
 
-    def phase_of(comm_type: str, phase: str, size: int) -> _Phase:
+    def evaluate(self, comm_type: str, phase: str, size: int) -> _Phase:
+        """One collective's time, bandwidths and exposed times, as printed."""
         coll, group = parse_comm_type(comm_type, phase)
-        nranks = _nranks(phase, group, sizes)
+        nranks = _nranks(phase, group, self.sizes)
         eff = effective_size(phase, size)
-        ticks, problems = _phase_ticks(coll, group, nranks, eff, tp, ep, net, ratios, fix)
+        ticks, problems = _phase_ticks(coll, group, nranks, eff, self.tp, self.ep, self.net, self.ratios, self.fix)
         if ticks is None:
             return _Phase(coll, group, nranks, eff, None, problems, "", (0, 0, 0), ("", "", ""))
         algbw, busbw = reported_bandwidths(coll, nranks, eff, ticks)
-        if fix and ONE_GPU in problems:
+        if self.fix and ONE_GPU in problems:
             busbw = 0.0
+        us = self.us
         text = f"{us(ticks)},{fixed(algbw, 2)},{fixed(busbw, 2)}"
-        exp = (exposed(ticks, keep_tp), exposed(ticks, keep_ep), exposed(ticks, keep_dp))
+        exp = tuple(_exposed(ticks, keep) for keep in self.keep)
         return _Phase(coll, group, nranks, eff, ticks, problems, text, exp, tuple(us(e) for e in exp))
 
+
+def _exposed(ticks: int, keep: float) -> int:
+    """``ticks`` after an overlap ratio, as SimAI rounds it (float32, truncated)."""
+    if ticks == 0 or (keep == 1.0 and ticks < _F32_EXACT):
+        return ticks
+    return u64(f32(f32_of_int(ticks) * keep))
+
+
+@dataclass
+class _Walk:
+    """What the row loop gathers: the per-row lines and sums the summary is made of."""
+
+    lines: list[str]
+    raw: list[tuple]
+    bugs: list[BugHit]
+    truncated_at: int | None
+    # DP, DP_EP, TP and EP comm, compute, exposed comm, bubble before scaling (us)
+    sums: tuple[float, ...] = ()
+
+
+def _walk_rows(rows: list, table: _PhaseTable, rerun: range) -> _Walk:
+    """Every row's EndToEnd.csv line and its share of the sums, in SimAI's order of additions.
+
+    Stops at the first row whose collective SimAI throws on (``truncated_at``). The hot path:
+    sums in locals, no call per row but on a new collective or a bug (a call costs ~10%).
+    """
     dp_comm = dp_ep_comm = tp_comm = ep_comm = 0.0
     comp = total_exposed = bubble = 0.0
-    lines: list[str] = []
-    raw: list[tuple] = []
-    add_line, add_raw, us_get, get_phase = lines.append, raw.append, us_text.get, phases.get
-    truncated_at = None
+    walk = _Walk([], [], [], None)
+    add_line, add_raw, us, us_get = walk.lines.append, walk.raw.append, table.us, table.us_text.get
+    get_phase, add_phase = table.phases.get, table.add
     for index, row in enumerate(rows):
         key = (row.fwd_comm, "fwd", row.fwd_size)
-        fwd = get_phase(key) or phases.setdefault(key, phase_of(*key))
+        fwd = get_phase(key) or add_phase(key)
         key = (row.wg_comm, "wg", row.wg_size)
-        wg = get_phase(key) or phases.setdefault(key, phase_of(*key))
+        wg = get_phase(key) or add_phase(key)
         key = (row.ig_comm, "ig", row.ig_size)
-        ig = get_phase(key) or phases.setdefault(key, phase_of(*key))
+        ig = get_phase(key) or add_phase(key)
         if fwd.problems or wg.problems or ig.problems:
-            for ph, name in ((fwd, "fwd"), (ig, "ig"), (wg, "wg")):
-                for problem in ph.problems:
-                    bugs.append(BugHit(problem, index, row.name, name))
-            if fwd.ticks is None or wg.ticks is None or ig.ticks is None:
-                truncated_at = index
+            if _note_problems(walk.bugs, index, row.name, fwd, wg, ig):
+                walk.truncated_at = index
                 break
-        fc = row.fwd_compute
-        if fc >= _F32_EXACT:
-            fc = scaled(fc)
-        if index in rerun:
+        fc, wgc, igc = row.fwd_compute, row.wg_compute, row.ig_compute
+        if fc >= _F32_EXACT or wgc >= _F32_EXACT or igc >= _F32_EXACT:
+            fc, wgc, igc = scaled(fc), scaled(wgc), scaled(igc)
+        if index in rerun:  # its forward compute runs twice
             fc = (2 * fc) & U64_MASK
-        wgc = row.wg_compute
-        if wgc >= _F32_EXACT:
-            wgc = scaled(wgc)
-        igc = row.ig_compute
-        if igc >= _F32_EXACT:
-            igc = scaled(igc)
         # Exposure: fwd and ig under the EP overlap when the row's FWD collective is on EP.
         on_ep = 1 if fwd.group == "EP" else 0
         fwd_exp = fwd.exposed[on_ep]
@@ -465,22 +505,28 @@ def simulate(workload: Workload, network: Network, ratios: Ratios | None = None,
             add_raw((index, name, "ig", ig, on_ep))
         if wg.coll:
             add_raw((index, name, "wg", wg, 2))
+    walk.sums = (dp_comm, dp_ep_comm, tp_comm, ep_comm, comp, total_exposed, bubble)
+    return walk
 
-    if truncated_at is None:
-        pp_ticks = _pp_ticks(header, network, bugs, simai_bugs)
-        bubble *= div(float(header.pp - 1), float(_int32(header.ga * header.vpp)))
-        total = comp + total_exposed + bubble + float(pp_ticks)
-        components = (dp_comm, dp_ep_comm, tp_comm, ep_comm, float(pp_ticks), bubble, comp, total_exposed)
-        text = endtoend.render(prefix, lines, components, total)
-        named = dict(zip(endtoend.COMPONENTS, components))
-    else:
-        text = endtoend.render(prefix, lines, None, None)
-        named, total = None, None
-    result = Simulation(text, named, total, bugs, simai_bugs, ratios.source, truncated_at, raw)
-    if simai_bugs == "error" and bugs:
-        raise SimaiBugError("SimAI would print nonsense for this workload and network:\n  "
-                            + "\n  ".join(result.warnings()))
-    return result
+
+def _note_problems(bugs: list[BugHit], index: int, name: str, fwd: _Phase, wg: _Phase, ig: _Phase) -> bool:
+    """Record a row's bug cases (in SimAI's fwd, ig, wg order); True when SimAI stops at this row."""
+    for ph, phase in ((fwd, "fwd"), (ig, "ig"), (wg, "wg")):
+        for problem in ph.problems:
+            bugs.append(BugHit(problem, index, name, phase))
+    return fwd.ticks is None or wg.ticks is None or ig.ticks is None
+
+
+def _summary(walk: _Walk, header: Header, network: Network, prefix: str,
+             simai_bugs: str) -> tuple[str, dict[str, float], float]:
+    """EndToEnd.csv with its summary: the bubble scaled by the schedule, PP comm, the total."""
+    dp_comm, dp_ep_comm, tp_comm, ep_comm, comp, total_exposed, bubble = walk.sums
+    pp_ticks = _pp_ticks(header, network, walk.bugs, simai_bugs)
+    bubble *= div(float(header.pp - 1), float(_int32(header.ga * header.vpp)))
+    total = comp + total_exposed + bubble + float(pp_ticks)
+    components = (dp_comm, dp_ep_comm, tp_comm, ep_comm, float(pp_ticks), bubble, comp, total_exposed)
+    text = endtoend.render(prefix, walk.lines, components, total)
+    return text, dict(zip(endtoend.COMPONENTS, components)), total
 
 
 def _pp_ticks(header: Header, network: Network, bugs: list[BugHit], simai_bugs: str) -> int:

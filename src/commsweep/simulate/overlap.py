@@ -134,13 +134,12 @@ def megatron_overlap(schedule: Schedule, network: Network, ratios: Ratios | None
             times[key] = comm_time_ns(comm_type, phase, size, header, network, ratios)
         return times[key]
 
-    tp_total = tp_hidden = dp_total = dp_hidden = 0
+    tp_total = tp_hidden = dp_total = 0
     fwd_compute = bwd_compute = 0
     dp: list[tuple[str, int]] = []
     for block, row in zip(schedule.blocks, workload.rows):
         fwd_compute += row.fwd_compute
         bwd_compute += row.ig_compute + row.wg_compute
-        kind, regather = _column_kind(block.name)
         for phase in ("fwd", "ig", "wg"):
             comm = block.comm(phase)
             if comm is None:
@@ -148,35 +147,58 @@ def megatron_overlap(schedule: Schedule, network: Network, ratios: Ratios | None
             ns = comm_ns(comm.comm_type(), phase, comm.bytes)
             if comm.group == "TP":
                 tp_total += ns
-                gemm_kind = _gemm_kind(block.name)
-                if tp_comm_overlap and gemm_kind is not None:
-                    if phase == "fwd":
-                        gemm = (fwd_gemm_us or {}).get(gemm_kind, 0.0)
-                    elif kind is not None and not regather and comm.collective != "allgather":
-                        gemm = wgrad_gemm_us[kind]  # the asynchronous input-gradient reduction
-                    else:
-                        gemm = dgrad_gemm_us.get(gemm_kind, 0.0)
+                gemm = _tp_hiding_gemm_us(block.name, phase, comm.collective, wgrad_gemm_us, dgrad_gemm_us,
+                                          fwd_gemm_us, async_tp, tp_comm_overlap)
+                if gemm is not None:
                     tp_hidden += min(ns, round(gemm * 1000))
-                elif async_tp and phase == "ig" and kind is not None:
-                    gemm = dgrad_gemm_us[kind] if regather else wgrad_gemm_us[kind]
-                    if comm.collective != "allgather" or regather:
-                        tp_hidden += min(ns, round(gemm * 1000))
             elif comm.group == "DP":
                 dp_total += ns
                 dp.append((comm.collective, ns))
-    if overlap_grad_reduce:
-        # The gradients reduce beside one micro-batch's backward pass, the distributed
-        # optimizer's parameters gather beside one forward pass.
-        ga = max(header.ga, 1)
-        for collective, ns in dp:
-            dp_hidden += min(ns, (fwd_compute if collective == "allgather" else bwd_compute) // ga)
-    pp = 1.0
-    setup = schedule.setup
-    if setup.pp > 1:
-        b = pipeline_bandwidth(pp_link_gbps, pp=setup.pp, vpp=setup.virtual_pipeline, ga=header.ga,
-                               overlapped=overlap_p2p)
-        pp = b / (b + 1.0)
+    dp_hidden = _dp_hidden_ns(dp, fwd_compute, bwd_compute, header.ga) if overlap_grad_reduce else 0
+    pp = _pp_ratio(schedule.setup, header.ga, pp_link_gbps, overlap_p2p)
     return Overlap(
         tp=tp_hidden / tp_total if tp_total else 0.0, dp=dp_hidden / dp_total if dp_total else 0.0, pp=pp,
         tp_total_ns=tp_total, tp_hidden_ns=tp_hidden, dp_total_ns=dp_total, dp_hidden_ns=dp_hidden,
     )
+
+
+def _tp_hiding_gemm_us(name: str, phase: str, collective: str, wgrad_gemm_us: dict[str, float],
+                       dgrad_gemm_us: dict[str, float], fwd_gemm_us: dict[str, float] | None,
+                       async_tp: bool, tp_comm_overlap: bool) -> float | None:
+    """The GEMM time (us) a TP collective of block ``name`` hides behind; None when none.
+
+    With ``tp_comm_overlap`` every GEMM kind overlaps its own collective (the asynchronous
+    input-gradient reduction hides behind the weight-gradient GEMM); else only the ig
+    collective of a column-parallel kind overlaps, asynchronously.
+    """
+    kind, regather = _column_kind(name)
+    gemm_kind = _gemm_kind(name)
+    if tp_comm_overlap and gemm_kind is not None:
+        if phase == "fwd":
+            return (fwd_gemm_us or {}).get(gemm_kind, 0.0)
+        if kind is not None and not regather and collective != "allgather":
+            return wgrad_gemm_us[kind]
+        return dgrad_gemm_us.get(gemm_kind, 0.0)
+    if async_tp and phase == "ig" and kind is not None:
+        gemm = dgrad_gemm_us[kind] if regather else wgrad_gemm_us[kind]
+        if collective != "allgather" or regather:
+            return gemm
+    return None
+
+
+def _dp_hidden_ns(dp: list[tuple[str, int]], fwd_compute: int, bwd_compute: int, ga: int) -> int:
+    """DP time hidden when the gradients reduce beside one micro-batch's backward pass and
+    the distributed optimizer's parameters gather beside one forward pass."""
+    per_micro = max(ga, 1)
+    hidden = 0
+    for collective, ns in dp:
+        hidden += min(ns, (fwd_compute if collective == "allgather" else bwd_compute) // per_micro)
+    return hidden
+
+
+def _pp_ratio(setup: TrainingSetup, ga: int, pp_link_gbps: float, overlap_p2p: bool) -> float:
+    """SimAI's PP overlap ratio for the pipeline's bandwidth; 1.0 without a pipeline."""
+    if setup.pp <= 1:
+        return 1.0
+    b = pipeline_bandwidth(pp_link_gbps, pp=setup.pp, vpp=setup.virtual_pipeline, ga=ga, overlapped=overlap_p2p)
+    return b / (b + 1.0)

@@ -390,6 +390,7 @@ def trace_step(setup: TrainingSetup, *, seed: int = 1234) -> tuple[list, dict]:
 
 
 def _trace_step(setup: TrainingSetup, seed: int) -> tuple[list, dict]:
+    """Build the stage's model in megatron's parallel state, run one step, record its collectives."""
     rank = dist.get_rank()
     reset_moe_state()  # a new model starts a new MoE loss tracker and scale (see compat)
     compat.USED.clear()  # what this setup's step calls (a launch traces several setups)
@@ -402,19 +403,7 @@ def _trace_step(setup: TrainingSetup, seed: int) -> tuple[list, dict]:
         config = transformer_config(setup, applied)
         stage = ps.get_pipeline_model_parallel_rank()
         first, last = ps.is_pipeline_first_stage(), ps.is_pipeline_last_stage()
-        m = setup.model
-        model = GPTModel(
-            config=config,
-            transformer_layer_spec=layer_spec(
-                config, setup.layers_per_stage, m, stage * setup.layers_per_stage, applied),
-            vocab_size=setup.padded_vocab,
-            max_sequence_length=m.max_position_embeddings,
-            pre_process=first,
-            post_process=last,
-            parallel_output=True,
-            share_embeddings_and_output_weights=m.tie_embeddings,
-            position_embedding_type="learned_absolute" if m.position_embedding == "learned" else "rope",
-        )
+        model = _gpt_model(setup, config, stage, first, last, applied)
         ddp = DistributedDataParallel(
             config,
             DistributedDataParallelConfig(
@@ -437,50 +426,14 @@ def _trace_step(setup: TrainingSetup, seed: int) -> tuple[list, dict]:
         config.finalize_model_grads_func = finalize
         config.no_sync_func = ddp.no_sync
 
-        b, s = setup.micro_batch, setup.seq_length
-        generator = torch.Generator().manual_seed(seed + 7)
-        batches = [
-            {
-                "tokens": torch.randint(0, m.vocab_size, (b, s), generator=generator),
-                "labels": torch.randint(0, m.vocab_size, (b, s), generator=generator),
-            }
-            for _ in range(setup.num_microbatches)
-        ]
-        position_ids = torch.arange(s).unsqueeze(0).expand(b, s)
-        # True marks a position a token must not attend to (megatron's convention).
-        mask = torch.triu(torch.ones(s, s, dtype=torch.bool), diagonal=1).expand(b, 1, s, s)
-
-        def forward_step(data_iterator, model_chunk):
-            batch = next(data_iterator)
-            output = model_chunk(batch["tokens"], position_ids, mask, labels=batch["labels"])
-
-            def loss_func(output_tensor):
-                loss = output_tensor.float().mean()
-                return loss, {"loss": loss.detach()}
-
-            return output, loss_func
-
+        batches = _batches(setup, seed)
         ddp.zero_grad_buffer()
         attribution.enabled = True
-        get_forward_backward_func()(
-            forward_step_func=forward_step,
-            data_iterator=iter(batches),
-            model=[ddp],
-            num_microbatches=setup.num_microbatches,
-            seq_length=s,
-            micro_batch_size=b,
-            forward_only=False,
-        )
+        _forward_backward(setup, ddp, batches)
         attribution.after_backward = True
         param_gather()  # what the distributed optimizer's step issues
         attribution.enabled = False
-        # What each gradient buffer pads its parameters with (the DP and DP_EP collectives carry it).
-        padding = {}
-        for group, buffers in (("DP", ddp.buffers), ("DP_EP", ddp.expert_parallel_buffers)):
-            # (a bucket's params: 0.8's buffers do not list theirs)
-            params = sum(p.numel() for buffer in buffers for bucket in buffer.buckets for p in bucket.params)
-            buffered = sum(bucket.grad_data.numel() for buffer in buffers for bucket in buffer.buckets)
-            padding[group] = buffered - params
+        padding = _buffer_padding(ddp)
         parameters = sum(p.numel() for p in model.parameters())
         meta = {"rank": rank, "stage": stage, "parameters": parameters, "buffer_padding": padding["DP"],
                 "expert_buffer_padding": padding["DP_EP"],
@@ -493,3 +446,72 @@ def _trace_step(setup: TrainingSetup, seed: int) -> tuple[list, dict]:
         # the error would never be seen; this process exits and the runner stops the rest.
         collectives.install(lambda call: None)
         ps.destroy_model_parallel()
+
+
+def _gpt_model(setup: TrainingSetup, config, stage: int, first: bool, last: bool, applied: list) -> GPTModel:
+    """This pipeline stage's part of the model, as megatron's GPT model."""
+    m = setup.model
+    return GPTModel(
+        config=config,
+        transformer_layer_spec=layer_spec(
+            config, setup.layers_per_stage, m, stage * setup.layers_per_stage, applied),
+        vocab_size=setup.padded_vocab,
+        max_sequence_length=m.max_position_embeddings,
+        pre_process=first,
+        post_process=last,
+        parallel_output=True,
+        share_embeddings_and_output_weights=m.tie_embeddings,
+        position_embedding_type="learned_absolute" if m.position_embedding == "learned" else "rope",
+    )
+
+
+def _batches(setup: TrainingSetup, seed: int) -> list[dict]:
+    """One iteration's micro-batches of random tokens and labels, from their own generator."""
+    b, s, vocab = setup.micro_batch, setup.seq_length, setup.model.vocab_size
+    generator = torch.Generator().manual_seed(seed + 7)
+    return [
+        {
+            "tokens": torch.randint(0, vocab, (b, s), generator=generator),
+            "labels": torch.randint(0, vocab, (b, s), generator=generator),
+        }
+        for _ in range(setup.num_microbatches)
+    ]
+
+
+def _forward_backward(setup: TrainingSetup, ddp, batches: list[dict]) -> None:
+    """Megatron's forward-backward schedule over ``batches`` (a mean of the logits as loss)."""
+    b, s = setup.micro_batch, setup.seq_length
+    position_ids = torch.arange(s).unsqueeze(0).expand(b, s)
+    # True marks a position a token must not attend to (megatron's convention).
+    mask = torch.triu(torch.ones(s, s, dtype=torch.bool), diagonal=1).expand(b, 1, s, s)
+
+    def forward_step(data_iterator, model_chunk):
+        batch = next(data_iterator)
+        output = model_chunk(batch["tokens"], position_ids, mask, labels=batch["labels"])
+
+        def loss_func(output_tensor):
+            loss = output_tensor.float().mean()
+            return loss, {"loss": loss.detach()}
+
+        return output, loss_func
+
+    get_forward_backward_func()(
+        forward_step_func=forward_step,
+        data_iterator=iter(batches),
+        model=[ddp],
+        num_microbatches=setup.num_microbatches,
+        seq_length=s,
+        micro_batch_size=b,
+        forward_only=False,
+    )
+
+
+def _buffer_padding(ddp) -> dict[str, int]:
+    """What each gradient buffer pads its parameters with (the DP and DP_EP collectives carry it)."""
+    padding = {}
+    for group, buffers in (("DP", ddp.buffers), ("DP_EP", ddp.expert_parallel_buffers)):
+        # (a bucket's params: 0.8's buffers do not list theirs)
+        params = sum(p.numel() for buffer in buffers for bucket in buffer.buckets for p in bucket.params)
+        buffered = sum(bucket.grad_data.numel() for buffer in buffers for bucket in buffer.buckets)
+        padding[group] = buffered - params
+    return padding

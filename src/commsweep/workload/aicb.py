@@ -83,8 +83,21 @@ def problems(
     ``aiob`` (AICB's AIOB path) changes nothing in this frame; it is taken for the DeepSeek
     frame's sake (``aicb_deepseek.problems``).
     """
+    out = _below_one(setup)
+    if out:
+        return out
+    t, p = setup.tp, setup.pp
+    if setup.world_size % (t * p):
+        return [f"world_size={setup.world_size} is not divisible by tp*pp={t * p} (AICB asserts it)"]
+    out = _option_problems(setup, num_experts, dtype, moe_grouped_gemm, moe_enable)
+    if out or not divides:
+        return out
+    return _divide_problems(setup)
+
+
+def _below_one(setup: TrainingSetup) -> list[str]:
+    """The sizes below 1, which AICB would divide by or write as nonsense."""
     m = setup.model
-    out: list[str] = []
     positive = {
         "world_size": setup.world_size, "tensor_model_parallel_size": setup.tp,
         "pipeline_model_parallel": setup.pp, "expert_model_parallel_size": setup.ep,
@@ -95,15 +108,15 @@ def problems(
     }
     if m.is_moe:
         positive.update(num_experts=m.num_experts, moe_router_topk=m.moe_topk)
-    for name, value in positive.items():
-        if value is None or value < 1:
-            out.append(f"{name} must be at least 1 (got {value})")
-    if out:
-        return out
-    t, p = setup.tp, setup.pp
-    if setup.world_size % (t * p):
-        out.append(f"world_size={setup.world_size} is not divisible by tp*pp={t * p} (AICB asserts it)")
-        return out
+    return [f"{name} must be at least 1 (got {value})" for name, value in positive.items()
+            if value is None or value < 1]
+
+
+def _option_problems(setup: TrainingSetup, num_experts: int | None, dtype: str, moe_grouped_gemm: bool,
+                     moe_enable: bool | None) -> list[str]:
+    """``get_params``'s asserts on MoE, expert parallelism and the data type."""
+    m = setup.model
+    out: list[str] = []
     if (m.is_moe if moe_enable is None else moe_enable) and not setup.sp:
         out.append("AICB refuses MoE without sequence parallelism: --moe_enable needs "
                    "--enable_sequence_parallel (moe must be enabled with sequence parallel)")
@@ -118,25 +131,28 @@ def problems(
             out.append("AICB refuses expert parallelism with --dtype=float16")
     if moe_grouped_gemm and dtype != "bfloat16":
         out.append(f"AICB's --moe_grouped_gemm needs --dtype=bfloat16 (got {dtype})")
-    if out or not divides:
-        return out
-    # The mocked layers' divide() asserts, in construction order; with no layer on a stage
-    # (pp > num_layers) AICB builds none and checks nothing.
-    if layers_per_stage(setup) > 0:
-        q = _query_width(setup)
-        if (3 * q) % t:
-            out.append(f"AICB's qkv layer needs tp={t} to divide 3*{q} (3 x heads x (hidden // heads))")
-        elif q % t:
-            out.append(f"AICB's attention output layer needs tp={t} to divide {q} (heads x (hidden // heads))")
-        elif m.is_moe:
-            width = _ffn(m) * (m.num_experts // setup.ep)
-            if width % t:
-                out.append(
-                    f"AICB's MoE layer needs tp={t} to divide ffn_hidden_size x local experts = {width}"
-                )
-        elif _ffn(m) % t:
-            out.append(f"AICB's MLP needs tp={t} to divide ffn_hidden_size={_ffn(m)}")
     return out
+
+
+def _divide_problems(setup: TrainingSetup) -> list[str]:
+    """The mocked layers' divide() asserts, in construction order (the first that fails); with
+    no layer on a stage (pp > num_layers) AICB builds none and checks nothing."""
+    if layers_per_stage(setup) <= 0:
+        return []
+    m, t = setup.model, setup.tp
+    q = _query_width(setup)
+    if (3 * q) % t:
+        return [f"AICB's qkv layer needs tp={t} to divide 3*{q} (3 x heads x (hidden // heads))"]
+    if q % t:
+        return [f"AICB's attention output layer needs tp={t} to divide {q} (heads x (hidden // heads))"]
+    if m.is_moe:
+        width = _ffn(m) * (m.num_experts // setup.ep)
+        if width % t:
+            return [f"AICB's MoE layer needs tp={t} to divide ffn_hidden_size x local experts = {width}"]
+        return []
+    if _ffn(m) % t:
+        return [f"AICB's MLP needs tp={t} to divide ffn_hidden_size={_ffn(m)}"]
+    return []
 
 
 def _ffn(m) -> int:
@@ -372,6 +388,10 @@ def aiob_rows(setup: TrainingSetup, profile: AiobProfile, mods: list[Module] | N
     one line into the next: ``embedding_layer``'s weight-gradient time is the gradient
     time on the first micro-batch and the last layer's backward time on later ones.
     ``mods`` and ``dispatch_scale`` as for ``default_rows``.
+
+    Long because it follows AICB's ``workload_generate_aiob`` branch by branch, in the order
+    AICB writes its lines, so that a reader can compare the two side by side; the times
+    carried from one module to the next would be hidden state if the loop were split.
     """
     cache = compute_cache(profile, recompute=setup.recompute)
     ga = setup.num_microbatches

@@ -103,7 +103,11 @@ def _map(pairs) -> str:
 def render(settings: Settings, directory: str = "./") -> str:
     """SimAI.conf for these settings, with every file under ``directory`` (default: the
     simulator's working directory). With the defaults and ``/etc/astra-sim/simulation/``
-    this is SimAI's shipped file byte for byte, its missing last newline included."""
+    this is SimAI's shipped file byte for byte, its missing last newline included.
+
+    Long because it is that file written out line for line, in its order, so that a reader
+    can compare it with SimAI's shipped SimAI.conf side by side.
+    """
     if re.search(r"\s", directory):
         raise ConfigError(f"SimAI reads SimAI.conf word by word: a path with a space cannot be named ({directory!r})",
                           key="ns3")
