@@ -42,7 +42,12 @@ Alignment, in three steps:
 Pipeline sends are not rows: SimAI derives them from the header (2 * vpp * ga messages
 of ``pp_comm`` bytes), so the header's PP traffic is compared with the reference
 header's as one ``pp`` finding. The tied-embedding all-reduce between pipeline stages,
-which no SimAI group can carry (``Schedule.unexpressed``), is not audited.
+which no SimAI group can carry (``Schedule.unexpressed``), is not audited. The attention's
+context-parallel exchange, which no SimAI group carries either, is: each of its collectives is
+expected in its attention unit, and ``missing`` from every workload (``CP_GROUPS``; no time).
+A workload made without CP for a CP setup (AICB's: its header's micro-batches are the setup's
+without CP, ``audited_setup``) is checked against that setup and held against Megatron's
+schedule with CP: its micro-batches of whole sequences pair with Megatron's first ones.
 
 Bytes: ``expected_bytes`` is what Megatron sends (the whole tensor, as SimAI's files
 count it), ``found_bytes`` the size field as written, ``delta_bytes`` what SimAI
