@@ -139,3 +139,58 @@ def test_the_cp_groups_volumes_by_comm_type():
     # Q, K, V and O forward, per layer and micro-batch: 32 x 4 x 4 all-to-alls on 2 GPUs.
     assert table[("fwd", "alltoall", "CP")].count == 512 and table[("fwd", "alltoall", "CP")].group_size == 2
     assert volumes.context_parallel(sweep.expand(llama())[0][0].setup) == []
+
+
+def test_the_long_context_sweeps_plan():
+    from commsweep.orchestration.batch import unit_of
+    from commsweep.setup.points import PointRow
+    from conftest import REPO
+
+    config = sweep.load_config(REPO / "config" / "long-context.yaml")
+    points, invalid = sweep.points_from_config(config)
+    assert len(points) == 128 and len(invalid) == 32
+    # a2a scatters a TP rank's 8/TP key/value groups over CP; TP 8 x CP 4 needs 32 GPUs.
+    assert {r for bad in invalid for r in bad.reasons} == {
+        "the all-to-all of cp_comm_type a2a scatters the 2 query groups of a TP rank over 4 ranks: they must divide",
+        "the all-to-all of cp_comm_type a2a scatters the 1 query groups of a TP rank over 2 ranks: they must divide",
+        "the all-to-all of cp_comm_type a2a scatters the 1 query groups of a TP rank over 4 ranks: they must divide",
+        "world_size=16 is not divisible by tp*cp*pp=32"}
+    partners = causes.megatron_partners([PointRow.of(p) for p in points])
+    by_key = {p.point_key: p for p in points}
+    aicb = [p for p in points if p.schedule == "aicb"]
+    assert len(partners) == len(aicb) == 64 and sum(p.ignores_cp for p in aicb) == 48
+    for key, partner in partners.items():
+        mine, theirs = by_key[key], by_key[partner]
+        assert (mine.setup.cp, mine.setup.cp_comm_type, mine.aiob) == (theirs.setup.cp, theirs.setup.cp_comm_type,
+                                                                       theirs.aiob)
+        assert unit_of(mine) == unit_of(theirs)  # one batch holds the pair
+
+
+def test_the_audit_table_shows_the_cp_groups_volumes(cp2, tmp_path):
+    from commsweep.orchestration import cli
+
+    megatron = next(p for p in sweep.points_from_config(llama(cp=[2]))[0] if p.schedule == "megatron")
+    out = tmp_path / "audit.txt"
+    assert cli.main(["audit", str(paths.workload_file(cp2, megatron.workload_key)), *to_commsweep_argv(megatron.setup),
+                     "--format", "table", "-o", str(out)]) == 0
+    text = out.read_text()
+    head, table = text.split("the context-parallel exchange Megatron sends per iteration (in no workload file):\n")
+    assert "cp_attention_exchange_missing" in head
+    lines = table.splitlines()
+    assert lines[0].split() == ["phase", "collective", "group", "size", "count", "payload", "MiB", "wire", "MiB/rank"]
+    assert lines[2].split() == ["fwd", "sendrecv", "CP", "2", "128", "2,048.00", "2,048.00"]
+    assert lines[3].split() == ["ig", "sendrecv", "CP", "2", "256", "4,096.00", "4,096.00"]
+
+
+def test_a_workload_of_neither_view_is_refused(cp2):
+    """Audited with CP 4, Megatron's CP 2 workload has the micro-batches of neither view: CP 4's
+    (8) nor AICB's, without CP (2). (AICB's own is the same for every CP: it is accepted.)"""
+    from dataclasses import replace
+
+    from commsweep.base.errors import InputError
+    from commsweep.workload import format as wf
+
+    aicb, megatron = sorted(sweep.points_from_config(llama(cp=[2]))[0], key=lambda p: p.schedule)
+    with pytest.raises(InputError, match="field 'ga': the workload has 4 where the audited arguments give 8"):
+        audit.audit(wf.read(paths.workload_file(cp2, megatron.workload_key)), replace(megatron.setup, cp=4))
+    assert audit.audit(wf.read(paths.workload_file(cp2, aicb.workload_key)), replace(aicb.setup, cp=4))
