@@ -202,14 +202,7 @@ def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
         )
         if cp is not None:
             values.update(cp=cp[0], cp_comm_type=cp[1])
-        reasons = setup.problems()
-        if not reasons:
-            reasons += cp_problems(setup, values["schedule"])
-        if not reasons:
-            # The megatron schedule's rules for CP (megatron_context_parallel.problems) come with its others.
-            reasons += schedule_problems(setup, values["schedule"], version, aiob=values["aiob"])
-        if not reasons and skip_unfit:
-            reasons += [r for r in (memory_problem(setup, gpu),) if r]
+        reasons = _problems(setup, values["schedule"], values["aiob"], version, gpu if skip_unfit else None)
         if reasons:
             invalid.append(Invalid(values=values, reasons=tuple(reasons)))
             continue
@@ -221,6 +214,20 @@ def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
             points += [Point(**values, setup=setup, net=nets[values["network"]], gpu=gpu, tp_overlap=tpo,
                              simulation=sim) for tpo in overlaps]
     return points, invalid
+
+
+def _problems(setup: TrainingSetup, schedule: str, aiob: bool, version: str, unfit_on: str | None) -> list[str]:
+    """Why a point cannot run, the first rules it breaks: Megatron's, AICB's without CP, the
+    schedule's (the megatron schedule's CP rules among them), then, when ``unfit_on`` names the
+    sweep's GPU (``skip_unfit``), its memory."""
+    reasons = setup.problems()
+    if not reasons:
+        reasons += cp_problems(setup, schedule)
+    if not reasons:
+        reasons += schedule_problems(setup, schedule, version, aiob=aiob)
+    if not reasons and unfit_on is not None:
+        reasons += [r for r in (memory_problem(setup, unfit_on),) if r]
+    return reasons
 
 
 def packet_refusals(setup: TrainingSetup) -> list[str]:
