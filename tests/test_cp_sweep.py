@@ -194,3 +194,23 @@ def test_a_workload_of_neither_view_is_refused(cp2):
     with pytest.raises(InputError, match="field 'ga': the workload has 4 where the audited arguments give 8"):
         audit.audit(wf.read(paths.workload_file(cp2, megatron.workload_key)), replace(megatron.setup, cp=4))
     assert audit.audit(wf.read(paths.workload_file(cp2, aicb.workload_key)), replace(aicb.setup, cp=4))
+
+
+def test_the_answer_page_says_what_aicb_misses_with_cp(cp2, tmp_path):
+    from commsweep.analysis import answer
+    from commsweep.setup.points import read_points
+
+    table = tmp_path / "difference_by_cause.csv"
+    table.write_text(causes.difference_by_cause(cp2 / "sweep.csv", paths.PointFiles.under(cp2)))
+    rows = causes.read_csv(table)
+    page = answer.to_markdown(answer.page(rows, {p.point: p for p in read_points(cp2 / "sweep.csv")}, {}))
+    [paragraph] = [line for line in page.splitlines() if "miss the attention's CP exchange" in line]
+
+    def said(cause):
+        nbytes = sum(r.bytes for r in rows if r.cause == cause)
+        return f"`{cause}` {answer.gib(nbytes)}"
+
+    assert "llama-7b, TP 2, SP on, CP 2 (p2p) (AICB default path)" in paragraph
+    assert said("cp_attention_exchange_missing") == "`cp_attention_exchange_missing` −6.00 GiB"  # 32 x 4 x 3 x 16 MiB
+    for cause in causes.CP_CAUSES:
+        assert said(cause) in paragraph
