@@ -51,10 +51,14 @@ def test_an_aicb_point_at_cp_2_is_aicb_ignoring_cp():
     points, _ = sweep.expand(llama(cp=[2]))
     aicb = next(p for p in points if p.schedule == "aicb")
     assert aicb.ignores_cp and "(AICB ignores CP)" in aicb.describe()
-    job = GENERATE.job(aicb, llama(cp=[2]), (None,), ("w.txt",))
-    assert job.setup.cp == 2  # the job carries CP; its command line says so, and AICB drops it
-    argv = to_commsweep_argv(job.setup)
+    megatron = next(p for p in points if p.schedule == "megatron")
+    job = GENERATE.job(megatron, llama(cp=[2]), (None,), ("w.txt",))
+    assert job.setup.cp == 2  # Megatron's job carries CP, and its command line says so
+    argv = GENERATE.argv(job)
     assert "--context-parallel-size=2" in argv and "--cp-comm-type=p2p" in argv
+    # AICB's job is what AICB runs: the setup without CP, no CP flags.
+    job = GENERATE.job(aicb, llama(cp=[2]), (None,), ("w.txt",))
+    assert job.setup.cp == 1 and not [a for a in GENERATE.argv(job) if "context-parallel" in a]
     from dataclasses import replace
 
     assert workload_text(job) == build(replace(aicb.setup, cp=1), "aicb").render()
