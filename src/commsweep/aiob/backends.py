@@ -156,10 +156,12 @@ def check_aiob_config(aiob: dict) -> None:
 
 def profile_setup(setup: TrainingSetup) -> TrainingSetup:
     """The setup a profile is made for, stripped of what does not change it (DP, the global
-    batch, recompute): points that share a profile key give the same arguments, so adding a
-    world size to a sweep does not remake its profiles."""
+    batch, recompute, context parallelism: a profile times the whole sequence, as AICB's does):
+    points that share a profile key give the same arguments, so adding a world size to a sweep
+    does not remake its profiles."""
     world = setup.tp * setup.pp * setup.ep
-    return replace(setup, world_size=world, global_batch=setup.micro_batch * setup.ep, recompute=False)
+    return replace(setup, world_size=world, global_batch=setup.micro_batch * setup.ep, recompute=False,
+                   cp=1, cp_comm_type="p2p", hierarchical_cp=None)
 
 
 def user_file(pattern: str, profile_key: str) -> str:

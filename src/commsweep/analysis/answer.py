@@ -263,6 +263,39 @@ def deepseek_blocks(panels: list[cz.Panel], points: dict[str, PointRow]) -> list
     return out
 
 
+def cp_blocks(panels: list[cz.Panel]) -> list[Block]:
+    """What AICB's workloads miss with context parallelism (docs/audit.md), quoted at the
+    setting with CP that misses the most bytes of CP exchange, among those with TP collectives
+    (at TP 1 merging micro-batches moves no bytes) where there are any."""
+    with_cp = [(p, path) for p in panels for path in (AICB_DEFAULT, AICB_AIOB)
+               if any(r.cause in cz.CP_CAUSES for r in p.rows.get(path, []))]
+    if not with_cp:
+        return []
+
+    def weight(pair: tuple[cz.Panel, str]) -> tuple[bool, int]:
+        rows = pair[0].rows[pair[1]]
+        return (_cause_total(rows, "cp_microbatches_merged")[1] != 0,
+                -_cause_total(rows, "cp_attention_exchange_missing")[1])
+
+    head, path = max(with_cp, key=weight)
+    rows = head.rows[path]
+
+    def cause(slug: str) -> str:
+        _, nbytes, us = _cause_total(rows, slug)
+        return f"`{slug}` {gib(nbytes)}{'' if us is None else ' (' + ms(us) + ')'}"
+
+    return [Block("p", (
+        "**With context parallelism AICB's workloads miss the attention's CP exchange.** AICB has no context "
+        "parallelism: its workload for a CP point is that of the same GPUs without CP, every CP rank a DP rank, "
+        "with CP times fewer micro-batches of whole sequences. It lacks the key/value exchange every layer runs "
+        "over the CP group in every micro-batch, which SimAI's format cannot hold (no CP group), so no simulation "
+        "times it, Megatron's included: it is counted in bytes with no time. Its TP collectives are CP times "
+        "Megatron's in the micro-batches it has, and the others are missing; its DP gradient sync runs on "
+        "the same DP x CP GPUs as Megatron's. "
+        f"For {head.label} ({PATH_NAMES[path]}): {cause('cp_attention_exchange_missing')}; "
+        f"{cause('cp_microbatches_merged')}; {cause('cp_sized_on_whole_sequence')}."))]
+
+
 def _cause_total(rows: list[cz.Row], cause: str) -> tuple[int, int, float | None]:
     mine = [r for r in rows if r.cause == cause]
     exposed = None if any(r.exposed_us is None for r in mine) else sum(r.exposed_us for r in mine)
@@ -373,6 +406,7 @@ def page(rows: list[cz.Row], points: dict[str, PointRow], figures: dict[str, str
         blocks += headline_blocks(head, figures)
     if deepseek(rows):
         blocks += deepseek_blocks(panels, points)
+    blocks += cp_blocks(panels)
     none = sum(r.rows for r in rows if r.cause == "size_in_none_column")
     sized = (f" This sweep's AICB files hold {none:,} `NONE` columns with a size (`size_in_none_column`); "
              "each counts 0." if none else "")

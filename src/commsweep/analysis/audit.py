@@ -42,7 +42,12 @@ Alignment, in three steps:
 Pipeline sends are not rows: SimAI derives them from the header (2 * vpp * ga messages
 of ``pp_comm`` bytes), so the header's PP traffic is compared with the reference
 header's as one ``pp`` finding. The tied-embedding all-reduce between pipeline stages,
-which no SimAI group can carry (``Schedule.unexpressed``), is not audited.
+which no SimAI group can carry (``Schedule.unexpressed``), is not audited. The attention's
+context-parallel exchange, which no SimAI group carries either, is: each of its collectives is
+expected in its attention unit, and ``missing`` from every workload (``CP_GROUPS``; no time).
+A workload made without CP for a CP setup (AICB's: its header's micro-batches are the setup's
+without CP, ``audited_setup``) is checked against that setup and held against Megatron's
+schedule with CP: its micro-batches of whole sequences pair with Megatron's first ones.
 
 Bytes: ``expected_bytes`` is what Megatron sends (the whole tensor, as SimAI's files
 count it), ``found_bytes`` the size field as written, ``delta_bytes`` what SimAI
@@ -247,8 +252,15 @@ def segment(workload: wf.Workload, layers_per_stage: int, first_layer: int = 0,
     return units
 
 
+# The context-parallel groups of Megatron's schedule (``workload/megatron_context_parallel.py``):
+# no SimAI row can carry them, so every workload misses them and no simulation times them.
+CP_GROUPS = ("CP", "CP_A2A", "CP_P2P")
+
+
 def expected_units(schedule: megatron.Schedule) -> dict[Unit, list[Side]]:
-    """The reference's collectives per unit (those a SimAI row can carry)."""
+    """The reference's collectives per unit: those a SimAI row can carry, then the attention's
+    context-parallel exchange, which none can (after the unit's others, so that these take the
+    unit's free slots last)."""
     out: dict[Unit, list[Side]] = {}
     for e in schedule.expected():
         if e.row is None:
@@ -257,7 +269,29 @@ def expected_units(schedule: megatron.Schedule) -> dict[Unit, list[Side]]:
         unit = Unit(block.micro_batch, block.layer, module_kind(block.module))
         side = Side(e.phase, e.comm.collective, e.comm.group, e.comm.bytes, e.comm.comm_type(), name=block.name)
         out.setdefault(unit, []).append(side)
+    for u in schedule.unexpressed:
+        if u.comm.group in CP_GROUPS:
+            unit = Unit(u.micro_batch, u.layer, module_kind(u.module))
+            out.setdefault(unit, []).append(Side(u.phase, u.comm.collective, u.comm.group, u.comm.bytes,
+                                                 name=CP_EXCHANGE))
     return out
+
+
+# The name of the attention's CP exchange on the expected side (its module's last part).
+CP_EXCHANGE = "core_attention_cp"
+
+
+def audited_setup(workload: wf.Workload, setup: TrainingSetup) -> TrainingSetup:
+    """The setup the workload's rows were made for: ``setup``, or with CP above 1 and a header
+    of the micro-batches the setup has without CP, that setup without CP (AICB's workload: AICB
+    has no context parallelism, so its DP takes the CP ranks and each micro-batch whole
+    sequences). The reference stays Megatron's schedule of ``setup``."""
+    from ..workload.generate import ignoring_cp
+
+    plain = ignoring_cp(setup)
+    if setup.cp > 1 and workload.header.ga == plain.num_microbatches != setup.num_microbatches:
+        return plain
+    return setup
 
 
 # -- the audit -------------------------------------------------------------------------
@@ -411,7 +445,8 @@ def _untimed(workload: wf.Workload, setup: TrainingSetup, stage: int, gpus: int 
     problems = setup.problems() + megatron.unsupported(setup, megatron_version)
     if problems:
         raise ConfigError("; ".join(problems), key="arguments")
-    check_header(workload, setup, source)
+    made_for = audited_setup(workload, setup)
+    check_header(workload, made_for, source)
     reference, expected = _reference(setup, stage, megatron_version)
     sizes = wf.group_sizes(workload.header, gpus)
     units = segment(workload, setup.layers_per_stage, stage * setup.layers_per_stage,
@@ -424,7 +459,8 @@ def _untimed(workload: wf.Workload, setup: TrainingSetup, stage: int, gpus: int 
 
     for unit in _file_order(set(rows_of) | set(expected), rows_of):
         findings += _audit_unit(workload, unit, rows_of.get(unit, []), expected.get(unit, []), sizes)
-    findings = _named(_audit_pipeline(workload.header, reference.header) + findings, setup.pp)
+    merged = workload.header.ga if made_for is not setup else None
+    findings = _named(_audit_pipeline(workload.header, reference.header) + findings, setup.pp, setup.cp, merged)
     _LAST.clear()
     _LAST[key] = (workload, findings, reference.header)
     return findings, reference.header
@@ -561,8 +597,8 @@ def _audit_pipeline(found: wf.Header, expected: wf.Header) -> list[Finding]:
 
 
 def _with_time(f: Finding, header: wf.Header, reference_header: wf.Header, time_us: TimeFn) -> Finding:
-    if f.phase == "pp":
-        return f  # pipeline time is not a collective's time (see simulate.engine)
+    if f.phase == "pp" or (f.expected is not None and f.expected.group in CP_GROUPS):
+        return f  # pipeline time is not a collective's time (see simulate.engine); no SimAI group is CP
     found = time_us(f.found, header) if f.found is not None and f.found.collective != "none" else 0.0
     expected = time_us(f.expected, reference_header) if f.expected is not None else 0.0
     # (Not dataclasses.replace, which costs more than the rest: an audit has thousands of findings.)
@@ -570,14 +606,15 @@ def _with_time(f: Finding, header: wf.Header, reference_header: wf.Header, time_
                    row_name=f.row_name, cause=f.cause)
 
 
-def _named(findings: list[Finding], pp: int) -> list[Finding]:
+def _named(findings: list[Finding], pp: int, cp: int = 1, merged: int | None = None) -> list[Finding]:
     """The findings, each with its cause (``causes.rules.classify``: ``pp``, the point's
-    pipeline size, tells a stage without the embedding or output layer)."""
+    pipeline size, tells a stage without the embedding or output layer; ``cp`` its CP size and
+    ``merged`` the micro-batches of a workload made without CP, ``audited_setup``)."""
     from .causes.rules import classify
 
     return [Finding(f.row, f.unit, f.phase, f.kind, f.expected, f.found, f.delta_bytes, f.delta_us,
                     row_name=f.row_name, cause=cause)
-            for f, cause in zip(findings, classify([record(f) for f in findings], pp))]
+            for f, cause in zip(findings, classify([record(f) for f in findings], pp, cp=cp, merged=merged))]
 
 
 # -- output ----------------------------------------------------------------------------

@@ -173,6 +173,12 @@ class AuditStage(Stage[AuditJob]):
         )
         text = audit.to_csv(findings) if job.format == "csv" else audit.to_table(findings,
                                                                                   causes.cause_families(findings))
+        if job.format == "table" and setup.cp > 1:  # what no workload file holds: the CP group's volumes
+            from . import volumes
+
+            cp = volumes.context_parallel(setup, pipeline_stage(job.pp_stage, setup.pp), job.megatron_version)
+            text += "\nthe context-parallel exchange Megatron sends per iteration (in no workload file):\n"
+            text += volumes.to_table(cp)
         emit(text, job.output)
 
     def add_parser(self, sub) -> None:

@@ -11,6 +11,10 @@ Tallied per phase (fwd, ig, wg, and pp for pipeline sends), collective and group
 
 Pipeline traffic follows SimAI's PP formula, which counts 2 * vpp * ga messages of the
 header's ``pp_comm`` bytes (vpp being what the file's header says).
+
+A workload file cannot hold a context-parallel group, so its volumes never show one; the
+Megatron schedule of a setup knows its CP exchange (``context_parallel``), which ``commsweep
+audit --format table`` prints after the findings.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from ..workload.format import Workload, collectives, group_sizes
 
 COLUMNS = ("phase", "collective", "group", "group_size", "count", "payload_bytes", "wire_bytes_per_rank")
 PHASE_ORDER = ("fwd", "ig", "wg", "pp")
-GROUP_ORDER = ("TP", "EP", "DP", "DP_EP", "PP")
+GROUP_ORDER = ("TP", "EP", "DP", "DP_EP", "PP", "CP", "CP_A2A", "CP_P2P")
 COLLECTIVE_ORDER = ("allreduce", "allgather", "reducescatter", "alltoall", "sendrecv")
 
 
@@ -81,6 +85,29 @@ def tally(workload: Workload, gpus: int | None = None) -> list[Volume]:
             PHASE_ORDER.index(v.phase), GROUP_ORDER.index(v.group), COLLECTIVE_ORDER.index(v.collective), v.group_size,
         ),
     )
+
+
+def context_parallel(setup, stage: int = 0, megatron_version: str | None = None) -> list[Volume]:
+    """The volumes of the attention's context-parallel exchange in Megatron's schedule of
+    ``setup`` (a ``TrainingSetup``; empty at CP 1): what no workload file holds, per phase,
+    collective and CP group, with the group's size (the a2a+p2p groups: its hierarchical sizes)."""
+    if setup.cp == 1:
+        return []
+    from ..workload import megatron
+
+    sizes = {"CP": setup.cp}
+    if setup.hierarchical_cp is not None:
+        sizes.update(CP_A2A=setup.hierarchical_cp[0], CP_P2P=setup.hierarchical_cp[1])
+    counts: dict[tuple[str, str, str, int], list[int]] = {}
+    for u in megatron.schedule(setup, stage=stage, megatron_version=megatron_version).unexpressed:
+        if u.comm.group in sizes:
+            entry = counts.setdefault((u.phase, u.comm.collective, u.comm.group, sizes[u.comm.group]), [0, 0])
+            entry[0] += 1
+            entry[1] += u.comm.bytes
+    return sorted(
+        (Volume(phase, coll, group, size, n, payload, round(payload * wire_fraction(coll, size)))
+         for (phase, coll, group, size), (n, payload) in counts.items()),
+        key=lambda v: (PHASE_ORDER.index(v.phase), GROUP_ORDER.index(v.group), COLLECTIVE_ORDER.index(v.collective)))
 
 
 def to_csv(volumes: Iterable[Volume]) -> str:

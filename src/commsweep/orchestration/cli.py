@@ -100,6 +100,10 @@ def _check_sweep(ns: argparse.Namespace, config: dict) -> None:
             raise CommsweepError(f"run {run.id} of {ns.config} did not finish (no {verdict}, which its end writes): "
                                  f"finish it first (make run CONFIG={ns.config})")
     print(f"{ns.config}: {len(points)} point(s), {len(invalid)} combination(s) skipped; run {run.id}")
+    ignoring = sum(p.ignores_cp for p in points)
+    if ignoring:
+        print(f"note: {ignoring} aicb point(s) at cp > 1: AICB ignores CP; each is the workload of its GPUs without "
+              "CP, audited against Megatron's schedule with it")
     if ns.todo:
         from . import batch
 

@@ -19,7 +19,7 @@ from typing import Any
 from ..base.errors import ConfigError
 from ..setup.configfile import networks_and_models
 from ..setup.network import NETWORK_FIELDS  # noqa: F401 (a network's keys, beside the axes, for the sweep's readers)
-from ..setup.points import AXES, SIMULATIONS, Invalid, Point, to_csv
+from ..setup.points import AXES, CP_KEY_NAMES, SIMULATIONS, Invalid, Point, to_csv
 from ..setup.training import TrainingSetup
 from ..workload.generate import schedule_problems
 
@@ -127,6 +127,39 @@ def simulation_axis(config: dict) -> list[str | None]:
     return unique
 
 
+def cp_axis(config: dict) -> list[tuple[int, str] | None]:
+    """The sweep's context parallelism: ``[None]`` (no axis: keys and tables as without it)
+    unless ``sweep.cp`` lists a size above 1; else every (cp, comm type), CP 1 once (with
+    p2p: at CP 1 there is no exchange, so the comm type means nothing)."""
+    sweep = config.get("sweep") or {}
+    sizes, kinds = sweep.get("cp", [1]), sweep.get("cp_comm_type", ["p2p"])
+    for key, values in (("sweep.cp", sizes), ("sweep.cp_comm_type", kinds)):
+        if not isinstance(values, list) or not values:
+            raise ConfigError("must be a non-empty list", key=key)
+    for v in sizes:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ConfigError(f"values must be positive integers, got {v!r}", key="sweep.cp")
+    for v in kinds:
+        if v not in CP_KEY_NAMES:
+            raise ConfigError(f"values must be one of {', '.join(CP_KEY_NAMES)}, got {v!r} (a2a+p2p needs "
+                              "hierarchical sizes, which a sweep does not give)", key="sweep.cp_comm_type")
+    sizes, kinds = list(dict.fromkeys(sizes)), list(dict.fromkeys(kinds))
+    if sizes == [1]:
+        return [None]
+    return list(dict.fromkeys((c, k if c > 1 else "p2p") for c in sizes for k in kinds))
+
+
+def cp_problems(setup: TrainingSetup, schedule: str) -> list[str]:
+    """Why an AICB point at CP above 1 cannot run: AICB ignores CP and makes the workload of
+    the same GPUs without it (DP takes the CP ranks), which must be a valid setup of its own."""
+    if schedule != "aicb" or setup.cp == 1:
+        return []
+    from dataclasses import replace
+
+    plain = replace(setup, cp=1, cp_comm_type="p2p", hierarchical_cp=None)
+    return [f"AICB ignores CP, and without it {reason}" for reason in plain.problems()]
+
+
 def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
     """All points of the sweep, valid first, then the invalid combinations with reasons."""
     axes = {name: _axis(config, name) for name in AXES}
@@ -158,19 +191,18 @@ def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
     version = megatron_version(config)
     points: list[Point] = []
     invalid: list[Invalid] = []
-    for combo in itertools.product(*(axes[a] for a in AXES)):
-        values = dict(zip(AXES, combo))
+    for combo, cp in itertools.product(itertools.product(*(axes[a] for a in AXES)), cp_axis(config)):
+        values: dict[str, Any] = dict(zip(AXES, combo))
         setup = TrainingSetup(
             model=resolved[values["model"]],
             world_size=values["world_size"], tp=values["tp"], pp=values["pp"], ep=values["ep"],
             sp=values["sp"], micro_batch=values["micro_batch"], global_batch=values["global_batch"],
             seq_length=values["seq_length"], recompute=values["recompute"],
+            **({} if cp is None else dict(cp=cp[0], cp_comm_type=cp[1])),
         )
-        reasons = setup.problems()
-        if not reasons:
-            reasons += schedule_problems(setup, values["schedule"], version, aiob=values["aiob"])
-        if not reasons and skip_unfit:
-            reasons += [r for r in (memory_problem(setup, gpu),) if r]
+        if cp is not None:
+            values.update(cp=cp[0], cp_comm_type=cp[1])
+        reasons = _problems(setup, values["schedule"], values["aiob"], version, gpu if skip_unfit else None)
         if reasons:
             invalid.append(Invalid(values=values, reasons=tuple(reasons)))
             continue
@@ -182,6 +214,20 @@ def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
             points += [Point(**values, setup=setup, net=nets[values["network"]], gpu=gpu, tp_overlap=tpo,
                              simulation=sim) for tpo in overlaps]
     return points, invalid
+
+
+def _problems(setup: TrainingSetup, schedule: str, aiob: bool, version: str, unfit_on: str | None) -> list[str]:
+    """Why a point cannot run, the first rules it breaks: Megatron's, AICB's without CP, the
+    schedule's (the megatron schedule's CP rules among them), then, when ``unfit_on`` names the
+    sweep's GPU (``skip_unfit``), its memory."""
+    reasons = setup.problems()
+    if not reasons:
+        reasons += cp_problems(setup, schedule)
+    if not reasons:
+        reasons += schedule_problems(setup, schedule, version, aiob=aiob)
+    if not reasons and unfit_on is not None:
+        reasons += [r for r in (memory_problem(setup, unfit_on),) if r]
+    return reasons
 
 
 def packet_refusals(setup: TrainingSetup) -> list[str]:

@@ -28,8 +28,13 @@ AXES = (
 # ratio (-tp_o); without the axis every point takes ``simulator.overlap.tp``. ``simulation``:
 # how a point is simulated, ``analytical`` (``simulator.backend``) or ``packet`` (SimAI's NS-3
 # simulator, ``simulator.ns3``); a packet-level point's key ends in ``_packet``, an analytical
-# point's key is that of a sweep without the axis.
-OPTIONAL_AXES = ("tp_overlap", "simulation")
+# point's key is that of a sweep without the axis. ``cp``, ``cp_comm_type``: context
+# parallelism (megatron's --context-parallel-size, --cp-comm-type) when the sweep lists a CP
+# above 1; a point's key gains ``_cp<c>`` (and the comm type but p2p's) only where c > 1.
+OPTIONAL_AXES = ("tp_overlap", "simulation", "cp", "cp_comm_type")
+# The CP comm types a sweep may list (a2a+p2p needs hierarchical sizes, which no axis gives),
+# and their short names in point keys (p2p, the default, has none).
+CP_KEY_NAMES = {"p2p": "", "all_gather": "ag", "a2a": "a2a"}
 SIMULATIONS = ("analytical", "packet")
 TABLE_COLUMNS = (
     "point", "workload", "profile", *AXES, "dp", "ga", *NETWORK_FIELDS,
@@ -63,6 +68,9 @@ class Point:
     tp_overlap: float | None = None
     # analytical or packet when the sweep has a simulation axis (None: analytical, no axis).
     simulation: str | None = None
+    # The CP size and comm type when the sweep has a CP axis (None: no axis, CP 1).
+    cp: int | None = None
+    cp_comm_type: str | None = None
 
     @property
     def packet(self) -> bool:
@@ -75,7 +83,16 @@ class Point:
             f"{self.model}_ws{self.world_size}_tp{self.tp}_pp{self.pp}_ep{self.ep}_sp{int(self.sp)}"
             f"_mb{self.micro_batch}_gb{self.global_batch}_seq{self.seq_length}"
         )
-        return key + ("_rc" if self.recompute else "")
+        key += ("_rc" if self.recompute else "")
+        if self.cp is not None and self.cp > 1:
+            key += f"_cp{self.cp}{CP_KEY_NAMES[self.cp_comm_type or 'p2p']}"
+        return key
+
+    @property
+    def ignores_cp(self) -> bool:
+        """An AICB point with CP above 1: AICB has no context parallelism, so its workload is
+        that of the same GPUs without it (every CP rank a DP rank holding whole sequences)."""
+        return self.schedule == "aicb" and (self.cp or 1) > 1
 
     @property
     def workload_key(self) -> str:
@@ -103,7 +120,10 @@ class Point:
         return key + ("_rc" if self.recompute else "")
 
     def describe(self) -> str:
-        return ", ".join(f"{axis}={getattr(self, axis)}" for axis in AXES)
+        text = ", ".join(f"{axis}={getattr(self, axis)}" for axis in AXES)
+        if self.cp is not None:
+            text += f", cp={self.cp}, cp_comm_type={self.cp_comm_type}"
+        return text + (" (AICB ignores CP)" if self.ignores_cp else "")
 
     def row(self) -> dict[str, Any]:
         """The point as a flat record for tables (the columns of ``TABLE_COLUMNS``)."""
@@ -118,6 +138,8 @@ class Point:
             record["tp_overlap"] = self.tp_overlap
         if self.simulation is not None:
             record["simulation"] = self.simulation
+        if self.cp is not None:
+            record.update(cp=self.cp, cp_comm_type=self.cp_comm_type)
         return record
 
 
@@ -182,9 +204,9 @@ def boolean(text: str) -> bool:
 
 
 _INTS = ("world_size", "tp", "pp", "ep", "micro_batch", "global_batch", "seq_length", "dp", "ga",
-         "gpus_per_server", "nics_per_server")
+         "gpus_per_server", "nics_per_server", "cp")
 _BOOLS = ("sp", "aiob", "recompute")
-_TEXTS = ("point", "workload", "profile", "model", "schedule", "network", "simulation")
+_TEXTS = ("point", "workload", "profile", "model", "schedule", "network", "simulation", "cp_comm_type")
 
 
 @dataclass(frozen=True)
@@ -219,6 +241,8 @@ class PointRow:
     nic_gbps: float
     tp_overlap: float | None = None
     simulation: str | None = None
+    cp: int | None = None
+    cp_comm_type: str | None = None
     memory_gib: float | None = None
     fits: bool | None = None
 

@@ -42,6 +42,16 @@ def schedule_problems(setup: TrainingSetup, schedule: str, megatron_version: str
     return [f"unknown schedule {schedule!r}; expected one of {', '.join(SCHEDULES)}"]
 
 
+def ignoring_cp(setup: TrainingSetup) -> TrainingSetup:
+    """The setup as AICB sees it: AICB has no context parallelism, so its workload is that of
+    the same GPUs without it (as ``commsweep generate --schedule aicb`` drops the flag)."""
+    if setup.cp == 1:
+        return setup
+    from dataclasses import replace
+
+    return replace(setup, cp=1, cp_comm_type="p2p", hierarchical_cp=None)
+
+
 def build(
     setup: TrainingSetup,
     schedule: str,
@@ -67,6 +77,8 @@ def build(
     aiob = profile_path is not None
     if schedule == "aicb":
         from . import aicb
+
+        setup = ignoring_cp(setup)
         from .aicb_deepseek import frame_module
 
         frame = frame_module(setup)

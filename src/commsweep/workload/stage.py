@@ -165,16 +165,23 @@ class GenerateStage(Stage[GenerateJob]):
 
     def job(self, point, config: Mapping, inputs: tuple, outputs: tuple) -> GenerateJob:
         """A point's workload: its setup and schedule, ``generator:``'s options, its profile
-        (``inputs``: the AIOB file, or None without AIOB) and the file (``outputs``)."""
+        (``inputs``: the AIOB file, or None without AIOB) and the file (``outputs``). An aicb
+        point's setup is the one AICB sees, without CP (``generate.ignoring_cp``): its command
+        line is AICB's, whose ``--context-parallel-size`` AICB would ignore. A megatron point
+        with CP gets the note its command prints (what its file cannot hold)."""
+        from .generate import ignoring_cp
+        from .megatron_context_parallel import NOTE
+
         (profile,), (output,) = inputs, outputs
         megatron = point.schedule == "megatron"
         aicb_root = config["generator"].get("aicb_root") if point.schedule == "aicb" else None
         m = point.setup.model
         return GenerateJob(
-            setup=point.setup, schedule=point.schedule, output=output, profile=profile,
+            setup=point.setup if megatron else ignoring_cp(point.setup), schedule=point.schedule, output=output, profile=profile,
             pp_stage=config["generator"]["megatron_pp_stage"] if megatron else "first",
             megatron_version=megatron_version(config) if megatron else None, aicb_root=aicb_root or None,
-            num_experts=m.num_experts if m.is_moe else None, moe_enable=m.is_moe)
+            num_experts=m.num_experts if m.is_moe else None, moe_enable=m.is_moe,
+            notes=(NOTE,) if megatron and point.setup.cp > 1 else ())
 
     def from_args(self, ns: argparse.Namespace) -> GenerateJob:
         """The job of ``commsweep generate``'s arguments. Arguments AICB accepts but ignores

@@ -27,14 +27,14 @@ from .catalog import Cause
 from .difference import CauseRow, Part, PointCauses, aggregate, parts
 from .families import cause_families
 from .panels import PANEL_AXES, Panel, panels, setting_label
-from .rules import DEEPSEEK_CAUSES, FALLBACK, MOE_CAUSES, RULES, Context, classify
+from .rules import CP_CAUSES, DEEPSEEK_CAUSES, FALLBACK, MOE_CAUSES, RULES, Context, classify
 from .simulated import Simulated, payload_bytes, read_simulated
 from .sweep import (audit_of, difference_by_cause, megatron_partners, packet_difference_by_cause, point_causes,
                     points_causes, sweep_causes)
 from .table import COLUMNS, Row, assemble, read_csv, to_csv
 
 __all__ = [
-    "CAUSES", "COLUMNS", "DEEPSEEK_CAUSES", "FALLBACK", "MOE_CAUSES", "PANEL_AXES", "RULES", "Cause", "CauseRow",
+    "CAUSES", "COLUMNS", "CP_CAUSES", "DEEPSEEK_CAUSES", "FALLBACK", "MOE_CAUSES", "PANEL_AXES", "RULES", "Cause", "CauseRow",
     "Context", "Panel", "Part", "PointCauses", "Row", "Simulated", "aggregate", "assemble", "audit_of",
     "cause_families", "classify", "difference_by_cause", "megatron_partners", "packet_difference_by_cause", "panels",
     "parts", "payload_bytes", "point_causes", "points_causes", "read_csv", "read_simulated", "setting_label",

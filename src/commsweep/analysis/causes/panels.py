@@ -18,6 +18,8 @@ from .table import Row
 # TP overlap ratio only change times: those use the sweep's first of each).
 PANEL_AXES = ("model", "world_size", "tp", "pp", "ep", "sp", "micro_batch", "global_batch", "seq_length",
               "recompute")
+# With a CP axis (``points.OPTIONAL_AXES``), CP and its comm type are part of a setting too.
+CP_AXES = ("cp", "cp_comm_type")
 _AXIS_LABELS = {"world_size": "world {}", "pp": "PP {}", "ep": "EP {}", "micro_batch": "micro-batch {}",
                 "global_batch": "global batch {}", "seq_length": "sequence {}"}
 
@@ -45,7 +47,14 @@ def setting_label(point: PointRow, varying: Iterable[str] = ()) -> str:
             parts.append(_AXIS_LABELS[axis].format(point.cells[axis]))
         elif axis == "recompute":
             parts.append("recompute" if point.recompute else "no recompute")
+    if point.cp is not None:
+        parts.append("no CP" if point.cp == 1 else f"CP {point.cp} ({point.cp_comm_type})")
     return ", ".join(parts)
+
+
+def _setting(p: PointRow) -> tuple:
+    """A point's setting as the panels tell settings apart: ``PANEL_AXES``, then CP's."""
+    return tuple(p.cells[a] for a in PANEL_AXES) + tuple(p.cells.get(a, "") for a in CP_AXES)
 
 
 def panels(rows: list[Row], points: dict[str, PointRow]) -> list[Panel]:
@@ -65,13 +74,13 @@ def panels(rows: list[Row], points: dict[str, PointRow]) -> list[Panel]:
     for p in aicb:
         if p.network != network or p.tp_overlap != overlap:
             continue
-        setting = tuple(p.cells[a] for a in PANEL_AXES)
+        setting = _setting(p)
         panel = out.setdefault(setting, Panel(setting, setting_label(p, varying), network))
         panel.points[p.variant] = p.point
         panel.rows[p.variant] = by_point.get(p.point, [])
 
     def order(panel: Panel) -> tuple:
-        values = dict(zip(PANEL_AXES, panel.setting))
+        values = dict(zip((*PANEL_AXES, *CP_AXES), panel.setting))
         rest = tuple(int(v) if v.isdigit() else v for a, v in values.items() if a not in ("model", "sp", "tp"))
         return (values["model"], values["sp"], int(values["tp"]), rest)
 

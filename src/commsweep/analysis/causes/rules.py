@@ -61,13 +61,17 @@ class Context:
     # A DeepSeek point (AICB's DeepSeek frame): MLA findings, or (at TP 1, where MLA moves
     # nothing) AICB's FP8-scaled forward dispatch, which only that frame writes.
     deepseek: bool = False
+    # The point's CP size, and for a workload made without CP (AICB's), its micro-batches: each
+    # stands for cp of Megatron's, whose later ones it lacks (None: the workload has CP's).
+    cp: int = 1
+    merged: int | None = None
 
     @classmethod
-    def of(cls, items: list[AuditRow], pp: int = 1) -> Context:
+    def of(cls, items: list[AuditRow], pp: int = 1, cp: int = 1, merged: int | None = None) -> Context:
         return cls(
             missing_fwd_reducescatter=frozenset(f.layer for f in items
                                                 if f.kind == "missing" and expects(f, "fwd", "reducescatter")),
-            pp=pp,
+            pp=pp, cp=cp, merged=merged,
             moe=any(rn.is_moe(f.expected_name) or f.found_name == rn.AICB_MOE_LAYER for f in items),
             dense_mlp_units=frozenset(f.layer for f in items if rn.is_dense_mlp(f.expected_kind)),
             mla_units=frozenset(f.layer for f in items if _is_mla_finding(f)),
@@ -77,6 +81,39 @@ class Context:
 
 
 Rule = Callable[[AuditRow, Context], bool]
+
+# Megatron's context-parallel groups (``analysis.audit.CP_GROUPS``), which no SimAI row carries.
+CP_GROUPS = ("CP", "CP_A2A", "CP_P2P")
+
+
+def micro_batch_of(f: AuditRow) -> int | None:
+    """The micro-batch of a finding's unit (its ``layer`` label, ``mb3/layer0/attention``);
+    None for a once-per-iteration unit."""
+    head = f.layer.split("/", 1)[0]
+    return int(head[2:]) if head.startswith("mb") and head[2:].isdigit() else None
+
+
+def _in_merged_microbatch(f: AuditRow, s: Context) -> bool:
+    """Megatron's collective of a micro-batch beyond the ones a workload made without CP has."""
+    mb = micro_batch_of(f)
+    return s.merged is not None and f.kind == "missing" and mb is not None and mb >= s.merged
+
+
+def _sized_on_whole_sequence(f: AuditRow, s: Context) -> bool:
+    """A collective of a workload made without CP, cp times Megatron's: its micro-batch holds
+    whole sequences where Megatron's holds s/cp tokens of each."""
+    return (s.merged is not None and f.kind == "size" and f.expected_bytes is not None
+            and f.found_bytes == s.cp * f.expected_bytes)
+
+
+# What a workload made without context parallelism (AICB's) misses against Megatron's schedule
+# with it; first, as a CP point's other findings are those of its merged micro-batches.
+CP_RULES: tuple[tuple[str, Rule], ...] = (
+    ("cp_attention_exchange_missing", lambda f, s: f.kind == "missing" and f.expected_group in CP_GROUPS),
+    ("cp_microbatches_merged", _in_merged_microbatch),
+    ("cp_sized_on_whole_sequence", _sized_on_whole_sequence),
+)
+CP_CAUSES = tuple(slug for slug, _ in CP_RULES)
 
 
 def _embedding_allreduce_for_reducescatter(f: AuditRow, ctx: Context) -> bool:
@@ -163,6 +200,7 @@ DEEPSEEK_CAUSES = tuple(slug for slug, _ in DEEPSEEK_RULES)
 # Before the weight-gradient rule: those that may name a missing backward TP all-gather.
 _BEFORE_WGRAD: tuple[tuple[str, Rule], ...] = (
     ("pipeline_send_bytes", lambda f, s: f.phase == "pp"),
+    *CP_RULES,
     ("size_in_none_column", lambda f, s: f.kind == "size_in_none_column"),
     *DEEPSEEK_RULES,
     *MOE_RULES,
@@ -210,8 +248,9 @@ def _wgrad_key(f: AuditRow) -> tuple:
     return (f.row is None, f.row or 0, f.expected_bytes or 0, f.expected_name)
 
 
-def classify(items: Iterable[AuditRow], pp: int = 1) -> list[str]:
-    """The cause of each of one point's findings, in order (``pp``: the point's pipeline size).
+def classify(items: Iterable[AuditRow], pp: int = 1, *, cp: int = 1, merged: int | None = None) -> list[str]:
+    """The cause of each of one point's findings, in order (``pp``: the point's pipeline size;
+    ``cp``: its CP size, ``merged``: the micro-batches of a workload made without CP).
 
     A unit's weight-gradient re-gather (``missing_wgrad_allgather``) is one of its missing
     backward TP all-gathers that no earlier rule names: the one of the lowest row (then the
@@ -219,7 +258,7 @@ def classify(items: Iterable[AuditRow], pp: int = 1) -> list[str]:
     ones, where the AIOB path left out the all-gather that reverses the forward reduce-scatter
     too, go to the rules after it; the two move the same bytes."""
     items = list(items)
-    ctx = Context.of(items, pp)
+    ctx = Context.of(items, pp, cp, merged)
     named = [_first_rule(f, ctx) for f in items]
     chosen: dict[str, int] = {}
     for i, (f, slug) in enumerate(zip(items, named)):

@@ -61,11 +61,28 @@ def point_causes(files: paths.PointFiles, point: PointRow, partner: PointRow | N
     expected_sim = read_simulated(files, partner.point, packet=packet) if partner else None
     total_bytes = total_ns = None
     if partner is not None:
-        total_bytes = payload_bytes(files, point.workload) - payload_bytes(files, partner.workload)
+        total_bytes = (payload_bytes(files, point.workload) - payload_bytes(files, partner.workload)
+                       - unexpressed_bytes(files, partner))
         if found_sim is not None and expected_sim is not None:
             total_ns = found_sim.exposed - expected_sim.exposed
     rows = aggregate(parts(items, found_sim, expected_sim), total_bytes, total_ns)
     return PointCauses(point, partner.point if partner else None, rows, total_bytes, total_ns)
+
+
+def unexpressed_bytes(files: paths.PointFiles, megatron_point: PointRow) -> int:
+    """What Megatron's schedule sends that its own workload cannot hold, in bytes per iteration:
+    the attention's context-parallel exchange (no SimAI group is CP), as the Megatron point's
+    audit lists it (0 without CP). A point's difference from Megatron counts it, so that the
+    AICB point's causes, which miss it, add up to that difference."""
+    if (megatron_point.cp or 1) == 1:
+        return 0
+    path = audit_of(files, megatron_point)
+    if path is None or not path.exists():
+        from ...base.errors import InputError
+
+        raise InputError(f"no audit of the Megatron point {megatron_point.point}: its CP exchange is "
+                         "part of its traffic", file=path)
+    return sum(-(f.delta_bytes or 0) for f in audit_csv.read(path) if f.cause == "cp_attention_exchange_missing")
 
 
 def sweep_causes(sweep_csv: Path, files: paths.PointFiles) -> list[PointCauses]:
