@@ -231,8 +231,24 @@ def guard(
     """
     status_path = Path(status_path)
     outs = tuple(str(o) for o in outputs if Path(o) != status_path)
-    status: Status | None = None
     kept = False  # a partial result (errors.PartialResult): its outputs stay, their failed rows named
+    status = _upstream_failure(stage, after, outs, attempt)
+    if status is None:
+        status, kept = _run_guarded(stage, run, outs, attempt)
+    if provenance:
+        status = replace(status, provenance=provenance)
+    if job:
+        status = replace(status, job=job)
+    if not status.ok:
+        for out in outs:
+            if not (kept and Path(out).exists()):
+                write_text(out, marker_text(status, status_path))
+    write(status_path, status)
+    return status
+
+
+def _upstream_failure(stage: str, after: Iterable[str | Path], outs: tuple[str, ...], attempt: int) -> Status | None:
+    """The status of a job not run because a job it depends on failed (None: all ran well)."""
     for upstream in after:
         try:
             before = read(upstream)
@@ -244,35 +260,27 @@ def guard(
                 continue
             status = not_run(stage, upstream, before, outputs=outs, attempt=attempt)
         print(f"commsweep {stage}: {status.error}", file=sys.stderr)
-        break
-    if status is None:
-        try:
-            run()
-        except Exception as err:  # noqa: BLE001 - any failure of one point is recorded, not raised
-            message = describe_exception(err)
-            if message.startswith("internal error"):
-                traceback.print_exc(file=sys.stderr)
-            print(f"commsweep {stage}: error: {message}", file=sys.stderr)
-            status = Status(ok=False, stage=stage, error=message, outputs=outs, attempt=attempt)
-            kept = isinstance(err, PartialResult)
-        else:
-            missing = [o for o in outs if not Path(o).exists()]
-            if missing:
-                message = f"did not write {', '.join(missing)}"
-                print(f"commsweep {stage}: error: {message}", file=sys.stderr)
-                status = Status(ok=False, stage=stage, error=message, outputs=outs, attempt=attempt)
-            else:
-                status = Status(ok=True, stage=stage, outputs=outs, attempt=attempt)
-    if provenance:
-        status = replace(status, provenance=provenance)
-    if job:
-        status = replace(status, job=job)
-    if not status.ok:
-        for out in outs:
-            if not (kept and Path(out).exists()):
-                write_text(out, marker_text(status, status_path))
-    write(status_path, status)
-    return status
+        return status
+    return None
+
+
+def _run_guarded(stage: str, run: Callable[[], None], outs: tuple[str, ...], attempt: int) -> tuple[Status, bool]:
+    """Run the command; its status, and whether its outputs stay though it failed (a
+    ``PartialResult``: the tables it wrote name their failed rows)."""
+    try:
+        run()
+    except Exception as err:  # noqa: BLE001 - any failure of one point is recorded, not raised
+        message = describe_exception(err)
+        if message.startswith("internal error"):
+            traceback.print_exc(file=sys.stderr)
+        print(f"commsweep {stage}: error: {message}", file=sys.stderr)
+        return Status(ok=False, stage=stage, error=message, outputs=outs, attempt=attempt), isinstance(err, PartialResult)
+    missing = [o for o in outs if not Path(o).exists()]
+    if missing:
+        message = f"did not write {', '.join(missing)}"
+        print(f"commsweep {stage}: error: {message}", file=sys.stderr)
+        return Status(ok=False, stage=stage, error=message, outputs=outs, attempt=attempt), False
+    return Status(ok=True, stage=stage, outputs=outs, attempt=attempt), False
 
 
 def parse_quietly(parse: Callable[[], object]) -> object:
