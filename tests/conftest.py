@@ -61,3 +61,19 @@ def pytest_collection_modifyitems(config, items):
         file = item.nodeid.split("::")[0]
         long_tests[file] = long_tests.get(file, 0) + any(item.get_closest_marker(m) for m in LONG)
     items.sort(key=lambda item: -long_tests[item.nodeid.split("::")[0]])  # stable: a file keeps its order
+
+
+# A stand-in for a user's AICB checkout (``generator.aicb_root``): its generator writes the
+# workload with commsweep's emulation of AICB, except for the setup of global batch KILLER,
+# where it kills the process that runs it (SIGKILL, as the kernel's out-of-memory killer
+# would): the batch's process, or the task's own. Deterministic, whatever the machine's speed.
+KILLER = 32
+STAND_IN_AICB = f"""
+import os, signal, sys
+if "--global_batch={KILLER}" in sys.argv:
+    os.kill(os.getppid(), signal.SIGKILL)
+    sys.exit(1)
+from commsweep.orchestration.cli import main
+os.makedirs("results/workload")
+sys.exit(main(["generate", *sys.argv[1:], "--schedule", "aicb", "-o", "results/workload/stand-in.txt"]))
+"""

@@ -13,19 +13,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO
+from conftest import KILLER, REPO, STAND_IN_AICB
 from commsweep.workload import aicb_runner
 
-KILLER = 32
-STAND_IN_AICB = f"""
-import os, signal, sys
-if "--global_batch={KILLER}" in sys.argv:
-    os.kill(os.getppid(), signal.SIGKILL)
-    sys.exit(1)
-from commsweep.orchestration.cli import main
-os.makedirs("results/workload")
-sys.exit(main(["generate", *sys.argv[1:], "--schedule", "aicb", "-o", "results/workload/stand-in.txt"]))
-"""
 
 
 def stand_in(tmp_path: Path) -> Path:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import sweeps
+from conftest import KILLER, STAND_IN_AICB
 from commsweep.base import status
 from commsweep.base.paths import Layout
 from commsweep.base.status import CONFIG_DIGEST_ENV
@@ -259,20 +260,6 @@ def test_a_failed_task_is_recorded_the_others_kept_and_retried(tmp_path, monkeyp
     assert {json.loads(Path(t.status).read_text())["attempt"] for o in retried.values() for t in o.ran} == {2}
 
 
-# A stand-in for a user's AICB checkout (``generator.aicb_root``): its generator writes the
-# workload with commsweep's emulation of AICB, except for the setup of global batch KILLER,
-# where it kills the process that runs it (SIGKILL, as the kernel's out-of-memory killer
-# would): the batch's process, or the task's own. Deterministic, whatever the machine's speed.
-KILLER = 32
-STAND_IN_AICB = f"""
-import os, signal, sys
-if "--global_batch={KILLER}" in sys.argv:
-    os.kill(os.getppid(), signal.SIGKILL)
-    sys.exit(1)
-from commsweep.orchestration.cli import main
-os.makedirs("results/workload")
-sys.exit(main(["generate", *sys.argv[1:], "--schedule", "aicb", "-o", "results/workload/stand-in.txt"]))
-"""
 
 
 RUN_ONE_BATCH = """

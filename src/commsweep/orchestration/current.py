@@ -87,6 +87,16 @@ def _walk(root: Path, nested: bool = True):
             yield Path(folder) / name
 
 
+def _entry(path: Path) -> list[tuple]:
+    """A file system entry's row of a digest (path, size, mtime, ctime, inode); none where it
+    vanished meanwhile."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return []
+    return [(str(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)]
+
+
 def entries(roots: Sequence[Path], skip: Sequence[Path] = (), nested: bool = True) -> str:
     """One digest of the file system entries of every file under ``roots`` but ``skip``: its
     path, size, mtime, ctime and inode (a missing root counts as empty). ``nested``: see ``_walk``."""
@@ -96,11 +106,7 @@ def entries(roots: Sequence[Path], skip: Sequence[Path] = (), nested: bool = Tru
         for path in _walk(root, nested):
             if str(path) in skipped:
                 continue
-            try:
-                st = os.lstat(path)
-            except OSError:
-                continue
-            rows.append((str(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+            rows += _entry(path)
     return _digest(rows)
 
 
@@ -188,11 +194,7 @@ def metadata_entries(layout: Layout) -> str:
             continue
         if not _own(output, layout.root, sweeps):
             continue
-        try:
-            st = os.lstat(path)
-        except OSError:
-            continue
-        rows.append((str(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+        rows += _entry(path)
     return _digest(rows)
 
 
