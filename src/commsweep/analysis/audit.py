@@ -680,14 +680,10 @@ def to_table(findings: list[Finding], families: dict[str, dict] | None = None) -
 
 def summarize(findings: Iterable[Finding]) -> dict[str, tuple[int, int, float | None]]:
     """Per kind: (count, summed delta_bytes, summed delta_us or None), in KINDS order."""
-    acc: dict[str, list] = {}
-    for f in findings:
-        entry = acc.setdefault(f.kind, [0, 0, None])
-        entry[0] += 1
-        entry[1] += f.delta_bytes
-        if f.delta_us is not None:
-            entry[2] = (entry[2] or 0.0) + f.delta_us
-    return {k: tuple(acc[k]) for k in KINDS if k in acc}  # type: ignore[misc]
+    from .causes.families import totals
+
+    acc = totals(findings, lambda f: f.kind)
+    return {k: acc[k] for k in KINDS if k in acc}
 
 
 # -- delta_us: SimAI's time of one collective ----------------------------------------------

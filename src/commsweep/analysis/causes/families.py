@@ -20,16 +20,23 @@ class Named(Protocol):
     delta_us: float | None
 
 
-def cause_families(findings: Iterable[Named]) -> dict[str, dict[catalog.Cause, tuple[int, int, float | None]]]:
-    """Per title (``TITLES``), the family's causes of one point's findings: per cause, in the
-    catalog's order, (findings, summed delta_bytes, summed delta_us or None)."""
+def totals(findings: Iterable, key) -> dict[str, tuple[int, int, float | None]]:
+    """Per ``key(finding)`` (a cause, a kind), in first-seen order: (findings, summed
+    delta_bytes, summed delta_us or None where no finding has a time)."""
     acc: dict[str, list] = {}
     for f in findings:
-        entry = acc.setdefault(f.cause, [0, 0, None])
+        entry = acc.setdefault(key(f), [0, 0, None])
         entry[0] += 1
         entry[1] += f.delta_bytes
         if f.delta_us is not None:
             entry[2] = (entry[2] or 0.0) + f.delta_us
+    return {k: tuple(v) for k, v in acc.items()}
+
+
+def cause_families(findings: Iterable[Named]) -> dict[str, dict[catalog.Cause, tuple[int, int, float | None]]]:
+    """Per title (``TITLES``), the family's causes of one point's findings: per cause, in the
+    catalog's order, (findings, summed delta_bytes, summed delta_us or None)."""
+    acc = totals(findings, lambda f: f.cause)
     causes = catalog.causes()
-    return {title: {causes[slug]: tuple(acc[slug]) for slug in causes if slug in acc and slug in family}
+    return {title: {causes[slug]: acc[slug] for slug in causes if slug in acc and slug in family}
             for title, family in TITLES}
