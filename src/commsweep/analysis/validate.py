@@ -404,7 +404,7 @@ def plot(groups: dict[str, list[Result]], output: str | Path, *, title: str | No
     res.axhspan(-10, 10, color="0.88")
     res.axhspan(-5, 5, color="0.78")
     res.axhline(0, color="black", linewidth=1)
-    for (label, rs), marker in zip(measured.items(), "os^vDP"):
+    for (label, rs), marker in zip(measured.items(), "os^vDPX"):
         if not rs:
             continue
         s = summary(rs)
