@@ -133,3 +133,23 @@ def test_unfused_attention_has_no_context_parallelism():
     s = dataclasses.replace(setup(2), distributed_optimizer=False)
     with pytest.raises(CommsweepError, match="fused attention"):
         mk.kernels(s, mk.software("2022"))
+
+
+def test_a_cp_rank_s_aiob_times_are_a_share_of_the_whole_sequence_profile():
+    """An AIOB profile times whole sequences (AICB has no CP); the Megatron schedule's CP
+    rank takes every section at 1/c but the optimizer step."""
+    from commsweep.aiob import roofline
+    from commsweep.workload import megatron_times
+
+    profile = roofline.profile(setup(), H100)[0]
+    whole, two = (megatron_times.profile_times(profile, False, c) for c in (1, 2))
+    assert two["optimizer"] == whole["optimizer"]
+    for kind in ("attention_qkv", "attention_proj", "mlp_fc1", "output_layer"):
+        assert two[kind] == pytest.approx(tuple(x / 2 for x in whole[kind]), abs=2)
+
+
+def test_a_pipeline_with_cp_ranks_between_its_stages_crosses_servers_sooner():
+    from commsweep.simulate import overlap
+
+    s = TrainingSetup(model=MODEL, world_size=16, tp=2, pp=2, cp=2, global_batch=16)  # stages 8 ranks apart
+    assert overlap.pipeline_link_gbps(s, 8, 8, 360.0, 48.0) == 48.0
