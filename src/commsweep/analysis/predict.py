@@ -7,7 +7,9 @@ numbers from the same files:
    stage (it holds the output layer and the loss: the slowest stage sets the pace of the
    1F1B schedule), with full recompute as rows, the interleaved schedule in the header's
    ``vpp``, DP as an all-reduce or the distributed optimizer's pair, and every row's compute
-   from the kernel model (``aiob/megatron_kernels.py``), the optimizer step included;
+   from the kernel model (``aiob/megatron_kernels.py``), the optimizer step included; with
+   context parallelism a CP rank's kernels and, in the core attention's row, the exchange
+   it waits for (``with_cp_exchange``);
 2. the **flags**: the network's ``-g_p_s -n_p_s -nv -nic``, and ``-tp_o -dp_o -pp_o`` for
    what Megatron overlaps and for the pipeline sends (``simulate/overlap.py``);
 3. the **simulation**: the built-in engine (SimAI_analytical in closed form).

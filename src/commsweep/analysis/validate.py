@@ -4,7 +4,9 @@ A runs file is a CSV with one measured training run per line, in these columns (
 order): ``RUN_COLUMNS``, and optionally ``OPTIONAL_COLUMNS`` (absent: their defaults).
 Lines starting with ``#`` before the header are comments (the published tables shipped in ``commsweep/data/validation/`` carry their citation
 there). ``recompute`` is ``none``, ``selective`` or ``full``; ``sequence_parallel``
-``true`` or ``false``; ``virtual_pipeline`` the interleaved schedule's model chunks per
+``true`` or ``false``; ``cp`` (optional) the context-parallel size, GPUs being
+tp x cp x pp x dp, and ``cp_comm_type`` how the attention exchanges the sequence;
+``virtual_pipeline`` the interleaved schedule's model chunks per
 stage (1: not interleaved); ``gpu`` a name of ``commsweep profile --list_gpus``; the four
 network columns GPUs and NICs per server and the NVLink and NIC GB/s; ``measured_s``
 the measured seconds per iteration (empty: predict only).
