@@ -42,7 +42,8 @@ CITATION = {"korthikanti2022_table5.csv": "Korthikanti et al. 2022, Table 5",
             "nemo2407_h100.csv": "NeMo 24.07, DGX-H100 FP8",
             "nemo2407_vboost_h100.csv": "NeMo 24.07 with vboost, DGX-H100 FP8",
             "nemo2409_h100.csv": "NeMo 24.09, DGX-H100 FP8",
-            "nemo_later_h100.csv": "NeMo 25.02 to 26.04.01, DGX-H100 FP8"}
+            "nemo_later_h100.csv": "NeMo 25.02 to 26.04.01, DGX-H100 FP8",
+            "nemo_cp_h100.csv": "NeMo 24.07's context-parallel runs (3 editions), DGX-H100 FP8"}
 A100 = ("korthikanti2022_table5.csv", "narayanan2021_table1.csv")
 FP8_FIT = "nemo2407_h100.csv"
 # The fit's pair of the FP8 table: one layout (TP 4, PP 8, VP 6) at micro batch 1 and 2.

@@ -152,17 +152,21 @@ def test_the_long_context_sweeps_plan():
 
     config = sweep.load_config(REPO / "config" / "long-context.yaml")
     points, invalid = sweep.points_from_config(config)
-    assert len(points) == 128 and len(invalid) == 32
-    # a2a scatters a TP rank's 8/TP key/value groups over CP; TP 8 x CP 4 needs 32 GPUs.
-    assert {r for bad in invalid for r in bad.reasons} == {
-        "the all-to-all of cp_comm_type a2a scatters the 2 query groups of a TP rank over 4 ranks: they must divide",
+    assert len(points) == 240 and len(invalid) == 400
+    # a2a scatters a TP rank's 8/TP key/value groups over CP; TP x CP x PP beyond 16 GPUs; the
+    # rest do not fit an H100 (skip_unfit).
+    reasons = {r for bad in invalid for r in bad.reasons}
+    assert {r for r in reasons if not r.startswith("needs ")} == {
         "the all-to-all of cp_comm_type a2a scatters the 1 query groups of a TP rank over 2 ranks: they must divide",
         "the all-to-all of cp_comm_type a2a scatters the 1 query groups of a TP rank over 4 ranks: they must divide",
-        "world_size=16 is not divisible by tp*cp*pp=32"}
+        "world_size=16 is not divisible by tp*cp*pp=32", "world_size=16 is not divisible by tp*cp*pp=64"}
+    # The 70B fits 64 GPUs at sequence 32768 only with PP 2 and CP 4 (a CP rank keeps s/cp tokens).
+    assert {(p.setup.pp, p.setup.cp) for p in points
+            if p.setup.model.name == "llama3-70b" and p.setup.seq_length == 32768} == {(2, 4)}
     partners = causes.megatron_partners([PointRow.of(p) for p in points])
     by_key = {p.point_key: p for p in points}
     aicb = [p for p in points if p.schedule == "aicb"]
-    assert len(partners) == len(aicb) == 64 and sum(p.ignores_cp for p in aicb) == 48
+    assert len(partners) == len(aicb) == 120 and sum(p.ignores_cp for p in aicb) == 94
     for key, partner in partners.items():
         mine, theirs = by_key[key], by_key[partner]
         assert (mine.setup.cp, mine.setup.cp_comm_type, mine.aiob) == (theirs.setup.cp, theirs.setup.cp_comm_type,

@@ -114,7 +114,7 @@ def test_table_and_plot(tmp_path, capsys):
     rc, out, err = run_cli(capsys, str(NARAYANAN), "--megatron", "2021", "--plot", str(png))
     assert rc == 0 and err == ""
     assert "Megatron-LM 2021" in out and "mean absolute error" in out
-    assert out.splitlines()[0].split()[:3] == ["name", "t", "p"]
+    assert out.splitlines()[0].split()[:4] == ["name", "t", "c", "p"]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -128,7 +128,7 @@ def test_a_run_without_a_measurement_is_predicted_only(tmp_path, capsys):
     assert list(rows[0])[: len(validate.RUN_COLUMNS)] == list(validate.RUN_COLUMNS)
     n = len(validate.RUN_COLUMNS) + len(validate.OPTIONAL_COLUMNS)
     assert list(rows[0])[len(validate.RUN_COLUMNS):n] == list(validate.OPTIONAL_COLUMNS)
-    assert [rows[0][c] for c in validate.OPTIONAL_COLUMNS] == ["gpt", "", "bf16", ""]  # the defaults
+    assert [rows[0][c] for c in validate.OPTIONAL_COLUMNS] == ["gpt", "", "bf16", "", "1", "p2p"]  # the defaults
     assert list(rows[0])[n:] == list(validate.RESULT_COLUMNS)
 
 

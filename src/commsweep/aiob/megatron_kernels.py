@@ -47,6 +47,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+from ..base.errors import CommsweepError
 from ..setup.training import TrainingSetup
 from .gpus import GpuSpec
 
@@ -223,6 +224,12 @@ class Shape:
     # its own key and value), dv a value head, d_rope the rotated part (0: all of d).
     dv: int = 0
     d_rope: int = 0
+    # Context parallelism: s is the rank's s/cp tokens; cp_comm_type says how Transformer
+    # Engine's attention reaches the others' (``_cp_attention_core``), cp_a2a the
+    # all-to-all group's size (a2a: cp; a2a+p2p: the first hierarchical size; else 1).
+    cp: int = 1
+    cp_comm_type: str = "p2p"
+    cp_a2a: int = 1
 
     @classmethod
     def of(cls, setup: TrainingSetup) -> "Shape":
@@ -230,11 +237,14 @@ class Shape:
         mla = {}
         if m.is_mla:
             mla = dict(g=m.num_attention_heads // t, d=m.qk_head_dim, dv=m.v_head_dim, d_rope=m.qk_rope_head_dim)
+        kind = setup.cp_comm_type
+        a2a = setup.cp if kind == "a2a" else (setup.hierarchical_cp or (1, 1))[0] if kind == "a2a+p2p" else 1
         return cls(**{
-            **dict(b=setup.micro_batch, s=setup.seq_length, h=m.hidden_size, t=t,
+            **dict(b=setup.micro_batch, s=setup.seq_per_rank, h=m.hidden_size, t=t,
                    a=m.num_attention_heads // t, g=m.kv_groups // t, d=m.head_dim, f=m.ffn_hidden_size // t,
                    swiglu=m.swiglu, bias=m.add_bias_linear, rmsnorm=m.normalization == "rmsnorm",
-                   rope=m.position_embedding == "rope", sp=setup.sp and t > 1, vocab=setup.padded_vocab // t),
+                   rope=m.position_embedding == "rope", sp=setup.sp and t > 1, vocab=setup.padded_vocab // t,
+                   cp=setup.cp, cp_comm_type=kind, cp_a2a=a2a),
             **mla})
 
     @property
@@ -326,6 +336,9 @@ def _attention_core(sh: Shape, sw: Software) -> tuple[tuple[Kernel, ...], tuple[
         rotated = HALF * n * (a + 1) * sh.d_rope if sh.d_rope else HALF * n * (a + g) * d
         fwd.append(memory("rope.fwd", 2 * rotated))
         bwd.append(memory("rope.bwd", 2 * rotated))
+    if sh.cp > 1:
+        cp_fwd, cp_bwd = _cp_attention_core(sh, sw)
+        return (*fwd, *cp_fwd), (*bwd, *cp_bwd)
     if sw.attention in ("flash", "cudnn"):
         # One kernel each way (FlashAttention-2, or TE's cuDNN fused attention, timed at the
         # GPU's fused_attention_efficiency): the same FLOPs and bytes.
@@ -363,6 +376,62 @@ def _attention_core(sh: Shape, sw: Software) -> tuple[tuple[Kernel, ...], tuple[
         gemm("scores.dq", s, s, d, batch=b * a),
         gemm("scores.dk", s, s, d, batch=b * a),
     ]
+    return tuple(fwd), tuple(bwd)
+
+
+def cp_attention_kernels(sh: Shape) -> tuple[int, int]:
+    """Context parallelism's attention kernels per pass on one rank, and the sequence length
+    each one's efficiency is read at: Transformer Engine v2.9
+    (``transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py``).
+
+    Each CP rank holds s/c tokens (the i-th and (2c-1-i)-th of 2c chunks, which balances
+    the causal mask), so every variant does 1/c of the causal attention's work, in pieces:
+    ``p2p`` (``AttnFuncWithCPAndKVP2P.forward``) c ring steps, each a diagonal (causal s/c
+    against s/c) or half a block (s/c against s/(2c), or its second half against s/c): the
+    work of a causal s/c kernel each; ``all_gather`` (``AttnFuncWithCPAndKVAllGather``)
+    one kernel per local chunk, two; ``a2a`` (``AttnFuncWithCPAndQKVOA2A``) one kernel over
+    the whole sequence with a/c heads; ``a2a+p2p`` the ring's r steps over s*a/c tokens
+    (a, r the hierarchical sizes)."""
+    kind, c = sh.cp_comm_type, sh.cp
+    if kind == "p2p":
+        return c, sh.s
+    if kind == "all_gather":
+        return 2, sh.s
+    if kind == "a2a":
+        return 1, sh.s * c
+    return c // sh.cp_a2a, sh.s * sh.cp_a2a
+
+
+def _cp_attention_core(sh: Shape, sw: Software) -> tuple[tuple[Kernel, ...], tuple[Kernel, ...]]:
+    """The fused attention under context parallelism (``cp_attention_kernels``), forward and
+    backward, with the passes Transformer Engine adds around its kernels: the ring's output
+    correction per step in fp32 (``flash_attn_fwd_out_correction``: read the step's output,
+    read and write the running one) and, in backward, dQ and dKV added up step by step
+    (``dq.add_``, ``dk.add_``); the all-gather's reordering of the gathered K and V
+    (``torch.index_select``), again in backward with dK and dV; the all-to-all's reordering
+    of Q, K, V and O before and after (``reorder_seq_chunks_for_a2a_*``). The exchange
+    itself is communication, priced in ``workload/megatron_context_parallel.py``."""
+    if sw.attention not in ("flash", "cudnn"):
+        raise CommsweepError("context parallelism runs in Transformer Engine's fused attention; "
+                         f"the {sw.name} Megatron-LM has {sw.attention} attention")
+    b, s, a, g, d, n, v = sh.b, sh.s, sh.a, sh.g, sh.d, sh.n, sh.v
+    count, length = cp_attention_kernels(sh)
+    kind = "attention" if sw.attention == "flash" else "fused_attention"
+    work = sh.cp * b * s * s * a * (d + v) / count  # the rank's 1/c of the causal work, per kernel
+    q, k, val, o, lse = HALF * n * a * d, HALF * n * g * d, HALF * n * g * v, HALF * n * a * v, FP32 * b * a * s
+    step = Kernel(f"{sw.attention}.cp_step.fwd", kind, work, q + k + val + o + lse, m=length)
+    step_b = Kernel(f"{sw.attention}.cp_step.bwd", kind, 2.5 * work,
+                    2 * (q + k + val + o) + lse + 2 * FP32 * n * a * d, m=length)
+    fwd, bwd = [step] * count, [step_b] * count
+    if sh.cp_comm_type in ("p2p", "a2a+p2p"):
+        fwd += [memory("cp.out_correction", (HALF + 2 * FP32) * n * a * v + 2 * lse)] * count
+        bwd += [memory("cp.dq_add", 3 * HALF * n * a * d), memory("cp.dkv_add", 3 * (k + val))] * count
+    elif sh.cp_comm_type == "all_gather":
+        fwd.append(memory("cp.kv_reorder", 2 * sh.cp * (k + val)))
+        bwd += [memory("cp.kv_reorder", 2 * sh.cp * (k + val)), memory("cp.dkv_reorder", 2 * sh.cp * (k + val))]
+    if sh.cp_comm_type in ("a2a", "a2a+p2p"):
+        fwd = [memory("cp.a2a_reorder", 2 * (q + k + val)), *fwd, memory("cp.a2a_reorder", 2 * o)]
+        bwd = [memory("cp.a2a_reorder", 2 * o), *bwd, memory("cp.a2a_reorder", 2 * (q + k + val))]
     return tuple(fwd), tuple(bwd)
 
 
@@ -404,6 +473,7 @@ class LayerKernels:
 
     parts: dict[str, Part]
     attention_core: tuple[Kernel, ...]  # what selective recompute runs again
+    attention_core_bwd: tuple[Kernel, ...] = ()
 
 
 def kernels(setup: TrainingSetup, sw: Software) -> LayerKernels:
@@ -465,7 +535,7 @@ def kernels(setup: TrainingSetup, sw: Software) -> LayerKernels:
         ce_fwd = memory("cross_entropy.fwd", (HALF + FP32 + FP32 + 2 * FP32 + 2 * FP32 + FP32 + 2 * FP32) * cells)
         ce_bwd = memory("cross_entropy.bwd", (2 * FP32 + FP32 + HALF) * cells)
     parts["output_layer"] = Part(fwd=(lnf, *logits.fwd, ce_fwd), ig=(ce_bwd, *logits.ig, *lnf_b), wg=logits.wg)
-    return LayerKernels(parts=parts, attention_core=core)
+    return LayerKernels(parts=parts, attention_core=core, attention_core_bwd=core_b)
 
 
 def optimizer_bytes_per_parameter(setup: TrainingSetup, sw: Software) -> dict[str, int]:
@@ -570,6 +640,9 @@ class RowTimes:
     gemm_us: dict[str, tuple[float, float]]
     # per row kind, the forward GEMM us (what userbuffers hide a forward TP collective behind)
     fwd_gemm_us: dict[str, float] = field(default_factory=dict)
+    # context parallelism: one attention kernel's time forward and backward (with the
+    # host's gap), what each step of the ring's KV exchange hides behind
+    cp_step_us: tuple[float, float] = (0.0, 0.0)
 
     def get(self, kind: str) -> tuple[float, float, float]:
         return self.rows.get(kind, (0.0, 0.0, 0.0))
@@ -602,7 +675,9 @@ def row_times(setup: TrainingSetup, gpu: GpuSpec, sw: Software, *, parameters: i
         rows["recompute_attention"] = (0.0, rows["attention_qkv"][0] + rows["attention_proj"][0], 0.0)
         rows["recompute_mlp"] = (0.0, rows["mlp_fc1"][0] + rows["mlp_fc2"][0], 0.0)
     rows["optimizer"] = (0.0, 0.0, optimizer_us(setup, gpu, sw, parameters))
-    return RowTimes(rows=rows, gemm_us=gemm_us, fwd_gemm_us=fwd_gemm_us)
+    steps = [busy((k,)) for k in (*lk.attention_core, *lk.attention_core_bwd) if ".cp_step." in k.name]
+    cp_step_us = (steps[0], steps[-1]) if steps else (0.0, 0.0)
+    return RowTimes(rows=rows, gemm_us=gemm_us, fwd_gemm_us=fwd_gemm_us, cp_step_us=cp_step_us)
 
 
 def _deferred_output_wgrad(setup: TrainingSetup, limit: int,
@@ -622,9 +697,10 @@ def _deferred_output_wgrad(setup: TrainingSetup, limit: int,
 
 
 def optimizer_us(setup: TrainingSetup, gpu: GpuSpec, sw: Software, parameters: int) -> float:
-    """The optimizer step over the rank's ``parameters`` (its 1/d shard with the
+    """The optimizer step over the rank's ``parameters`` (its 1/(d c) shard with the
     distributed optimizer), a streaming pass at the GPU's memory efficiency."""
-    step = parameters // setup.dp if setup.distributed_optimizer else parameters
+    # The distributed optimizer shards over DP x CP (megatron-core's intra_dp_cp group).
+    step = parameters // (setup.dp * setup.cp) if setup.distributed_optimizer else parameters
     main_grad = FP32 if setup.grad_reduce_in_fp32 else HALF
     nbytes = sum(optimizer_bytes_per_parameter(setup, sw).values()) * step + main_grad * parameters
     return kernel_us(memory("optimizer", nbytes), gpu)

@@ -7,7 +7,9 @@ numbers from the same files:
    stage (it holds the output layer and the loss: the slowest stage sets the pace of the
    1F1B schedule), with full recompute as rows, the interleaved schedule in the header's
    ``vpp``, DP as an all-reduce or the distributed optimizer's pair, and every row's compute
-   from the kernel model (``aiob/megatron_kernels.py``), the optimizer step included;
+   from the kernel model (``aiob/megatron_kernels.py``), the optimizer step included; with
+   context parallelism a CP rank's kernels and, in the core attention's row, the exchange
+   it waits for (``with_cp_exchange``);
 2. the **flags**: the network's ``-g_p_s -n_p_s -nv -nic``, and ``-tp_o -dp_o -pp_o`` for
    what Megatron overlaps and for the pipeline sends (``simulate/overlap.py``);
 3. the **simulation**: the built-in engine (SimAI_analytical in closed form).
@@ -26,6 +28,7 @@ from ..setup.training import TrainingSetup
 from ..simulate.engine import Ratios, simulate
 from ..simulate.overlap import Overlap, megatron_overlap, pipeline_link_gbps
 from ..workload import megatron
+from ..workload import megatron_context_parallel as context_parallel
 from ..workload.format import Workload
 
 BREAKDOWN = ("compute_s", "exposed_tp_s", "exposed_dp_s", "pp_s", "bubble_s", "optimizer_s")
@@ -103,6 +106,27 @@ def off_the_bubble(workload: Workload) -> Workload:
     return replace(workload, rows=rows)
 
 
+def with_cp_exchange(times: mk.RowTimes, setup: TrainingSetup, cluster: Cluster) -> mk.RowTimes:
+    """``times`` with the CP exchange that the attention waits for added to the core
+    attention's row (``attention_proj``): forward to its forward, backward (and, with
+    selective recompute, the forward's again) to its input gradient.
+
+    SimAI's workload has no CP group, so the exchange cannot be a row; as time the
+    attention spends, it reaches SimAI's compute and its bubble as it reaches the GPU
+    (``workload/megatron_context_parallel.exposed_us``). The link is what NCCL reaches
+    of NVLink or of the rank's NIC share, as for every other collective here."""
+    if setup.cp == 1:
+        return times
+    nvlink = cluster.nvlink_gbps * NVLINK_EFFICIENCY
+    nic = cluster.nic_gbps * NIC_EFFICIENCY
+    link = context_parallel.link_gbps(setup, cluster.gpus_per_server, cluster.nics_per_server, nvlink, nic)
+    fwd_us, bwd_us = context_parallel.exposed_us(setup, times.cp_step_us, link)
+    if setup.recompute_mode == "selective":
+        bwd_us += fwd_us
+    f, i, w = times.rows["attention_proj"]
+    return replace(times, rows={**times.rows, "attention_proj": (f + fwd_us, i + bwd_us, w)})
+
+
 def _fewest_digits(gbps: float) -> float | int:
     return int(gbps) if gbps.is_integer() else gbps
 
@@ -111,7 +135,8 @@ def predict(setup: TrainingSetup, gpu: GpuSpec, sw: mk.Software, cluster: Cluste
             ratios: Ratios | None = None) -> Prediction:
     """The predicted iteration of ``setup`` (already configured by ``sw.configure``)."""
     stage = setup.pp - 1
-    times = mk.row_times(setup, gpu, sw, parameters=megatron.local_parameters(setup, stage))
+    times = with_cp_exchange(mk.row_times(setup, gpu, sw, parameters=megatron.local_parameters(setup, stage)),
+                             setup, cluster)
     sched = megatron.schedule(setup, stage=stage, times=times, pp_scatter_gather=sw.scatter_gather_pp)
     as_scheduled = sched.workload()
     workload = off_the_bubble(as_scheduled) if setup.pp > 1 else as_scheduled

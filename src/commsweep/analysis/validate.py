@@ -4,7 +4,9 @@ A runs file is a CSV with one measured training run per line, in these columns (
 order): ``RUN_COLUMNS``, and optionally ``OPTIONAL_COLUMNS`` (absent: their defaults).
 Lines starting with ``#`` before the header are comments (the published tables shipped in ``commsweep/data/validation/`` carry their citation
 there). ``recompute`` is ``none``, ``selective`` or ``full``; ``sequence_parallel``
-``true`` or ``false``; ``virtual_pipeline`` the interleaved schedule's model chunks per
+``true`` or ``false``; ``cp`` (optional) the context-parallel size, GPUs being
+tp x cp x pp x dp, and ``cp_comm_type`` how the attention exchanges the sequence;
+``virtual_pipeline`` the interleaved schedule's model chunks per
 stage (1: not interleaved); ``gpu`` a name of ``commsweep profile --list_gpus``; the four
 network columns GPUs and NICs per server and the NVLink and NIC GB/s; ``measured_s``
 the measured seconds per iteration (empty: predict only).
@@ -54,12 +56,18 @@ RUN_COLUMNS = (
 # embeddings), its key/value groups (empty: one per head) and the GEMMs' precision
 # (``bf16``, or ``fp8``: Transformer Engine's FP8 GEMMs, as NVIDIA's published H100 runs).
 # ``recipe``: a training recipe of ``RECIPES`` (empty: the Megatron-LM version's own settings).
-OPTIONAL_COLUMNS = {"architecture": "gpt", "num_query_groups": "", "precision": "bf16", "recipe": ""}
+# ``cp``, ``cp_comm_type``: context parallelism (megatron's --context-parallel-size and
+# --cp-comm-type; GPUs = tp x cp x pp x dp), 1 and p2p when absent.
+OPTIONAL_COLUMNS = {"architecture": "gpt", "num_query_groups": "", "precision": "bf16", "recipe": "",
+                    "cp": "1", "cp_comm_type": "p2p"}
 ARCHITECTURES = ("gpt", "llama")
 PRECISIONS = ("bf16", "fp8")
+# a2a+p2p needs the hierarchical group sizes, which a runs file does not give.
+RUN_CP_COMM_TYPES = ("p2p", "all_gather", "a2a")
 RESULT_COLUMNS = ("predicted_s", "error_pct", *BREAKDOWN, "memory_gib", "fits")
 _INTS = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "seq_length", "vocab_size",
-         "tp", "pp", "dp", "micro_batch", "global_batch", "virtual_pipeline", "gpus_per_server", "nics_per_server")
+         "tp", "pp", "dp", "micro_batch", "global_batch", "virtual_pipeline", "gpus_per_server", "nics_per_server",
+         "cp")
 _FLOATS = ("nvlink_gbps", "nic_gbps")
 RECOMPUTE = ("none", "selective", "full")
 # The published tables shipped with the package, and the Megatron-LM each was measured with.
@@ -69,7 +77,7 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "validation"
 RECIPES = DATA / "recipes.csv"
 PUBLISHED = {"korthikanti2022_table5.csv": "2022", "narayanan2021_table1.csv": "2021",
              "nemo2407_h100.csv": "nemo", "nemo2407_vboost_h100.csv": "nemo", "nemo2409_h100.csv": "nemo",
-             "nemo_later_h100.csv": "nemo"}
+             "nemo_later_h100.csv": "nemo", "nemo_cp_h100.csv": "nemo"}
 
 
 @dataclass(frozen=True)
@@ -194,6 +202,8 @@ def _check_choices(values: dict[str, str], ints: dict[str, int], bad) -> dict[st
         raise bad("architecture", " or ".join(ARCHITECTURES))
     if values["precision"] not in PRECISIONS:
         raise bad("precision", " or ".join(PRECISIONS))
+    if values["cp_comm_type"] not in RUN_CP_COMM_TYPES:
+        raise bad("cp_comm_type", " or ".join(RUN_CP_COMM_TYPES))
     known = recipes()
     if values["recipe"] and values["recipe"] not in known:
         raise bad("recipe", "empty or one of " + ", ".join(known))
@@ -217,7 +227,8 @@ def _setup(values: dict[str, str], ints: dict[str, int]) -> TrainingSetup:
     )
     recompute = values["recompute"]
     return TrainingSetup(
-        model=model, world_size=ints["tp"] * ints["pp"] * ints["dp"], tp=ints["tp"], pp=ints["pp"],
+        model=model, world_size=ints["tp"] * ints["cp"] * ints["pp"] * ints["dp"], tp=ints["tp"], pp=ints["pp"],
+        cp=ints["cp"], cp_comm_type=values["cp_comm_type"],
         sp=values["sequence_parallel"] == "true", micro_batch=ints["micro_batch"],
         global_batch=ints["global_batch"], seq_length=ints["seq_length"], recompute=recompute != "none",
         recompute_granularity="full" if recompute == "full" else "selective",
@@ -348,13 +359,13 @@ def summary(results: list[Result]) -> dict[str, float | int | str]:
 
 def to_table(results: list[Result], sw: mk.Software) -> str:
     """A readable table: the setup in short, measured, predicted, error, breakdown, memory."""
-    head = ("name", "t", "p", "d", "v", "mb", "gb", "recompute", "sp", "measured s", "predicted s", "error %",
+    head = ("name", "t", "c", "p", "d", "v", "mb", "gb", "recompute", "sp", "measured s", "predicted s", "error %",
             "compute", "TP", "DP", "PP", "bubble", "optimizer", "GiB", "fits")
     rows = []
     for r in results:
         v, err = r.run.values, r.error_pct
         rows.append((
-            v["name"], v["tp"], v["pp"], v["dp"], v["virtual_pipeline"], v["micro_batch"], v["global_batch"],
+            v["name"], v["tp"], v["cp"], v["pp"], v["dp"], v["virtual_pipeline"], v["micro_batch"], v["global_batch"],
             v["recompute"], v["sequence_parallel"][0], v["measured_s"] or "-", f"{r.predicted_s:.3f}",
             "-" if err is None else f"{err:+.1f}", *(f"{r.breakdown[b]:.3f}" for b in BREAKDOWN),
             f"{r.memory.total_gib:.1f}", "yes" if r.fits else "NO",
@@ -395,7 +406,7 @@ def plot(groups: dict[str, list[Result]], output: str | Path, *, title: str | No
     res.axhspan(-10, 10, color="0.88")
     res.axhspan(-5, 5, color="0.78")
     res.axhline(0, color="black", linewidth=1)
-    for (label, rs), marker in zip(measured.items(), "os^vDP"):
+    for (label, rs), marker in zip(measured.items(), "os^vDPX"):
         if not rs:
             continue
         s = summary(rs)

@@ -56,7 +56,7 @@ temporary tensors; so ``fits`` is a necessary condition, with ``RESERVE_GIB`` ke
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .training import TrainingSetup
 
@@ -188,13 +188,16 @@ def estimate(setup: TrainingSetup, parameters: dict[int, int], *, flash_attentio
     (at least the first and the last, ``workload.megatron.local_parameters``). For an MoE
     model, ``expert_parameters``: the part of them in routed experts sharded over EP
     (``workload.megatron.expert_parameters``), and ``moe_layers``: the stage's MoE layers."""
-    stored, working = layer_activations(setup, flash_attention=flash_attention, dropout=dropout)
-    moe_stored, moe_working = (layer_activations(setup, flash_attention=flash_attention, dropout=dropout, moe=True)
+    # Context parallelism: a rank keeps the activations of its s/cp tokens, and the
+    # distributed optimizer shards over DP x CP.
+    rank = replace(setup, seq_length=setup.seq_per_rank, cp=1, cp_comm_type="p2p", hierarchical_cp=None)
+    stored, working = layer_activations(rank, flash_attention=flash_attention, dropout=dropout)
+    moe_stored, moe_working = (layer_activations(rank, flash_attention=flash_attention, dropout=dropout, moe=True)
                                if moe_layers else (0, 0))
     grad = FP32 if setup.grad_reduce_in_fp32 else HALF
-    dense_share = setup.dp if setup.distributed_optimizer else 1
+    dense_share = setup.dp * setup.cp if setup.distributed_optimizer else 1
     expert_share = setup.expert_dp if setup.distributed_optimizer else 1
-    t, sbh = setup.tp, setup.seq_length * setup.micro_batch * setup.model.hidden_size
+    t, sbh = setup.tp, rank.seq_length * setup.micro_batch * setup.model.hidden_size
     best: Memory | None = None
     for stage, params in sorted(parameters.items()):
         experts = (expert_parameters or {}).get(stage, 0)
@@ -204,7 +207,7 @@ def estimate(setup: TrainingSetup, parameters: dict[int, int], *, flash_attentio
         if setup.recompute_mode == "full":
             activations += moe_working if moe else working
         if stage == setup.pp - 1:  # the cross entropy's fp32 logits and the final norm's input
-            activations += FP32 * setup.seq_length * setup.micro_batch * setup.padded_vocab / t + HALF * sbh
+            activations += FP32 * rank.seq_length * setup.micro_batch * setup.padded_vocab / t + HALF * sbh
         memory = Memory(
             weights=HALF * params, gradients=grad * params,
             optimizer=-(-12 * (params - experts) // dense_share) + -(-12 * experts // expert_share),

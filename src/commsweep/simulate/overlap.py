@@ -106,8 +106,9 @@ def pipeline_link_gbps(setup: TrainingSetup, gpus_per_server: int, nics_per_serv
     orders ranks TP first, then DP, then PP), so a server holds gpus_per_server / (t*d)
     consecutive stages and, once the pipeline is longer, some stage boundary crosses
     servers; the 1F1B schedule runs every stage in lockstep, so that slowest boundary
-    paces every send. Across servers each GPU sends through its share of the NICs."""
-    if setup.tp * setup.dp * setup.pp <= gpus_per_server:
+    paces every send. Across servers each GPU sends through its share of the NICs. (With
+    context parallelism the CP ranks sit between TP and DP: stages are t*c*d apart.)"""
+    if setup.tp * setup.cp * setup.dp * setup.pp <= gpus_per_server:
         return nvlink_gbps
     return nic_gbps * min(1.0, nics_per_server / gpus_per_server)
 

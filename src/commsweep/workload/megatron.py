@@ -164,7 +164,7 @@ def schedule(setup: TrainingSetup, profile: AiobProfile | None = None, *, stage:
     if profile is not None and times is not None:
         raise ValueError("give an AIOB profile or the kernel model's times, not both")
     timing = megatron_times.timing(profile, times, recompute=setup.recompute,
-                                   full_recompute=setup.recompute_mode == "full")
+                                   full_recompute=setup.recompute_mode == "full", cp=setup.cp)
     build = Build(setup, megatron_releases.release(megatron_version), timing)
     # Once per iteration; SimAI runs rows backwards in backward, so these come first and run last.
     rows = megatron_data_parallel.iteration_rows(build, stage)

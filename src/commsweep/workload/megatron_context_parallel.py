@@ -79,7 +79,10 @@ def problems(s: TrainingSetup, release: Release) -> list[str]:
 
 def chunk_bytes(build: Build) -> tuple[int, int]:
     """(KV, Q) bytes of one rank's sequence chunk: 2*b*(s/c)*(g/t)*d*2 and b*(s/c)*(n/t)*d*2."""
-    s = build.setup
+    return _chunk_bytes(build.setup)
+
+
+def _chunk_bytes(s: TrainingSetup) -> tuple[int, int]:
     m = s.model
     tokens = s.micro_batch * s.seq_per_rank
     kv = 2 * tokens * (m.kv_groups // s.tp) * m.head_dim * 2
@@ -131,3 +134,73 @@ def layer_unexpressed(build: Build, layer: int, micro_batch: int) -> list[Unexpr
         backward = forward + backward
     return [Unexpressed(module, phase, comm, WHY, layer=layer, micro_batch=micro_batch)
             for phase, comms in (("fwd", forward), ("ig", backward)) for comm in comms]
+
+
+# -- time -------------------------------------------------------------------------------
+
+
+def link_gbps(setup: TrainingSetup, gpus_per_server: int, nics_per_server: int,
+              nvlink_gbps: float, nic_gbps: float) -> float:
+    """The bandwidth one rank's CP exchange runs at (the caller's unit): NVLink while the
+    CP group sits on one server, else the rank's share of the NICs. megatron-core orders
+    ranks TP first, then CP (``RankGenerator``, order ``tp-cp-ep-dp-pp``), so a CP group's
+    c ranks are t apart and span t*c consecutive GPUs."""
+    if setup.tp * setup.cp <= gpus_per_server:
+        return nvlink_gbps
+    return nic_gbps * min(1.0, nics_per_server / gpus_per_server)
+
+
+def exposed_us(setup: TrainingSetup, step_us: tuple[float, float], gbps: float) -> tuple[float, float]:
+    """(forward, backward) microseconds per layer and micro-batch that the CP exchange adds
+    to the attention, on a link of ``gbps`` (10^9 bytes/s); ``step_us``: one attention
+    kernel's time forward and backward (``aiob.megatron_kernels.RowTimes.cp_step_us``).
+
+    Transformer Engine v2.9, ``context_parallel.py``:
+
+    * ``p2p`` (``AttnFuncWithCPAndKVP2P``): before computing step i the rank waits for the
+      KV of step i and posts the send/receive of step i+1 (``flash_attn_p2p_communicate``),
+      so each of the c-1 forward exchanges hides behind one step's kernel and shows only
+      where it is longer; in backward the c-1 exchanges of KV (and the dKV so far) hide the
+      same way behind the backward steps, and the last dKV, sent after the last step, is
+      waited for whole.
+    * ``all_gather`` (``AttnFuncWithCPAndKVAllGather``): K and V are gathered
+      (``gather_along_first_dim``) before any kernel runs, and again in backward, where dK
+      and dV are then reduce-scattered (``reduce_scatter_along_first_dim``): all exposed.
+    * ``a2a`` (``AttnFuncWithCPAndQKVOA2A``): the all-to-alls of Q, K, V before the kernel
+      and of O after it (in backward dO, then dQ, dK, dV) wait on the kernel: exposed.
+    * ``a2a+p2p``: the all-to-alls over the inner group, exposed, and the ring over the
+      outer one as ``p2p``.
+
+    A ring all-gather or reduce-scatter of X bytes in all, and an all-to-all of a rank's X
+    bytes, move (n-1)/n of X through each rank's link."""
+    s = setup
+    if s.cp == 1:
+        return 0.0, 0.0
+    kv, q = _chunk_bytes(s)
+    k = kv // 2
+    us = 1e6 / (gbps * 1e9)
+    f_step, b_step = step_us
+
+    def ring(ranks: int) -> tuple[float, float]:
+        if ranks < 2:
+            return 0.0, 0.0
+        fwd = (ranks - 1) * max(0.0, kv * us - f_step)
+        sends = [kv] + [2 * kv] * (ranks - 2)
+        return fwd, sum(max(0.0, x * us - b_step) for x in sends) + kv * us
+
+    def spread(ranks: int, nbytes: float) -> float:
+        return (ranks - 1) / ranks * nbytes * us
+
+    if s.cp_comm_type == "p2p":
+        return ring(s.cp)
+    if s.cp_comm_type == "all_gather":
+        gathers = 2 * spread(s.cp, s.cp * k)
+        return gathers, 2 * gathers
+    if s.cp_comm_type == "a2a":
+        a2a = spread(s.cp, 2 * q + 2 * k)  # Q, K, V and O (dO, dQ, dK, dV backward)
+        return a2a, a2a
+    assert s.hierarchical_cp is not None
+    inner, outer = s.hierarchical_cp
+    a2a = spread(inner, 2 * q + 2 * k)
+    fwd, bwd = ring(outer)
+    return a2a + fwd, a2a + spread(inner, q) + bwd  # backward: O and dO together first

@@ -20,8 +20,14 @@ def _us_to_ns(*values: float) -> int:
     return round(sum(values) * 1000)
 
 
-def profile_times(profile: AiobProfile | None, recompute: bool) -> dict[str, tuple[int, int, int]]:
+def profile_times(profile: AiobProfile | None, recompute: bool, cp: int = 1) -> dict[str, tuple[int, int, int]]:
     """(fwd, ig, wg) ns per row kind from an AIOB profile's average times.
+
+    ``cp``: the context-parallel size. An AIOB profile times a rank holding whole
+    sequences (AICB has no context parallelism); a CP rank holds s/cp tokens, so its GEMMs,
+    norms and activations do 1/cp of that work, and its attention, balanced over the causal
+    mask (Transformer Engine's 2*cp chunks), 1/cp of the causal attention's: every section
+    but the optimizer step's (``param_time``) is taken at 1/cp.
 
     The profile times forward operators only. Backward is estimated per operator: the
     input-gradient GEMM costs what the forward GEMM costs, the weight-gradient GEMM
@@ -34,7 +40,7 @@ def profile_times(profile: AiobProfile | None, recompute: bool) -> dict[str, tup
 
     def avg(name: str) -> float:
         times = profile.get(name)
-        return float(times.avg) if times else 0.0
+        return (float(times.avg) / (1 if name == "param_time" else cp)) if times else 0.0
 
     ln, qkv, flash, proj = avg("layernorm"), avg("atten_qkv"), avg("atten_flash"), avg("atten_linear")
     ln2, fc1, act, fc2 = avg("layernorm2"), avg("mlp_linear_1"), avg("mlp_gelu"), avg("mlp_linear_2")
@@ -58,11 +64,12 @@ def kernel_times(times: RowTimes) -> dict[str, tuple[int, int, int]]:
     return {kind: (_us_to_ns(f), _us_to_ns(i), _us_to_ns(w)) for kind, (f, i, w) in times.rows.items()}
 
 
-def timing(profile: AiobProfile | None, times: RowTimes | None, *, recompute: bool, full_recompute: bool) -> Timing:
-    """The schedule's compute times: ``times`` (the kernel model's) if given, else
-    ``profile``'s; with full recompute and a profile (which has no recompute rows), the
+def timing(profile: AiobProfile | None, times: RowTimes | None, *, recompute: bool, full_recompute: bool,
+           cp: int = 1) -> Timing:
+    """The schedule's compute times: ``times`` (the kernel model's, already a CP rank's) if
+    given, else ``profile``'s (at 1/``cp`` of a whole-sequence rank's work); with full recompute and a profile (which has no recompute rows), the
     recompute rows cost the forward of the attention's and the MLP's rows again."""
-    ns = kernel_times(times) if times is not None else profile_times(profile, recompute)
+    ns = kernel_times(times) if times is not None else profile_times(profile, recompute, cp)
     if full_recompute and ns and "recompute_attention" not in ns:
         fwd = {kind: ts[0] for kind, ts in ns.items()}
         ns["recompute_attention"] = (0, fwd["attention_qkv"] + fwd["attention_proj"], 0)
