@@ -316,14 +316,14 @@ def iteration_rows(build: Build, stage: int) -> Rows:
     gathers = buckets if s.fsdp in ("optim", "optim_grads") else []
     for i in reversed(range(len(gathers))):
         b = gathers[i]
-        out.blocks.append(Block(f"fsdp_param_allgather_{_label(b, i)}", "fsdp.param_allgather",
+        out.blocks.append(Block(f"dp_fsdp_param_allgather_{_label(b, i)}", "fsdp.bucket.param_allgather",
                                 wg=Comm("allgather", "DP", b.gather_bytes()),
                                 **(build.timed("optimizer") if i == 0 else {})))
     if not gathers:
         out.blocks.append(Block("optimizer", "optimizer.step", **build.timed("optimizer")))
     op = {"no_shard": "allreduce", "optim": "reducescatter"}.get(s.fsdp)
     for i, b in enumerate(buckets if op else []):
-        out.blocks.append(Block(f"fsdp_grad_{op}_{_label(b, i)}", f"fsdp.grad_{op}",
+        out.blocks.append(Block(f"dp_fsdp_grad_{op}_{_label(b, i)}", f"fsdp.bucket.grad_{op}",
                                 wg=Comm(op, "DP", _grad_bytes(s) * b.numel)))
     return out
 
@@ -358,16 +358,16 @@ def micro_batch_rows(build: Build, stage: int, mb: int, segments: Sequence[tuple
             continue
         first, last = rows_of[held[0]], rows_of[held[-1]]
         label, layer = _label(b, i), b.unit
-        before[held[0]].append(Block(f"fsdp_grad_reducescatter_{label}", "fsdp.grad_reducescatter", layer=layer,
+        before[held[0]].append(Block(f"fsdp_grad_reducescatter_{label}", "fsdp.unit.grad_reducescatter", layer=layer,
                                      micro_batch=mb, wg=Comm("reducescatter", "DP", _grad_bytes(s) * b.numel)))
         if not sharded:
             continue
         gather = Comm("allgather", "DP", b.gather_bytes())
-        notes.append(Unexpressed("fsdp.param_allgather", "fwd", gather, NOTE, layer=layer, micro_batch=mb,
+        notes.append(Unexpressed("fsdp.unit.param_allgather", "fwd", gather, NOTE, layer=layer, micro_batch=mb,
                                  anchor=_first(first)))
         root = s.fsdp == "torch_fsdp2" and i == 0
         if b.unit is not None or (s.fsdp == "torch_fsdp2" and not root):
-            notes.append(Unexpressed("fsdp.param_allgather", "ig", gather, NOTE, layer=layer, micro_batch=mb,
+            notes.append(Unexpressed("fsdp.unit.param_allgather", "ig", gather, NOTE, layer=layer, micro_batch=mb,
                                      anchor=(last.blocks[-1] if b.unit is not None else last.blocks[0]).name))
     out = Rows()
     for pos, rows in segments:
