@@ -109,7 +109,7 @@ KIND_ORDER = (
 )
 # FSDP's per-micro-batch collectives (``workload/megatron_fsdp.py``): a unit of their own per
 # micro-batch and FSDP unit (a layer, or the buckets outside the layers).
-_FSDP_LAYER = re.compile(r".*_layer(\d+)")
+_FSDP_LAYER = re.compile(r".*_layer(\d+)(_fp8)?")
 
 
 def row_kind(name: str) -> str:

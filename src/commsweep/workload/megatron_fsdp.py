@@ -303,7 +303,8 @@ def _grad_bytes(s: TrainingSetup) -> int:
 
 
 def _label(b: Bucket, i: int) -> str:
-    return f"layer{b.unit}" if b.unit is not None else f"bucket{i}"
+    """A bucket's name in its rows: its layer (and ``_fp8`` for its FP8 weights), or its index."""
+    return (f"layer{b.unit}" + ("_fp8" if b.fp8 else "")) if b.unit is not None else f"bucket{i}"
 
 
 def iteration_rows(build: Build, stage: int) -> Rows:
