@@ -122,14 +122,17 @@ def test_torch_fsdp2_units_are_the_root_the_embedding_each_layer_and_the_output_
     assert [u.numel for u in units] == [64, WORD, LAYER, LAYER, LAYER, LAYER, WORD]
     rows, gathers = dp_comms(s)
     mb0 = [g for g in gathers if g[1] == 0]
-    # bf16 gathers: every unit forward; backward every unit but the root (kept after forward).
+    # bf16 gathers: every unit before its forward and again before its backward (megatron
+    # reshards the root too: its backward gather as the backward pass starts, the last row).
     assert [(g[0], g[2], g[4]) for g in mb0] == (
-        [("embedding_layer", "fwd", 128), ("embedding_layer", "fwd", 2 * WORD), ("embedding_layer", "ig", 2 * WORD)]
+        [("embedding_layer", "fwd", 128), ("cross_entropy_sum_exp", "ig", 128),
+         ("embedding_layer", "fwd", 2 * WORD), ("embedding_layer", "ig", 2 * WORD)]
         + [g for i in range(4) for g in ((f"layer{i}_attention_qkv", "fwd", 2 * LAYER),
                                          (f"layer{i}_mlp_fc2", "ig", 2 * LAYER))]
         + [("output_layer", "fwd", 2 * WORD), ("output_layer", "ig", 2 * WORD)])
-    # bf16 gradients, reduce-scattered every micro-batch: root, embedding, layers, output.
-    assert [r[4] for r in rows if r[1] == 0] == [128, 2 * WORD] + [2 * LAYER] * 4 + [2 * WORD]
+    # bf16 gradients, reduce-scattered every micro-batch; in file order the embedding's before
+    # the root's (SimAI runs them backwards: the root's first, as FSDP2's final callback does).
+    assert [r[4] for r in rows if r[1] == 0] == [2 * WORD, 128] + [2 * LAYER] * 4 + [2 * WORD]
 
 
 def test_fp8_param_gather_halves_the_linear_weights_gather_of_the_distributed_optimizer():

@@ -34,9 +34,11 @@ megatron-core (NVIDIA/Megatron-LM core_v0.16.1) shards data parallelism two ways
   ``TorchFullyShardedDataParallel.__init__``): ``fully_shard`` on each transformer layer, the
   embedding and the output layer (``ColumnParallelLinear``), then on the whole model (the root,
   here the final norm). Each unit's parameters are all-gathered before its forward and again
-  before its backward (``reshard_after_forward`` True; the root keeps its own after forward) and
-  its gradients reduce-scattered after its backward, in every micro-batch (megatron's
-  ``no_sync`` is a no-op for it: ``data_parallel_base.py``). Each parameter is sharded on its
+  before its backward (megatron passes ``reshard_after_forward=True`` to every ``fully_shard``,
+  the root's included, whose backward gather comes first) and its gradients reduce-scattered
+  after its backward, in every micro-batch (megatron's ``no_sync`` is a no-op for it:
+  ``data_parallel_base.py``); the root's and the embedding's (whose input needs no gradient)
+  last, in FSDP2's final callback. Each parameter is sharded on its
   first dimension, padded to a multiple of DP x CP rows. Parameters and gradients are bf16
   (no mixed-precision policy: the model is already bf16).
 
@@ -366,16 +368,19 @@ def micro_batch_rows(build: Build, stage: int, mb: int, segments: Sequence[tuple
         gather = Comm("allgather", "DP", b.gather_bytes())
         notes.append(Unexpressed("fsdp.unit.param_allgather", "fwd", gather, NOTE, layer=layer, micro_batch=mb,
                                  anchor=_first(first)))
-        root = s.fsdp == "torch_fsdp2" and i == 0
-        if b.unit is not None or (s.fsdp == "torch_fsdp2" and not root):
+        if b.unit is not None or s.fsdp == "torch_fsdp2":
+            # Before the backward of the unit's last part (a layer: its last row); FSDP2's root,
+            # resharded after forward too, as the backward pass starts (the micro-batch's last row).
+            root = s.fsdp == "torch_fsdp2" and i == 0
+            row = segments[-1][1].blocks[-1] if root else last.blocks[-1] if b.unit is not None else last.blocks[0]
             notes.append(Unexpressed("fsdp.unit.param_allgather", "ig", gather, NOTE, layer=layer, micro_batch=mb,
-                                     anchor=(last.blocks[-1] if b.unit is not None else last.blocks[0]).name))
+                                     anchor=row.name))
     out = Rows()
     for pos, rows in segments:
         # SimAI runs the backward pass from the last row up: the reduce-scatters written before
-        # the part's rows run after them, the last written first (FSDP2's root's, written
-        # before the embedding's, last of all).
-        out.blocks += before[pos]
+        # the part's rows run after them, the last written first: in bucket order (FSDP2's
+        # root's, then the embedding's, in its final callback).
+        out.blocks += before[pos][::-1]
         out += rows
     out.unexpressed += notes
     return out
