@@ -291,3 +291,38 @@ def test_the_megatron_workload_misses_only_the_gathers(ogp):
 
     assert sum(-f.delta_bytes for f in findings) == sum(v.payload_bytes
                                                         for v in volumes.fsdp_gathers(megatron_point.setup))
+
+
+def test_the_generate_jobs_parse_back_with_their_notes():
+    from commsweep.orchestration import stages
+    from commsweep.workload.stage import GENERATE
+    from test_stages import normal
+
+    config = fsdp_config(fsdp=["optim_grads_params"], fp8_param_gather=[True])
+    parser = stages.build_parser("generate")
+    for point in sweep.points_from_config(config)[0]:
+        job = GENERATE.job(point, config, (None,), ("w.txt",))
+        back = GENERATE.from_args(parser.parse_args(list(GENERATE.argv(job))))
+        assert normal(back) == normal(job)
+        argv = GENERATE.argv(job)
+        if point.schedule == "megatron":
+            assert "--data-parallel-sharding-strategy=optim_grads_params" in argv and "--fp8-param-gather" in argv
+            assert job.notes == (megatron_fsdp.NOTE,)
+        else:  # AICB's job is what AICB runs: no FSDP flag
+            assert not any("fsdp" in a or "fp8" in a for a in argv) and job.setup.fsdp == "none"
+
+
+def test_volumes_of_the_chakra_traces_show_the_per_layer_gathers(tmp_path):
+    from commsweep.analysis import volumes
+    from commsweep.orchestration import cli
+
+    s = tiny("optim_grads_params")
+    argv = [a for a in to_commsweep_argv(s) if not a.startswith("--frame")]
+    assert cli.main(["chakra", "--megatron", *argv, "-o", str(tmp_path / "traces")]) == 0
+    assert cli.main(["volumes", str(tmp_path / "traces"), "--format", "csv", "-o", str(tmp_path / "v.csv")]) == 0
+    table = {(v.phase, v.collective, v.group): (v.count, v.payload_bytes)
+             for v in volumes.read_csv((tmp_path / "v.csv").read_text())}
+    # 2 micro-batches: the outer bucket and 4 layers gathered forward, the 4 layers backward.
+    assert table[("fwd", "allgather", "DP")] == (2 * 5, 2 * (2 * 131_200 + 4 * 2 * 45_056))
+    assert table[("ig", "allgather", "DP")] == (2 * 4, 2 * 4 * 2 * 45_056)
+    assert table[("wg", "reducescatter", "DP")] == (2 * 5, 2 * (4 * 131_200 + 4 * 4 * 45_056))
