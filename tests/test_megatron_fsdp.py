@@ -326,3 +326,15 @@ def test_volumes_of_the_chakra_traces_show_the_per_layer_gathers(tmp_path):
     assert table[("fwd", "allgather", "DP")] == (2 * 5, 2 * (2 * 131_200 + 4 * 2 * 45_056))
     assert table[("ig", "allgather", "DP")] == (2 * 4, 2 * 4 * 2 * 45_056)
     assert table[("wg", "reducescatter", "DP")] == (2 * 5, 2 * (4 * 131_200 + 4 * 4 * 45_056))
+
+
+def test_the_landing_pages_settings_tell_fsdp_apart(ogp):
+    from commsweep.analysis.causes.panels import setting_label
+    from commsweep.setup.points import read_points
+
+    [aicb] = [p for p in read_points(ogp / "sweep.csv") if p.schedule == "aicb"]
+    assert aicb.fsdp == "optim_grads_params" and aicb.fp8_param_gather is True
+    assert setting_label(aicb).endswith(", FSDP optim_grads_params, FP8 gathers")
+    point = next(p for p in sweep.points_from_config(fsdp_config(fsdp=["optim_grads_params"],
+                                                                 fp8_param_gather=[True]))[0] if p.schedule == "aicb")
+    assert point.ignores_fsdp and "(AICB has no FSDP or FP8 gathers)" in point.describe()

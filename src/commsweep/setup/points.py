@@ -107,6 +107,12 @@ class Point:
         return self.schedule == "aicb" and (self.cp or 1) > 1
 
     @property
+    def ignores_fsdp(self) -> bool:
+        """An AICB point with FSDP or FP8 parameter gathers: AICB has neither, so its workload is
+        the distributed optimizer's in bf16."""
+        return self.schedule == "aicb" and (self.fsdp not in (None, "none") or bool(self.fp8_param_gather))
+
+    @property
     def workload_key(self) -> str:
         return f"{self.setup_key}_{self.schedule}" + ("_aiob" if self.aiob else "")
 
@@ -139,7 +145,8 @@ class Point:
             text += f", fsdp={self.fsdp}"
         if self.fp8_param_gather is not None:
             text += f", fp8_param_gather={self.fp8_param_gather}"
-        return text + (" (AICB ignores CP)" if self.ignores_cp else "")
+        text += " (AICB ignores CP)" if self.ignores_cp else ""
+        return text + (" (AICB has no FSDP or FP8 gathers)" if self.ignores_fsdp else "")
 
     def row(self) -> dict[str, Any]:
         """The point as a flat record for tables (the columns of ``TABLE_COLUMNS``)."""
