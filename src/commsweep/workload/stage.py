@@ -146,6 +146,9 @@ def _notes_and_checks(ns: argparse.Namespace) -> list[str]:
 
         if ns.use_torch_fsdp2 or ns.data_parallel_sharding_strategy == "optim_grads_params":
             notes.append(FSDP_NOTE)
+    if (getattr(ns, "data_parallel_sharding_strategy", "no_shard") != "no_shard"
+            and not getattr(ns, "use_megatron_fsdp", False) and not aicb):
+        notes.append("--data-parallel-sharding-strategy is for --use-megatron-fsdp (megatron ignores it without)")
     if aicb and str(ns.pp_stage) != "first":
         notes.append("--pp-stage is for the megatron schedule; AICB writes the same file for every stage")
     if aicb and ns.megatron_version is not None:
