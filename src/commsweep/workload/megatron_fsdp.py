@@ -21,7 +21,11 @@ megatron-core (NVIDIA/Megatron-LM core_v0.16.1) shards data parallelism two ways
     (``_pre_forward_param_unshard``), released after it (``_post_forward``), all-gathered again
     before its backward (``_pre_backward_param_unshard``), and its gradients reduce-scattered
     after it; the parameters outside any unit (embedding, final norm, output layer) are
-    gathered before their forward and reduce-scattered once their gradients are ready.
+    reduce-scattered once their gradients are ready, in every micro-batch, and gathered once per
+    iteration, before the first micro-batch's forward: only a unit's bucket is released after
+    its forward and backward (``release_module_parameters``); the others stay gathered until
+    ``finish_grad_sync`` resets the pipeline (``AllGatherPipeline.all_gather_params`` gathers an
+    empty bucket only).
 
   Buckets (``megatron_fsdp/param_and_grad_buffer.py``, ``_get_parameter_groups``): parameters
   are grouped, in registration order, by dtype (FP8 weights apart from bf16), expert or not, and
@@ -342,7 +346,8 @@ def micro_batch_rows(build: Build, stage: int, mb: int, segments: Sequence[tuple
     (torch FSDP2): its reduce-scatter is a row just before the rows of the earliest part it
     holds (its gradients are complete once that part's backward ends); with sharded parameters
     its forward all-gather is unexpressed, anchored to the first row of the first part it
-    holds, and a layer's (or FSDP2 unit's) backward all-gather to the last row of its part."""
+    holds (megatron-fsdp's buckets outside the layers: in the first micro-batch only), and a
+    layer's (or FSDP2 unit's) backward all-gather to the last row of its part."""
     s = build.setup
     if s.fsdp in ("none", "no_shard", "optim") or s.dp_cp == 1:
         out = Rows()
@@ -366,6 +371,8 @@ def micro_batch_rows(build: Build, stage: int, mb: int, segments: Sequence[tuple
         if not sharded:
             continue
         gather = Comm("allgather", "DP", b.gather_bytes())
+        if b.unit is None and s.fsdp != "torch_fsdp2" and mb > 0:
+            continue  # megatron-fsdp keeps a bucket outside the units gathered until the iteration ends
         notes.append(Unexpressed("fsdp.unit.param_allgather", "fwd", gather, NOTE, layer=layer, micro_batch=mb,
                                  anchor=_first(first)))
         if b.unit is not None or s.fsdp == "torch_fsdp2":
