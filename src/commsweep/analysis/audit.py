@@ -90,6 +90,7 @@ ROW_KINDS: tuple[tuple[str, str], ...] = (
     (r"embedding_norm", "embedding_norm"),
     (r"embedding_grads", "embedding_grads"),
     (r"dp_ep_.*", "moe_dp"),
+    (r"fsdp_.*", "fsdp"),
     (r"grad_norm|grad_gather|grad_param_comm|grad_param_compute|dp_.*", "dp"),
     (re.escape(rn.SP_GRADS_ALLREDUCE), "sp_grads"),
     (re.escape(rn.AICB_LAYERNORM), "layernorm_grads"),
@@ -104,8 +105,11 @@ PER_MICROBATCH_KINDS = ("embedding", *LAYER_KINDS, "output_layer", "loss", "embe
 TAIL_KINDS = ("output_layer", "loss", "embedding_norm")
 KIND_ORDER = (
     "dp", "sp_grads", "layernorm_grads", "embedding_grads", "moe_dp", "optimizer", "other",
-    "embedding", "attention", "mlp", "recompute", "output_layer", "loss", "embedding_norm", "pipeline",
+    "embedding", "attention", "mlp", "recompute", "output_layer", "loss", "embedding_norm", "fsdp", "pipeline",
 )
+# FSDP's per-micro-batch collectives (``workload/megatron_fsdp.py``): a unit of their own per
+# micro-batch and FSDP unit (a layer, or the buckets outside the layers).
+_FSDP_LAYER = re.compile(r".*_layer(\d+)(_fp8)?")
 
 
 def row_kind(name: str) -> str:
@@ -132,8 +136,10 @@ def module_kind(module: str) -> str:
         return "loss"
     if module.startswith(("optimizer.expert_", "ddp.expert_")):
         return "moe_dp"
-    if module.startswith(("optimizer.", "ddp.")):
+    if module.startswith(("optimizer.", "ddp.", "fsdp.bucket.")):
         return "dp"
+    if module.startswith("fsdp.unit."):
+        return "fsdp"
     if module == "finalize_model_grads.sequence_parallel":
         return "sp_grads"
     raise ValueError(f"no audit unit for the Megatron module {module!r}")
@@ -224,8 +230,14 @@ def segment(workload: wf.Workload, layers_per_stage: int, first_layer: int = 0,
     layer = -1  # index of the current layer within the stage
     tail = False  # the current micro-batch has had its output layer or loss
     previous = ""
+    seen: Counter[str] = Counter()
     for row in workload.rows:
         kind = row_kind(row.name)
+        if kind == "fsdp":  # the n-th row of a name is micro-batch n's; its layer is in the name
+            match = _FSDP_LAYER.fullmatch(row.name)
+            units.append(Unit(seen[row.name], int(match.group(1)) if match else None, kind))
+            seen[row.name] += 1
+            continue
         if kind == "embedding":
             mb, layer, tail = (0 if mb is None else mb + 1), -1, False
             units.append(Unit(mb, None, kind))
@@ -274,11 +286,17 @@ def expected_units(schedule: megatron.Schedule) -> dict[Unit, list[Side]]:
             unit = Unit(u.micro_batch, u.layer, module_kind(u.module))
             out.setdefault(unit, []).append(Side(u.phase, u.comm.collective, u.comm.group, u.comm.bytes,
                                                  name=CP_EXCHANGE))
+        elif u.module.startswith("fsdp.unit.") and not u.in_rows:  # FSDP's per-layer all-gathers
+            unit = Unit(u.micro_batch, u.layer, "fsdp")
+            out.setdefault(unit, []).append(Side(u.phase, u.comm.collective, u.comm.group, u.comm.bytes,
+                                                 name=FSDP_GATHER))
     return out
 
 
 # The name of the attention's CP exchange on the expected side (its module's last part).
 CP_EXCHANGE = "core_attention_cp"
+# The name of FSDP's per-layer parameter all-gathers on the expected side (no row carries them).
+FSDP_GATHER = "fsdp_param_allgather"
 
 
 def audited_setup(workload: wf.Workload, setup: TrainingSetup) -> TrainingSetup:

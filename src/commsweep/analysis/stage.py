@@ -179,6 +179,12 @@ class AuditStage(Stage[AuditJob]):
             cp = volumes.context_parallel(setup, pipeline_stage(job.pp_stage, setup.pp), job.megatron_version)
             text += "\nthe context-parallel exchange Megatron sends per iteration (in no workload file):\n"
             text += volumes.to_table(cp)
+        if job.format == "table" and setup.fsdp in ("optim_grads_params", "torch_fsdp2"):
+            from . import volumes
+
+            gathers = volumes.fsdp_gathers(setup, pipeline_stage(job.pp_stage, setup.pp), job.megatron_version)
+            text += "\nFSDP's per-layer parameter all-gathers Megatron issues per iteration (in no workload file):\n"
+            text += volumes.to_table(gathers)
         emit(text, job.output)
 
     def add_parser(self, sub) -> None:

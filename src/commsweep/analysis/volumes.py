@@ -110,6 +110,26 @@ def context_parallel(setup, stage: int = 0, megatron_version: str | None = None)
         key=lambda v: (PHASE_ORDER.index(v.phase), GROUP_ORDER.index(v.group), COLLECTIVE_ORDER.index(v.collective)))
 
 
+def fsdp_gathers(setup, stage: int = 0, megatron_version: str | None = None) -> list[Volume]:
+    """The volumes of FSDP's per-layer parameter all-gathers (forward and backward) in
+    Megatron's schedule of ``setup``: what no workload file holds (SimAI's forward and
+    input-gradient columns have no DP group), per phase over DP x CP; empty without them."""
+    if setup.fsdp not in ("optim_grads_params", "torch_fsdp2"):
+        return []
+    from ..workload import megatron
+
+    counts: dict[tuple[str, str, str, int], list[int]] = {}
+    for u in megatron.schedule(setup, stage=stage, megatron_version=megatron_version).unexpressed:
+        if u.module.startswith("fsdp."):
+            entry = counts.setdefault((u.phase, u.comm.collective, u.comm.group, setup.dp_cp), [0, 0])
+            entry[0] += 1
+            entry[1] += u.comm.bytes
+    return sorted(
+        (Volume(phase, coll, group, size, n, payload, round(payload * wire_fraction(coll, size)))
+         for (phase, coll, group, size), (n, payload) in counts.items()),
+        key=lambda v: (PHASE_ORDER.index(v.phase), GROUP_ORDER.index(v.group), COLLECTIVE_ORDER.index(v.collective)))
+
+
 def to_csv(volumes: Iterable[Volume]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")

@@ -104,6 +104,10 @@ def _check_sweep(ns: argparse.Namespace, config: dict) -> None:
     if ignoring:
         print(f"note: {ignoring} aicb point(s) at cp > 1: AICB ignores CP; each is the workload of its GPUs without "
               "CP, audited against Megatron's schedule with it")
+    ignoring = sum(p.ignores_fsdp for p in points)
+    if ignoring:
+        print(f"note: {ignoring} aicb point(s) with FSDP or FP8 gathers: AICB has neither; each is the distributed "
+              "optimizer's workload in bf16, audited against Megatron's schedule with them")
     if ns.todo:
         from . import batch
 

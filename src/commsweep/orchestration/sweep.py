@@ -19,7 +19,7 @@ from typing import Any
 from ..base.errors import ConfigError
 from ..setup.configfile import networks_and_models
 from ..setup.network import NETWORK_FIELDS  # noqa: F401 (a network's keys, beside the axes, for the sweep's readers)
-from ..setup.points import AXES, CP_KEY_NAMES, SIMULATIONS, Invalid, Point, to_csv
+from ..setup.points import AXES, CP_KEY_NAMES, FSDP_KEY_NAMES, SIMULATIONS, Invalid, Point, to_csv
 from ..setup.training import TrainingSetup
 from ..workload.generate import schedule_problems
 
@@ -160,6 +160,27 @@ def cp_problems(setup: TrainingSetup, schedule: str) -> list[str]:
     return [f"AICB ignores CP, and without it {reason}" for reason in plain.problems()]
 
 
+def fsdp_axis(config: dict) -> list[tuple[str, bool] | None]:
+    """The sweep's FSDP and FP8 parameter gathers: ``[None]`` (no axis: keys and tables as
+    without it) unless ``sweep.fsdp`` lists a setting other than ``none`` or
+    ``sweep.fp8_param_gather`` lists true; else every (fsdp, fp8_param_gather)."""
+    sweep = config.get("sweep") or {}
+    kinds, fp8 = sweep.get("fsdp", ["none"]), sweep.get("fp8_param_gather", [False])
+    for key, values in (("sweep.fsdp", kinds), ("sweep.fp8_param_gather", fp8)):
+        if not isinstance(values, list) or not values:
+            raise ConfigError("must be a non-empty list", key=key)
+    for v in kinds:
+        if v not in FSDP_KEY_NAMES:
+            raise ConfigError(f"values must be one of {', '.join(FSDP_KEY_NAMES)}, got {v!r}", key="sweep.fsdp")
+    for v in fp8:
+        if not isinstance(v, bool):
+            raise ConfigError(f"values must be true or false, got {v!r}", key="sweep.fp8_param_gather")
+    kinds, fp8 = list(dict.fromkeys(kinds)), list(dict.fromkeys(fp8))
+    if kinds == ["none"] and fp8 == [False]:
+        return [None]
+    return [(k, f) for k in kinds for f in fp8]
+
+
 def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
     """All points of the sweep, valid first, then the invalid combinations with reasons."""
     axes = {name: _axis(config, name) for name in AXES}
@@ -191,7 +212,8 @@ def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
     version = megatron_version(config)
     points: list[Point] = []
     invalid: list[Invalid] = []
-    for combo, cp in itertools.product(itertools.product(*(axes[a] for a in AXES)), cp_axis(config)):
+    for combo, cp, fsdp in itertools.product(itertools.product(*(axes[a] for a in AXES)), cp_axis(config),
+                                             fsdp_axis(config)):
         values: dict[str, Any] = dict(zip(AXES, combo))
         setup = TrainingSetup(
             model=resolved[values["model"]],
@@ -199,9 +221,12 @@ def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
             sp=values["sp"], micro_batch=values["micro_batch"], global_batch=values["global_batch"],
             seq_length=values["seq_length"], recompute=values["recompute"],
             **({} if cp is None else dict(cp=cp[0], cp_comm_type=cp[1])),
+            **({} if fsdp is None else dict(fsdp=fsdp[0], fp8_param_gather=fsdp[1])),
         )
         if cp is not None:
             values.update(cp=cp[0], cp_comm_type=cp[1])
+        if fsdp is not None:
+            values.update(fsdp=fsdp[0], fp8_param_gather=fsdp[1])
         reasons = _problems(setup, values["schedule"], values["aiob"], version, gpu if skip_unfit else None)
         if reasons:
             invalid.append(Invalid(values=values, reasons=tuple(reasons)))

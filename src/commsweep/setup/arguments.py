@@ -26,7 +26,7 @@ from collections.abc import Collection, Sequence
 from ..base.errors import ConfigError
 from ..base.flags import add_flag
 from .models import ModelSpec, preset
-from .training import CP_COMM_TYPES, TrainingSetup
+from .training import CP_COMM_TYPES, FSDP_STRATEGIES, TrainingSetup
 
 # Every option string of AICB's parser (aliyun/aicb, commit 23eec3c48ca2, utils/utils.py:
 # get_params and the get_*_params it calls), in its order: what an AICB flag's prefix is
@@ -243,9 +243,36 @@ def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
                   "forward pass (megatron's --overlap-param-gather)")
     add_flag(g, "--ddp-bucket-size", dest="ddp_bucket_size", type=int, default=None, metavar="PARAMS",
              help="with --overlap-grad-reduce: parameters per gradient bucket (default max(40M, 1M*DP))")
+    _add_fsdp_arguments(g)
     add_flag(g, "--megatron-version", metavar="VERSION", default=None,
              help="the megatron-core release whose collectives to follow, 0.8.0 to the newest traced (default); "
                   "releases differ in MoE layers only (docs/megatron-versions.md)")
+
+
+def _add_fsdp_arguments(g) -> None:
+    """Megatron-LM's FSDP and FP8-gather flags, in its spellings (``workload/megatron_fsdp.py``)."""
+    fsdp = g.add_mutually_exclusive_group()
+    add_flag(fsdp, "--use-megatron-fsdp", dest="use_megatron_fsdp", action="store_true",
+             help="megatron-core's FSDP (megatron-fsdp), sharded as --data-parallel-sharding-strategy says")
+    add_flag(fsdp, "--use-torch-fsdp2", dest="use_torch_fsdp2", action="store_true",
+             help="PyTorch's FSDP2 (fully_shard) on each transformer layer, the embedding and the output layer")
+    add_flag(g, "--data-parallel-sharding-strategy", dest="data_parallel_sharding_strategy",
+             choices=FSDP_STRATEGIES, default="no_shard",
+             help="with --use-megatron-fsdp: no_shard, optim (optimizer state), optim_grads (and gradients, "
+                  "reduce-scattered per bucket every micro-batch), optim_grads_params (and parameters, gathered "
+                  "per layer in forward and backward); default no_shard")
+    add_flag(g, "--fp8-param-gather", dest="fp8_param_gather", action="store_true",
+             help="FP8 weights: the distributed optimizer's and FSDP's parameter all-gathers carry the linear "
+                  "layers' weights in 1 byte instead of 2 (megatron's --fp8-param-gather)")
+
+
+def _fsdp_of(ns: argparse.Namespace) -> str:
+    """The setup's ``fsdp`` from Megatron-LM's flags."""
+    if getattr(ns, "use_torch_fsdp2", False):
+        return "torch_fsdp2"
+    if getattr(ns, "use_megatron_fsdp", False):
+        return getattr(ns, "data_parallel_sharding_strategy", "no_shard")
+    return "none"
 
 
 def add_aiob_arguments(parser: argparse.ArgumentParser) -> None:
@@ -420,6 +447,8 @@ def setup_from_args(ns: argparse.Namespace) -> TrainingSetup:
         overlap_grad_reduce=getattr(ns, "overlap_grad_reduce", False),
         overlap_param_gather=getattr(ns, "overlap_param_gather", False),
         ddp_bucket_size=getattr(ns, "ddp_bucket_size", None),
+        fsdp=_fsdp_of(ns),
+        fp8_param_gather=getattr(ns, "fp8_param_gather", False),
     )
     return setup
 
@@ -533,6 +562,11 @@ def to_commsweep_argv(setup: TrainingSetup) -> list[str]:
     argv += ["--overlap-grad-reduce"] if setup.overlap_grad_reduce else []
     argv += ["--overlap-param-gather"] if setup.overlap_param_gather else []
     argv += [f"--ddp-bucket-size={setup.ddp_bucket_size}"] if setup.ddp_bucket_size is not None else []
+    if setup.fsdp == "torch_fsdp2":
+        argv.append("--use-torch-fsdp2")
+    elif setup.fsdp != "none":
+        argv += ["--use-megatron-fsdp", f"--data-parallel-sharding-strategy={setup.fsdp}"]
+    argv += ["--fp8-param-gather"] if setup.fp8_param_gather else []
     return argv
 
 

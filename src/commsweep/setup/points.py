@@ -31,10 +31,17 @@ AXES = (
 # point's key is that of a sweep without the axis. ``cp``, ``cp_comm_type``: context
 # parallelism (megatron's --context-parallel-size, --cp-comm-type) when the sweep lists a CP
 # above 1; a point's key gains ``_cp<c>`` (and the comm type but p2p's) only where c > 1.
-OPTIONAL_AXES = ("tp_overlap", "simulation", "cp", "cp_comm_type")
+# ``fsdp``, ``fp8_param_gather``: data parallelism's sharding (megatron's --use-megatron-fsdp
+# with --data-parallel-sharding-strategy, --use-torch-fsdp2) and --fp8-param-gather, when the
+# sweep lists a value but the default; a point's key gains ``_fsdp<short name>`` or ``_fp8g``
+# only where they are on.
+OPTIONAL_AXES = ("tp_overlap", "simulation", "cp", "cp_comm_type", "fsdp", "fp8_param_gather")
 # The CP comm types a sweep may list (a2a+p2p needs hierarchical sizes, which no axis gives),
 # and their short names in point keys (p2p, the default, has none).
 CP_KEY_NAMES = {"p2p": "", "all_gather": "ag", "a2a": "a2a"}
+# The FSDP settings a sweep may list, and their short names in point keys (none: no FSDP).
+FSDP_KEY_NAMES = {"none": "", "no_shard": "ns", "optim": "o", "optim_grads": "og", "optim_grads_params": "ogp",
+                  "torch_fsdp2": "torch2"}
 SIMULATIONS = ("analytical", "packet")
 TABLE_COLUMNS = (
     "point", "workload", "profile", *AXES, "dp", "ga", *NETWORK_FIELDS,
@@ -71,6 +78,9 @@ class Point:
     # The CP size and comm type when the sweep has a CP axis (None: no axis, CP 1).
     cp: int | None = None
     cp_comm_type: str | None = None
+    # The FSDP setting and FP8 parameter gathers when the sweep has those axes (None: no axis).
+    fsdp: str | None = None
+    fp8_param_gather: bool | None = None
 
     @property
     def packet(self) -> bool:
@@ -86,13 +96,21 @@ class Point:
         key += ("_rc" if self.recompute else "")
         if self.cp is not None and self.cp > 1:
             key += f"_cp{self.cp}{CP_KEY_NAMES[self.cp_comm_type or 'p2p']}"
-        return key
+        if self.fsdp not in (None, "none"):
+            key += f"_fsdp{FSDP_KEY_NAMES[self.fsdp]}"
+        return key + ("_fp8g" if self.fp8_param_gather else "")
 
     @property
     def ignores_cp(self) -> bool:
         """An AICB point with CP above 1: AICB has no context parallelism, so its workload is
         that of the same GPUs without it (every CP rank a DP rank holding whole sequences)."""
         return self.schedule == "aicb" and (self.cp or 1) > 1
+
+    @property
+    def ignores_fsdp(self) -> bool:
+        """An AICB point with FSDP or FP8 parameter gathers: AICB has neither, so its workload is
+        the distributed optimizer's in bf16."""
+        return self.schedule == "aicb" and (self.fsdp not in (None, "none") or bool(self.fp8_param_gather))
 
     @property
     def workload_key(self) -> str:
@@ -123,7 +141,12 @@ class Point:
         text = ", ".join(f"{axis}={getattr(self, axis)}" for axis in AXES)
         if self.cp is not None:
             text += f", cp={self.cp}, cp_comm_type={self.cp_comm_type}"
-        return text + (" (AICB ignores CP)" if self.ignores_cp else "")
+        if self.fsdp is not None:
+            text += f", fsdp={self.fsdp}"
+        if self.fp8_param_gather is not None:
+            text += f", fp8_param_gather={self.fp8_param_gather}"
+        text += " (AICB ignores CP)" if self.ignores_cp else ""
+        return text + (" (AICB has no FSDP or FP8 gathers)" if self.ignores_fsdp else "")
 
     def row(self) -> dict[str, Any]:
         """The point as a flat record for tables (the columns of ``TABLE_COLUMNS``)."""
@@ -140,6 +163,10 @@ class Point:
             record["simulation"] = self.simulation
         if self.cp is not None:
             record.update(cp=self.cp, cp_comm_type=self.cp_comm_type)
+        if self.fsdp is not None:
+            record["fsdp"] = self.fsdp
+        if self.fp8_param_gather is not None:
+            record["fp8_param_gather"] = self.fp8_param_gather
         return record
 
 
@@ -205,8 +232,8 @@ def boolean(text: str) -> bool:
 
 _INTS = ("world_size", "tp", "pp", "ep", "micro_batch", "global_batch", "seq_length", "dp", "ga",
          "gpus_per_server", "nics_per_server", "cp")
-_BOOLS = ("sp", "aiob", "recompute")
-_TEXTS = ("point", "workload", "profile", "model", "schedule", "network", "simulation", "cp_comm_type")
+_BOOLS = ("sp", "aiob", "recompute", "fp8_param_gather")
+_TEXTS = ("point", "workload", "profile", "model", "schedule", "network", "simulation", "cp_comm_type", "fsdp")
 
 
 @dataclass(frozen=True)
@@ -243,6 +270,8 @@ class PointRow:
     simulation: str | None = None
     cp: int | None = None
     cp_comm_type: str | None = None
+    fsdp: str | None = None
+    fp8_param_gather: bool | None = None
     memory_gib: float | None = None
     fits: bool | None = None
 

@@ -18,6 +18,12 @@ _JOB_COUNTS = ("world_size", "global_batch")
 RECOMPUTE_GRANULARITIES = ("selective", "full")
 # megatron-core's TransformerConfig.cp_comm_type: how the attention exchanges the sequence.
 CP_COMM_TYPES = ("p2p", "all_gather", "a2a", "a2a+p2p")
+# How data parallelism shards the model (the megatron schedule only; ``workload/megatron_fsdp.py``):
+# ``none`` (megatron's DDP, with or without the distributed optimizer), megatron-fsdp's
+# --data-parallel-sharding-strategy values (with --use-megatron-fsdp), or torch FSDP2
+# (--use-torch-fsdp2).
+FSDP_STRATEGIES = ("no_shard", "optim", "optim_grads", "optim_grads_params")
+FSDP_CHOICES = ("none", *FSDP_STRATEGIES, "torch_fsdp2")
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,11 @@ class TrainingSetup:
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
     ddp_bucket_size: int | None = None
+    # Fully sharded data parallelism (``FSDP_CHOICES``; see ``workload/megatron_fsdp.py``) and
+    # megatron's --fp8-param-gather (FP8 weights: the parameter all-gathers of the distributed
+    # optimizer and of FSDP carry the linear layers' weights in 1 byte instead of 2).
+    fsdp: str = "none"
+    fp8_param_gather: bool = False
 
     # -- derived sizes -------------------------------------------------------------
     @property
@@ -169,6 +180,7 @@ class TrainingSetup:
                        f"got {self.recompute_granularity!r}")
         out += self._context_parallel_problems()
         out += self._bucket_problems()
+        out += self._fsdp_problems()
         v = self.virtual_pipeline
         if v < 1:
             out.append(f"virtual_pipeline must be at least 1 (got {v})")
@@ -186,8 +198,31 @@ class TrainingSetup:
             out.append(f"ddp_bucket_size must be at least 1 (got {self.ddp_bucket_size})")
         if self.ddp_bucket_size is not None and not self.overlap_grad_reduce:
             out.append("ddp_bucket_size needs overlap_grad_reduce (without it megatron uses one bucket)")
-        if self.overlap_param_gather and not (self.overlap_grad_reduce and self.distributed_optimizer):
+        if self.overlap_param_gather and self.fsdp == "none" and not (
+                self.overlap_grad_reduce and self.distributed_optimizer):
             out.append("overlap_param_gather needs the distributed optimizer and overlap_grad_reduce")
+        return out
+
+    def _fsdp_problems(self) -> list[str]:
+        """Megatron-LM's argument checks for FSDP and FP8 parameter gathers
+        (NVIDIA/Megatron-LM core_v0.16.1, ``megatron/training/arguments.py``, ``validate_args``)."""
+        if self.fsdp not in FSDP_CHOICES:
+            return [f"fsdp must be one of {', '.join(FSDP_CHOICES)}, got {self.fsdp!r}"]
+        out = []
+        if self.fsdp == "torch_fsdp2":
+            if self.pp > 1:
+                out.append("torch FSDP2 is not supported with pipeline parallelism (megatron's --use-torch-fsdp2)")
+            if self.ep > 1:
+                out.append("torch FSDP2 is not supported with expert parallelism (megatron's --use-torch-fsdp2)")
+            if self.model.tie_embeddings:
+                out.append("torch FSDP2 needs untied embeddings (megatron's --untie-embeddings-and-output-weights)")
+            if self.fp8_param_gather:
+                out.append("torch FSDP2 with fp8_param_gather: megatron turns the FP8 gather off "
+                           "(TransformerEngine 2.0 and later) and gathers in bf16")
+        if self.fp8_param_gather and self.fsdp == "none" and not self.distributed_optimizer:
+            out.append("fp8_param_gather needs the distributed optimizer or FSDP")
+        if self.overlap_param_gather and self.fsdp in FSDP_STRATEGIES and not self.overlap_grad_reduce:
+            out.append("overlap_param_gather needs overlap_grad_reduce")
         return out
 
     def _context_parallel_problems(self) -> list[str]:

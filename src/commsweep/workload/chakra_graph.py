@@ -31,7 +31,7 @@ ranks at stride ``tp * ep`` that hold the same experts. Sizes are SimAI's (``for
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..base.errors import InputError
@@ -173,12 +173,15 @@ class _Chain:
 
 def rank_nodes(workload: Workload, rank: int, layout: Layout, *, gpus: int | None = None,
                overlap: Sequence[str] = (), pipeline: Pipeline | None = None,
-               ids: dict[tuple[str, tuple[int, ...]], int] | None = None, skip_empty: bool = False) -> list[Node]:
+               ids: dict[tuple[str, tuple[int, ...]], int] | None = None, skip_empty: bool = False,
+               inserts: Mapping[tuple[int, str], Sequence[tuple[str, str, str, int]]] | None = None) -> list[Node]:
     """One rank's nodes for a SimAI workload file, in SimAI's order (module docstring); with
     ``pipeline``, its sends and receives between the rows of its micro-batches' model chunks;
     with ``skip_empty``, no collective that moves nothing: of zero bytes (SimAI gives one no time;
     ASTRA-sim charges an all-reduce its latencies and never finishes an all-gather) or on a group
-    of one rank (ASTRA-sim never finishes one)."""
+    of one rank (ASTRA-sim never finishes one). ``inserts`` maps (row, phase) to collectives
+    (name, collective, group kind, bytes) the file cannot carry, issued before that phase's
+    compute (FSDP's per-layer all-gathers: ``unexpressed_inserts``)."""
     if workload.header.checkpoints:
         raise InputError("checkpointed layers (the header's checkpoints) have no Chakra export yet",
                          field="checkpoints")
@@ -194,6 +197,10 @@ def rank_nodes(workload: Workload, rank: int, layout: Layout, *, gpus: int | Non
 
     def phase_nodes(index: int, phase: str) -> None:
         row = workload.rows[index]
+        for name, collective, kind, size in (inserts or {}).get((index, phase), ()):
+            if not (skip_empty and (size == 0 or sizes[kind] == 1)):
+                chain.comm(name=name, kind="coll", collective=collective, size=size, pg=pg_of[kind], phase=phase,
+                           row=index, group=kind, group_size=sizes[kind])
         chain.compute(row.compute(phase), name=f"{row.name}.{phase}.compute", phase=phase, row=index)
         comm_type, size = row.comm(phase)
         kind = comm_group(comm_type, phase)
@@ -309,12 +316,29 @@ def megatron_traces(schedules: Sequence, *, overlap: Sequence[str] = (), skip_em
     workloads = [s.workload() for s in schedules]
     pipelines = [pipeline_of(s) for s in schedules] if setup.pp > 1 else [None] * setup.pp
     ids = group_ids(layout)
+    inserts = [unexpressed_inserts(s) for s in schedules]
     by_rank = []
     for rank in range(layout.world):
         stage = layout.coords(rank)[2]
         by_rank.append(rank_nodes(workloads[stage], rank, layout, overlap=overlap, pipeline=pipelines[stage],
-                                  ids=ids, skip_empty=skip_empty))
+                                  ids=ids, skip_empty=skip_empty, inserts=inserts[stage]))
     return by_rank, used_groups(by_rank, layout)
+
+
+def unexpressed_inserts(schedule) -> dict[tuple[int, str], list[tuple[str, str, str, int]]]:
+    """The collectives of a Megatron schedule that no row carries but a trace can, by the row
+    and phase before whose compute megatron issues them: those anchored to a row
+    (``Unexpressed.anchor``) on a group of the layout (FSDP's per-layer all-gathers over DP)."""
+    rows = {(b.name, b.micro_batch): i for i, b in enumerate(schedule.blocks)}
+    out: dict[tuple[int, str], list[tuple[str, str, str, int]]] = {}
+    for u in schedule.unexpressed:
+        if u.anchor is None or u.in_rows or u.comm.group not in GROUP_KINDS:
+            continue
+        index = rows[(u.anchor, u.micro_batch)]
+        where = f"layer{u.layer}" if u.layer is not None else u.anchor
+        name = f"{u.module}.{where}.mb{u.micro_batch}.{u.phase}.{u.comm.collective}"
+        out.setdefault((index, u.phase), []).append((name, u.comm.collective, u.comm.group, u.comm.bytes))
+    return out
 
 
 def used_groups(nodes_by_rank: Sequence[Sequence[Node]], layout: Layout) -> dict[int, tuple[int, ...]]:

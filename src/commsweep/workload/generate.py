@@ -44,11 +44,14 @@ def schedule_problems(setup: TrainingSetup, schedule: str, megatron_version: str
 
 def ignoring_cp(setup: TrainingSetup) -> TrainingSetup:
     """The setup as AICB sees it: AICB has no context parallelism, so its workload is that of
-    the same GPUs without it (as ``commsweep generate --schedule aicb`` drops the flag)."""
-    if setup.cp == 1:
-        return setup
+    the same GPUs without it (as ``commsweep generate --schedule aicb`` drops the flag); nor
+    FSDP or FP8 parameter gathers, so its workload is the distributed optimizer's in bf16."""
     from dataclasses import replace
 
+    if setup.fsdp != "none" or setup.fp8_param_gather:
+        setup = replace(setup, fsdp="none", fp8_param_gather=False)
+    if setup.cp == 1:
+        return setup
     return replace(setup, cp=1, cp_comm_type="p2p", hierarchical_cp=None)
 
 

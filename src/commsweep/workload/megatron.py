@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING
 from ..aiob.profile_file import AiobProfile
 from ..setup.training import TrainingSetup
 from . import (megatron_attention, megatron_context_parallel, megatron_data_parallel, megatron_embedding,
-               megatron_mla, megatron_mlp, megatron_moe, megatron_pipeline, megatron_recompute, megatron_releases,
+               megatron_fsdp, megatron_mla, megatron_mlp, megatron_moe, megatron_pipeline, megatron_recompute, megatron_releases,
                megatron_times)
 from .format import Header, Row, Workload
 # The schedule's vocabulary and the parameter counts, for the modules that read schedules.
@@ -136,6 +136,7 @@ def unsupported(setup: TrainingSetup, megatron_version: str | megatron_releases.
     traced release) cannot describe this setup (empty when it can)."""
     out = megatron_mla.problems(setup) if setup.model.is_mla else []
     out += megatron_context_parallel.problems(setup, megatron_releases.release(megatron_version))
+    out += megatron_fsdp.problems(setup)
     out += megatron_releases.mla_problems(setup, megatron_releases.release(megatron_version))
     if setup.model.is_moe:
         out += megatron_moe.problems(setup) + megatron_releases.problems(setup, megatron_releases.release(megatron_version))
@@ -179,15 +180,17 @@ def schedule(setup: TrainingSetup, profile: AiobProfile | None = None, *, stage:
 def _micro_batch_rows(build: Build, stage: int, mb: int) -> Rows:
     """One micro-batch's rows on stage ``stage``: the embedding on the first stage, each
     layer's attention and MLP (and full recompute's forward again), the output layer and
-    loss on the last."""
-    out = Rows()
+    loss on the last; with FSDP, its per-micro-batch collectives around them (``megatron_fsdp``)."""
+    segments: list[tuple[int, Rows]] = []
     if stage == 0:
-        out += megatron_embedding.embedding_rows(build, mb)
+        segments.append((megatron_fsdp.EMBEDDING, Rows(blocks=megatron_embedding.embedding_rows(build, mb))))
     for layer in stage_layers(build.setup, stage):
+        out = Rows()
         out += megatron_attention.layer_rows(build, layer, mb)
         out += megatron_mlp.layer_rows(build, layer, mb)
         if build.setup.recompute_mode == "full":
             out += megatron_recompute.layer_rows(build, layer, mb)
+        segments.append((layer, out))
     if stage == build.setup.pp - 1:
-        out += megatron_embedding.output_rows(build, mb)
-    return out
+        segments.append((megatron_fsdp.OUTPUT, Rows(blocks=megatron_embedding.output_rows(build, mb))))
+    return megatron_fsdp.micro_batch_rows(build, stage, mb, segments)

@@ -85,6 +85,9 @@ class Unexpressed:
     layer: int | None = None
     micro_batch: int | None = None
     in_rows: bool = False
+    # The row (by name, in the same micro-batch) before whose ``phase`` compute megatron issues
+    # it, for the exports that can carry it (the Chakra traces); None where none says.
+    anchor: str | None = None
 
     def __iter__(self):
         return iter((self.module, self.phase, self.comm, self.why))

@@ -36,14 +36,20 @@ from collections.abc import Callable
 
 from ..setup.training import TrainingSetup
 from .megatron_blocks import BF16, FP32, Block, Build, Comm, Rows, Unexpressed
+from . import megatron_fsdp
 from .megatron_buckets import Bucket, stage_buckets
-from .megatron_parameters import dense_parameters, expert_parameters, sequence_parallel_parameters
+from .megatron_parameters import (dense_parameters, expert_parameters, fp8_parameters,
+                                  sequence_parallel_parameters)
 from .row_names import SP_GRADS_ALLREDUCE, dp_ep
 
 
 def iteration_rows(build: Build, stage: int) -> Rows:
     """The once-per-iteration rows of stage ``stage``: optimizer, SP gradients, DP reduces."""
     out = Rows()
+    if build.setup.fsdp != "none":  # FSDP's own buckets and rows; SP's gradients as without it
+        out += megatron_fsdp.iteration_rows(build, stage)
+        out += _sequence_parallel_grads(build, stage)
+        return out
     out += _optimizer(build, stage)
     out += _sequence_parallel_grads(build, stage)
     out += _dense_grads(build, stage)
@@ -69,8 +75,11 @@ def _optimizer(build: Build, stage: int) -> Rows | list[Block]:
     if not s.distributed_optimizer:
         return [Block("optimizer", "optimizer.step", **build.timed("optimizer"))]
     psi = dense_parameters(s, stage, build.release)
+    fp8 = fp8_parameters(s, stage)
     rows = [Block("dp_param_allgather", "optimizer.param_allgather",
-                  wg=Comm("allgather", "DP", BF16 * psi) if s.dp_cp > 1 else None, **build.timed("optimizer"))]
+                  wg=Comm("allgather", "DP", BF16 * (psi - fp8)) if s.dp_cp > 1 else None, **build.timed("optimizer"))]
+    if fp8 and s.dp_cp > 1:  # the FP8 weights' buffer of its own: 1 byte per parameter
+        rows.append(Block("dp_param_allgather_fp8", "optimizer.param_allgather", wg=Comm("allgather", "DP", fp8)))
     if experts := _expert_dp(build, stage):
         rows.append(Block(dp_ep("param_allgather"), "optimizer.expert_param_allgather",
                           wg=Comm("allgather", "DP_EP", BF16 * experts)))
@@ -94,7 +103,12 @@ def _dense_grads(build: Build, stage: int) -> Rows | list[Block]:
         return _bucketed_reduces(build, stage, experts=False)
     size = _grad_bytes(build) * dense_parameters(s, stage, build.release)
     if s.distributed_optimizer:
-        return [Block("dp_grad_reducescatter", "ddp.grad_reducescatter", wg=Comm("reducescatter", "DP", size))]
+        fp8 = _grad_bytes(build) * fp8_parameters(s, stage)
+        rows = [Block("dp_grad_reducescatter", "ddp.grad_reducescatter", wg=Comm("reducescatter", "DP", size - fp8))]
+        if fp8:  # the FP8 weights' buffer reduces its (bf16 or fp32) gradients apart
+            rows.append(Block("dp_grad_reducescatter_fp8", "ddp.grad_reducescatter",
+                              wg=Comm("reducescatter", "DP", fp8)))
+        return rows
     return [Block("dp_grad_allreduce", "ddp.grad_allreduce", wg=Comm("allreduce", "DP", size))]
 
 

@@ -99,3 +99,14 @@ def sequence_parallel_parameters(setup: TrainingSetup, stage: int = 0, release: 
     if stage == setup.pp - 1:
         total += _norm(setup)
     return total
+
+
+def fp8_parameters(setup: TrainingSetup, stage: int = 0) -> int:
+    """With fp8_param_gather, the parameters one TP rank of the stage holds as FP8 weights
+    (the transformer layers' linear weights, TransformerEngine modules under ``fp8_model_init``;
+    the distributed optimizer keeps them in a uint8 buffer of their own); 0 without it."""
+    if not setup.fp8_param_gather:
+        return 0
+    from .megatron_fsdp import stage_params
+
+    return sum(q.numel for q in stage_params(setup, stage) if q.fp8)

@@ -134,6 +134,21 @@ def _notes_and_checks(ns: argparse.Namespace) -> list[str]:
         from .megatron_context_parallel import NOTE
 
         notes.append(NOTE)
+    fsdp_flags = [flag for flag, on in (("--use-megatron-fsdp", getattr(ns, "use_megatron_fsdp", False)),
+                                        ("--use-torch-fsdp2", getattr(ns, "use_torch_fsdp2", False)),
+                                        ("--fp8-param-gather", getattr(ns, "fp8_param_gather", False))) if on]
+    if aicb and fsdp_flags:
+        notes.append(f"AICB has no {' or '.join(fsdp_flags)}; the aicb schedule writes the distributed "
+                     "optimizer's workload in bf16, as AICB does")
+        ns.use_megatron_fsdp = ns.use_torch_fsdp2 = ns.fp8_param_gather = False
+    elif getattr(ns, "use_megatron_fsdp", False) or getattr(ns, "use_torch_fsdp2", False):
+        from .megatron_fsdp import NOTE as FSDP_NOTE
+
+        if ns.use_torch_fsdp2 or ns.data_parallel_sharding_strategy == "optim_grads_params":
+            notes.append(FSDP_NOTE)
+    if (getattr(ns, "data_parallel_sharding_strategy", "no_shard") != "no_shard"
+            and not getattr(ns, "use_megatron_fsdp", False) and not aicb):
+        notes.append("--data-parallel-sharding-strategy is for --use-megatron-fsdp (megatron ignores it without)")
     if aicb and str(ns.pp_stage) != "first":
         notes.append("--pp-stage is for the megatron schedule; AICB writes the same file for every stage")
     if aicb and ns.megatron_version is not None:
@@ -143,6 +158,16 @@ def _notes_and_checks(ns: argparse.Namespace) -> list[str]:
     if getattr(ns, "aicb_root", None) is not None and not aicb:
         raise ConfigError("runs AICB itself, so it needs --schedule aicb", key="--aicb-root")
     return notes
+
+
+def _megatron_notes(setup: TrainingSetup) -> tuple[str, ...]:
+    """The notes a megatron point's command prints: what its file cannot hold (CP's exchange,
+    FSDP's per-layer gathers), in the order ``_notes_and_checks`` gives them."""
+    from .megatron_context_parallel import NOTE
+    from .megatron_fsdp import NOTE as FSDP_NOTE
+
+    notes = (NOTE,) if setup.cp > 1 else ()
+    return notes + ((FSDP_NOTE,) if setup.fsdp in ("optim_grads_params", "torch_fsdp2") else ())
 
 
 class GenerateStage(Stage[GenerateJob]):
@@ -170,7 +195,6 @@ class GenerateStage(Stage[GenerateJob]):
         line is AICB's, whose ``--context-parallel-size`` AICB would ignore. A megatron point
         with CP gets the note its command prints (what its file cannot hold)."""
         from .generate import ignoring_cp
-        from .megatron_context_parallel import NOTE
 
         (profile,), (output,) = inputs, outputs
         megatron = point.schedule == "megatron"
@@ -181,7 +205,7 @@ class GenerateStage(Stage[GenerateJob]):
             pp_stage=config["generator"]["megatron_pp_stage"] if megatron else "first",
             megatron_version=megatron_version(config) if megatron else None, aicb_root=aicb_root or None,
             num_experts=m.num_experts if m.is_moe else None, moe_enable=m.is_moe,
-            notes=(NOTE,) if megatron and point.setup.cp > 1 else ())
+            notes=_megatron_notes(point.setup) if megatron else ())
 
     def from_args(self, ns: argparse.Namespace) -> GenerateJob:
         """The job of ``commsweep generate``'s arguments. Arguments AICB accepts but ignores

@@ -20,6 +20,8 @@ PANEL_AXES = ("model", "world_size", "tp", "pp", "ep", "sp", "micro_batch", "glo
               "recompute")
 # With a CP axis (``points.OPTIONAL_AXES``), CP and its comm type are part of a setting too.
 CP_AXES = ("cp", "cp_comm_type")
+# So are FSDP and FP8 parameter gathers with their axes.
+FSDP_AXES = ("fsdp", "fp8_param_gather")
 _AXIS_LABELS = {"world_size": "world {}", "pp": "PP {}", "ep": "EP {}", "micro_batch": "micro-batch {}",
                 "global_batch": "global batch {}", "seq_length": "sequence {}"}
 
@@ -49,12 +51,16 @@ def setting_label(point: PointRow, varying: Iterable[str] = ()) -> str:
             parts.append("recompute" if point.recompute else "no recompute")
     if point.cp is not None:
         parts.append("no CP" if point.cp == 1 else f"CP {point.cp} ({point.cp_comm_type})")
+    if point.fsdp is not None:
+        parts.append("no FSDP" if point.fsdp == "none" else f"FSDP {point.fsdp}")
+    if point.fp8_param_gather:
+        parts.append("FP8 gathers")
     return ", ".join(parts)
 
 
 def _setting(p: PointRow) -> tuple:
-    """A point's setting as the panels tell settings apart: ``PANEL_AXES``, then CP's."""
-    return tuple(p.cells[a] for a in PANEL_AXES) + tuple(p.cells.get(a, "") for a in CP_AXES)
+    """A point's setting as the panels tell settings apart: ``PANEL_AXES``, then CP's and FSDP's."""
+    return tuple(p.cells[a] for a in PANEL_AXES) + tuple(p.cells.get(a, "") for a in (*CP_AXES, *FSDP_AXES))
 
 
 def panels(rows: list[Row], points: dict[str, PointRow]) -> list[Panel]:

@@ -65,6 +65,10 @@ class Context:
     # stands for cp of Megatron's, whose later ones it lacks (None: the workload has CP's).
     cp: int = 1
     merged: int | None = None
+    # Megatron's schedule shards data parallelism (FSDP's per-micro-batch units are among the
+    # findings), or gathers FP8 weights (its distributed optimizer's FP8 buffer is).
+    fsdp: bool = False
+    fp8: bool = False
 
     @classmethod
     def of(cls, items: list[AuditRow], pp: int = 1, cp: int = 1, merged: int | None = None) -> Context:
@@ -77,6 +81,8 @@ class Context:
             mla_units=frozenset(f.layer for f in items if _is_mla_finding(f)),
             moe_line_units=frozenset(f.layer for f in items if f.found_name == rn.AICB_MOE_LAYER),
             deepseek=any(_is_mla_finding(f) or is_fp8_dispatch(f) for f in items),
+            fsdp=any(f.unit_kind == "fsdp" or (f.expected_name or "").startswith("dp_fsdp_") for f in items),
+            fp8=any((f.expected_name or "").endswith("_fp8") for f in items),
         )
 
 
@@ -114,6 +120,18 @@ CP_RULES: tuple[tuple[str, Rule], ...] = (
     ("cp_sized_on_whole_sequence", _sized_on_whole_sequence),
 )
 CP_CAUSES = tuple(slug for slug, _ in CP_RULES)
+
+# What a workload of a setup without FSDP or FP8 gathers (AICB's: it has no such flag) misses
+# against Megatron's schedule with them (``workload/megatron_fsdp.py``).
+FSDP_RULES: tuple[tuple[str, Rule], ...] = (
+    ("fsdp_param_gathers_missing", lambda f, s: f.kind == "missing" and f.unit_kind == "fsdp"
+     and f.expected_collective == "allgather"),
+    ("fsdp_grad_reducescatters_missing", lambda f, s: f.kind == "missing" and f.unit_kind == "fsdp"
+     and f.expected_collective == "reducescatter"),
+    ("fsdp_dp_sync_as_distributed_optimizer", lambda f, s: s.fsdp and f.unit_kind == "dp"),
+    ("fp8_param_gather_in_bf16", lambda f, s: s.fp8 and f.unit_kind == "dp" and f.kind in ("missing", "size")),
+)
+FSDP_CAUSES = tuple(slug for slug, _ in FSDP_RULES)
 
 
 def _embedding_allreduce_for_reducescatter(f: AuditRow, ctx: Context) -> bool:
@@ -201,6 +219,7 @@ DEEPSEEK_CAUSES = tuple(slug for slug, _ in DEEPSEEK_RULES)
 _BEFORE_WGRAD: tuple[tuple[str, Rule], ...] = (
     ("pipeline_send_bytes", lambda f, s: f.phase == "pp"),
     *CP_RULES,
+    *FSDP_RULES,
     ("size_in_none_column", lambda f, s: f.kind == "size_in_none_column"),
     *DEEPSEEK_RULES,
     *MOE_RULES,

@@ -71,18 +71,25 @@ def point_causes(files: paths.PointFiles, point: PointRow, partner: PointRow | N
 
 def unexpressed_bytes(files: paths.PointFiles, megatron_point: PointRow) -> int:
     """What Megatron's schedule sends that its own workload cannot hold, in bytes per iteration:
-    the attention's context-parallel exchange (no SimAI group is CP), as the Megatron point's
-    audit lists it (0 without CP). A point's difference from Megatron counts it, so that the
-    AICB point's causes, which miss it, add up to that difference."""
-    if (megatron_point.cp or 1) == 1:
+    the attention's context-parallel exchange (no SimAI group is CP) and FSDP's per-layer
+    parameter all-gathers (no forward or input-gradient column carries DP), as the Megatron
+    point's audit lists them (0 without CP or sharded parameters). A point's difference from
+    Megatron counts them, so that the AICB point's causes, which miss them, add up to that difference."""
+    if (megatron_point.cp or 1) == 1 and megatron_point.fsdp not in UNEXPRESSED_FSDP:
         return 0
     path = audit_of(files, megatron_point)
     if path is None or not path.exists():
         from ...base.errors import InputError
 
-        raise InputError(f"no audit of the Megatron point {megatron_point.point}: its CP exchange is "
-                         "part of its traffic", file=path)
-    return sum(-(f.delta_bytes or 0) for f in audit_csv.read(path) if f.cause == "cp_attention_exchange_missing")
+        raise InputError(f"no audit of the Megatron point {megatron_point.point}: what its file cannot "
+                         "hold (CP's exchange, FSDP's gathers) is part of its traffic", file=path)
+    return sum(-(f.delta_bytes or 0) for f in audit_csv.read(path) if f.cause in UNEXPRESSED_CAUSES)
+
+
+# The FSDP settings whose per-layer all-gathers no workload row carries, and the causes the
+# Megatron point's own audit names what its file cannot hold by.
+UNEXPRESSED_FSDP = ("optim_grads_params", "torch_fsdp2")
+UNEXPRESSED_CAUSES = ("cp_attention_exchange_missing", "fsdp_param_gathers_missing")
 
 
 def sweep_causes(sweep_csv: Path, files: paths.PointFiles) -> list[PointCauses]:
