@@ -104,8 +104,9 @@ def test_overlap_writes_one_row_per_bucket_of_the_padded_size(name):
     dense = stage_buckets(s, 0)
     scatters = [c for n, c in rows if n.startswith("dp_grad_reducescatter")]
     gathers = [c for n, c in rows if n.startswith("dp_param_allgather")]
-    # written last bucket first: SimAI runs these rows backwards
-    assert [c.bytes for c in scatters] == [4 * b.numel for b in reversed(dense)]
+    # each reduce where its bucket fills (tests/test_buckets_placement.py), so with
+    # interleaving the chunks' buckets interleave too; the gathers last bucket first
+    assert sorted(c.bytes for c in scatters) == sorted(4 * b.numel for b in dense)
     assert [c.bytes for c in gathers] == [2 * b.numel for b in reversed(dense)]
     plain = _dp_rows(megatron.schedule(SETUPS[name], stage=0))
     for collective in ("reducescatter", "allgather"):

@@ -61,6 +61,8 @@ class Bucket:
     params: int
     layers: tuple[int, ...]
     tensors: tuple[str, ...]
+    # The parameters themselves, in the bucket's order (where it fills: ``fill_rows``).
+    members: tuple[Tensor, ...] = ()
 
 
 def default_bucket_size(dp: int) -> int:
@@ -90,7 +92,7 @@ def split(tensors: list[Tensor], bucket_size: int | None, dp: int, *, distribute
         bucket_end = pad_bucket(param_end)
         layers = tuple(dict.fromkeys(t.layer for t in members if t.layer is not None))
         buckets.append(Bucket(bucket_end - bucket_start, sum(t.numel for t in members), layers,
-                              tuple(t.name for t in members)))
+                              tuple(t.name for t in members), tuple(members)))
         bucket_start, members = bucket_end, []
         return bucket_end
 
@@ -196,4 +198,61 @@ def stage_buckets(setup: TrainingSetup, stage: int, release: Release | None = No
         if tensors:
             bucketed = size if stage == 0 and chunk == 0 else None
             out += split(tensors, bucketed, group, distributed_optimizer=s.distributed_optimizer)
+    return out
+
+
+# -- where a bucket fills: the row of the schedule after whose backward its reduce is issued --
+
+# A layer's modules in forward order (megatron's TransformerLayer): the input norm, the
+# attention (its projections in, the core attention, linear_proj), the pre-MLP norm, the MLP
+# (linear_fc1, or an MoE layer's router and experts, then linear_fc2). Longer prefixes first.
+_LAYER_ORDER = (("input_layernorm", 0), ("self_attention.core_attention", 2), ("self_attention.linear_proj", 3),
+                ("self_attention", 1), ("pre_mlp_layernorm", 4), ("mlp.linear_fc2", 6), ("mlp", 5))
+# The modules outside the layers: the embedding, and at the end the final norm, the output
+# layer and the loss.
+_OUTER_ORDER = (("embedding", ("embedding", 0)), ("decoder.final_layernorm", ("output", 0)),
+                ("output_layer", ("output", 1)), ("loss", ("output", 2)))
+
+
+def _matches(path: str, prefix: str) -> bool:
+    return path == prefix or path.startswith(prefix + ".")
+
+
+def _where(path: str, layer: int | None) -> tuple[object, int] | None:
+    """(part of the model, rank in forward order) of a module path or a parameter's name."""
+    if layer is not None:
+        local = path.split(".", 3)[3] if path.startswith("decoder.layers.") else path
+        local = local.removesuffix(".weight").removesuffix(".bias")
+        return ("layer", layer), next((r for prefix, r in _LAYER_ORDER if _matches(local, prefix)), 0)
+    for prefix, place in _OUTER_ORDER:
+        if _matches(path, prefix):
+            return place
+    return None
+
+
+def fill_rows(blocks, buckets: list[Bucket], micro_batch: int = 0) -> list[int | None]:
+    """Where each bucket's reduce goes among ``blocks`` (a schedule's rows): the index to
+    insert it at, so that SimAI, which runs rows backwards in the backward pass, issues it
+    right after the backward of the row that makes the bucket's last gradient. A member's
+    gradient is made by the first row of ``micro_batch`` at or after its module in forward
+    order (after all of them when its module comes later); the bucket's last is the member
+    backprop reaches last, the one that comes first in forward order, which is also where
+    the forward pass first needs the bucket's parameters. None for a bucket no row of the
+    micro-batch holds."""
+    parts: dict[object, list[tuple[int, int]]] = {}
+    for i, b in enumerate(blocks):
+        if b.micro_batch == micro_batch and (where := _where(b.module, b.layer)) is not None:
+            parts.setdefault(where[0], []).append((i, where[1]))
+
+    def index(tensor: Tensor) -> int | None:
+        target = _where(tensor.name, tensor.layer)
+        rows = parts.get(target[0]) if target is not None else None
+        if not rows:
+            return None
+        return next((i for i, r in rows if r >= target[1]), rows[-1][0] + 1)
+
+    out: list[int | None] = []
+    for bucket in buckets:
+        found = [i for i in map(index, bucket.members) if i is not None]
+        out.append(min(found) if found else None)
     return out
