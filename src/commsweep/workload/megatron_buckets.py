@@ -30,11 +30,13 @@ falls at the module's end; ``Buffer.exact`` says whether the split is tensor-exa
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..setup.training import TrainingSetup
 from . import megatron_mla, megatron_moe
 from .megatron_releases import Release
+from .row_names import kind_of
 
 PARAM_ALIGNMENT = 64  # elements: each parameter starts 128-byte aligned
 BUCKET_ALIGNMENT = 128  # elements: each bucket ends 256-byte aligned (and divisible by D)
@@ -256,3 +258,50 @@ def fill_rows(blocks, buckets: list[Bucket], micro_batch: int = 0) -> list[int |
         found = [i for i in map(index, bucket.members) if i is not None]
         out.append(min(found) if found else None)
     return out
+
+
+@dataclass(frozen=True)
+class OverlapRows:
+    """Where a schedule's bucket rows run when megatron overlaps them (row indexes of the
+    schedule): ``reduces``, the rows whose gradient reduce runs beside the backward pass
+    (``overlap_grad_reduce``); ``join``, the row before whose backward the reduces are waited
+    for (``finish_grad_sync``, before the optimizer); ``gathers``, with
+    ``overlap_param_gather``, each chain of parameter all-gathers (dense, experts) in forward
+    order as (gather row, the row whose forward needs it)."""
+
+    reduces: tuple[int, ...] = ()
+    join: int | None = None
+    gathers: tuple[tuple[tuple[int, int], ...], ...] = ()
+
+
+def micro_batch_start(names: Sequence[str]) -> int:
+    """The first row of the micro-batches in a Megatron schedule's rows (by name: the
+    embedding or a transformer layer's row); the rows before it run once per iteration."""
+    return next((i for i, n in enumerate(names) if n == "embedding_layer" or kind_of(n) != n), len(names))
+
+
+def overlap_rows(names: Sequence[str], overlap_grad_reduce: bool, overlap_param_gather: bool) -> OverlapRows:
+    """The bucket rows of a Megatron schedule's rows (``names``, its workload's row names)
+    that megatron overlaps (``OverlapRows``): the reduce rows (placed where their buckets
+    fill), the last row before the backward pass ends that is not one of them, and each
+    gather paired with its bucket's reduce row by name (``<reduce>_bucket<i>``,
+    ``<gather>_bucket<i>``), needed by the first row after that reduce row's run of bucket
+    rows."""
+    if not overlap_grad_reduce:
+        return OverlapRows()
+    reduce_prefixes = ("dp_grad_reducescatter", "dp_grad_allreduce", "dp_ep_grad_reducescatter", "dp_ep_grad_allreduce")
+    first = micro_batch_start(names)
+    reduces = {n: i for i, n in enumerate(names) if "_bucket" in n and n.split("_bucket")[0] in reduce_prefixes}
+    join = max((i for i in range(first) if names[i] not in reduces), default=None)
+    chains = []
+    for gather, reduce in (("dp_param_allgather", "dp_grad_reducescatter"),
+                           ("dp_ep_param_allgather", "dp_ep_grad_reducescatter")):
+        chain = []
+        for i, name in enumerate(names[:first]):
+            if overlap_param_gather and name.startswith(gather + "_bucket"):
+                at = reduces.get(reduce + name.removeprefix(gather))
+                if at is not None:
+                    target = next((j for j in range(at, len(names)) if names[j] not in reduces), len(names) - 1)
+                    chain.append((target, -int(name.rsplit("bucket", 1)[1]), i))
+        chains.append(tuple((row, target) for target, _, row in sorted(chain)))
+    return OverlapRows(tuple(sorted(reduces.values())), join if reduces else None, tuple(c for c in chains if c))
