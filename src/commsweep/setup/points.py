@@ -31,7 +31,12 @@ AXES = (
 # point's key is that of a sweep without the axis. ``cp``, ``cp_comm_type``: context
 # parallelism (megatron's --context-parallel-size, --cp-comm-type) when the sweep lists a CP
 # above 1; a point's key gains ``_cp<c>`` (and the comm type but p2p's) only where c > 1.
-OPTIONAL_AXES = ("tp_overlap", "simulation", "cp", "cp_comm_type")
+# ``overlap_grad_reduce``, ``overlap_param_gather``, ``ddp_bucket_size``: the distributed
+# optimizer's buckets and their overlap (megatron's --overlap-grad-reduce, ...) when the sweep
+# turns overlap on; a point's key gains ``_ogr``, ``_opg``, ``_bkt<size>`` only where set.
+OPTIONAL_AXES = ("tp_overlap", "simulation", "cp", "cp_comm_type",
+                 "overlap_grad_reduce", "overlap_param_gather", "ddp_bucket_size")
+BUCKET_AXES = ("overlap_grad_reduce", "overlap_param_gather", "ddp_bucket_size")
 # The CP comm types a sweep may list (a2a+p2p needs hierarchical sizes, which no axis gives),
 # and their short names in point keys (p2p, the default, has none).
 CP_KEY_NAMES = {"p2p": "", "all_gather": "ag", "a2a": "a2a"}
@@ -71,6 +76,9 @@ class Point:
     # The CP size and comm type when the sweep has a CP axis (None: no axis, CP 1).
     cp: int | None = None
     cp_comm_type: str | None = None
+    # The buckets' overlap (overlap_grad_reduce, overlap_param_gather, ddp_bucket_size) when
+    # the sweep has those axes (None: no axis, megatron's defaults, overlap off).
+    buckets: tuple[bool, bool, int | None] | None = None
 
     @property
     def packet(self) -> bool:
@@ -86,6 +94,9 @@ class Point:
         key += ("_rc" if self.recompute else "")
         if self.cp is not None and self.cp > 1:
             key += f"_cp{self.cp}{CP_KEY_NAMES[self.cp_comm_type or 'p2p']}"
+        if self.buckets is not None:
+            grads, params, size = self.buckets
+            key += ("_ogr" if grads else "") + ("_opg" if params else "") + ("" if size is None else f"_bkt{size}")
         return key
 
     @property
@@ -123,6 +134,8 @@ class Point:
         text = ", ".join(f"{axis}={getattr(self, axis)}" for axis in AXES)
         if self.cp is not None:
             text += f", cp={self.cp}, cp_comm_type={self.cp_comm_type}"
+        if self.buckets is not None:
+            text += ", " + ", ".join(f"{a}={v}" for a, v in zip(BUCKET_AXES, self.buckets))
         return text + (" (AICB ignores CP)" if self.ignores_cp else "")
 
     def row(self) -> dict[str, Any]:
@@ -140,6 +153,8 @@ class Point:
             record["simulation"] = self.simulation
         if self.cp is not None:
             record.update(cp=self.cp, cp_comm_type=self.cp_comm_type)
+        if self.buckets is not None:
+            record.update(zip(BUCKET_AXES, (*self.buckets[:2], "" if self.buckets[2] is None else self.buckets[2])))
         return record
 
 
@@ -204,8 +219,8 @@ def boolean(text: str) -> bool:
 
 
 _INTS = ("world_size", "tp", "pp", "ep", "micro_batch", "global_batch", "seq_length", "dp", "ga",
-         "gpus_per_server", "nics_per_server", "cp")
-_BOOLS = ("sp", "aiob", "recompute")
+         "gpus_per_server", "nics_per_server", "cp", "ddp_bucket_size")
+_BOOLS = ("sp", "aiob", "recompute", "overlap_grad_reduce", "overlap_param_gather")
 _TEXTS = ("point", "workload", "profile", "model", "schedule", "network", "simulation", "cp_comm_type")
 
 
@@ -243,6 +258,9 @@ class PointRow:
     simulation: str | None = None
     cp: int | None = None
     cp_comm_type: str | None = None
+    overlap_grad_reduce: bool | None = None
+    overlap_param_gather: bool | None = None
+    ddp_bucket_size: int | None = None
     memory_gib: float | None = None
     fits: bool | None = None
 
@@ -274,7 +292,7 @@ class PointRow:
                 if name in _TEXTS:
                     values[name] = text
                 elif name in _INTS:
-                    values[name] = int(text)
+                    values[name] = None if text == "" and name == "ddp_bucket_size" else int(text)
                 elif name in _BOOLS or name == "fits":
                     values[name] = None if name == "fits" and text == "" else boolean(text)
                 else:

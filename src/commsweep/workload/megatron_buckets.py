@@ -205,57 +205,37 @@ def stage_buckets(setup: TrainingSetup, stage: int, release: Release | None = No
 
 # -- where a bucket fills: the row of the schedule after whose backward its reduce is issued --
 
-# A layer's modules in forward order (megatron's TransformerLayer): the input norm, the
-# attention (its projections in, the core attention, linear_proj), the pre-MLP norm, the MLP
-# (linear_fc1, or an MoE layer's router and experts, then linear_fc2). Longer prefixes first.
-_LAYER_ORDER = (("input_layernorm", 0), ("self_attention.core_attention", 2), ("self_attention.linear_proj", 3),
-                ("self_attention", 1), ("pre_mlp_layernorm", 4), ("mlp.linear_fc2", 6), ("mlp", 5))
-# The modules outside the layers: the embedding, and at the end the final norm, the output
-# layer and the loss.
-_OUTER_ORDER = (("embedding", ("embedding", 0)), ("decoder.final_layernorm", ("output", 0)),
-                ("output_layer", ("output", 1)), ("loss", ("output", 2)))
+# The parts of the model outside the transformer layers, by a parameter's or a row's module:
+# the embedding, and at the end the final norm, the output layer and the loss.
+_OUTER = (("embedding", "embedding"), ("decoder.final_layernorm", "output"), ("output_layer", "output"),
+          ("loss", "output"))
 
 
-def _matches(path: str, prefix: str) -> bool:
-    return path == prefix or path.startswith(prefix + ".")
-
-
-def _where(path: str, layer: int | None) -> tuple[object, int] | None:
-    """(part of the model, rank in forward order) of a module path or a parameter's name."""
+def _part(path: str, layer: int | None) -> object:
+    """The part of the model (a transformer layer, the embedding, the output) a module path
+    or a parameter's name belongs to; None for none of them."""
     if layer is not None:
-        local = path.split(".", 3)[3] if path.startswith("decoder.layers.") else path
-        local = local.removesuffix(".weight").removesuffix(".bias")
-        return ("layer", layer), next((r for prefix, r in _LAYER_ORDER if _matches(local, prefix)), 0)
-    for prefix, place in _OUTER_ORDER:
-        if _matches(path, prefix):
-            return place
-    return None
+        return layer
+    return next((part for prefix, part in _OUTER if path == prefix or path.startswith(prefix + ".")), None)
 
 
 def fill_rows(blocks, buckets: list[Bucket], micro_batch: int = 0) -> list[int | None]:
     """Where each bucket's reduce goes among ``blocks`` (a schedule's rows): the index to
     insert it at, so that SimAI, which runs rows backwards in the backward pass, issues it
-    right after the backward of the row that makes the bucket's last gradient. A member's
-    gradient is made by the first row of ``micro_batch`` at or after its module in forward
-    order (after all of them when its module comes later); the bucket's last is the member
-    backprop reaches last, the one that comes first in forward order, which is also where
-    the forward pass first needs the bucket's parameters. None for a bucket no row of the
-    micro-batch holds."""
-    parts: dict[object, list[tuple[int, int]]] = {}
+    right after the backward of the part of the model (a transformer layer, the embedding,
+    the output layer with the final norm) in which the bucket's last gradient is made: the
+    first row of that part in ``micro_batch``. The last gradient is that of the member that
+    comes first in forward order, which backprop reaches last; the forward pass first needs
+    the bucket's parameters at that same row. A bucket is placed at the end of its part's
+    backward, not at the module inside it: megatron issues it up to part of a layer's
+    backward earlier. None for a bucket no row of the micro-batch holds."""
+    first: dict[object, int] = {}
     for i, b in enumerate(blocks):
-        if b.micro_batch == micro_batch and (where := _where(b.module, b.layer)) is not None:
-            parts.setdefault(where[0], []).append((i, where[1]))
-
-    def index(tensor: Tensor) -> int | None:
-        target = _where(tensor.name, tensor.layer)
-        rows = parts.get(target[0]) if target is not None else None
-        if not rows:
-            return None
-        return next((i for i, r in rows if r >= target[1]), rows[-1][0] + 1)
-
+        if b.micro_batch == micro_batch and (part := _part(b.module, b.layer)) is not None:
+            first.setdefault(part, i)
     out: list[int | None] = []
     for bucket in buckets:
-        found = [i for i in map(index, bucket.members) if i is not None]
+        found = [first[p] for t in bucket.members if (p := _part(t.name, t.layer)) in first]
         out.append(min(found) if found else None)
     return out
 

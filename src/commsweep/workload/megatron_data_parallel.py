@@ -23,11 +23,13 @@ With ``overlap_grad_reduce`` (``megatron_buckets``) the reduces and the gathers 
 bucket by bucket, one row each, of the padded sizes megatron's buffer allocates. megatron
 issues a bucket's reduce as soon as its last gradient is ready in the last micro-batch's
 backward pass (``param_and_grad_buffer.py``, ``register_grad_ready`` calling
-``start_grad_sync``), so each reduce row is placed where its bucket fills
-(``place_bucket_reduces``): just before the row whose backward makes that gradient, so that
-SimAI, which runs rows backwards in the backward pass, issues it right after that row, and in
-micro-batch 0's rows, the backward pass SimAI runs last (SimAI runs the micro-batches'
-backward passes in reverse file order). SimAI's analytical model gives a DP collective the
+``start_grad_sync``), so each reduce row is placed in the layer where its bucket fills
+(``place_bucket_reduces``): just before the first row of the transformer layer (or the
+embedding, or the output layer) whose backward makes that gradient, so that SimAI, which
+runs rows backwards in the backward pass, issues it right after that layer's backward, and
+in micro-batch 0's rows, the backward pass SimAI runs last (SimAI runs the micro-batches'
+backward passes in reverse file order). A row in the middle of a layer would split the
+layer for every reader of the file that counts layers by their rows. SimAI's analytical model gives a DP collective the
 same time wherever it stands (its weight-gradient column is priced alone, under one DP
 overlap ratio, and stays out of the pipeline bubble), so the totals do not move; the
 position is for the Chakra traces and the overlap model (``simulate/overlap.py``). The
