@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from ..setup.training import TrainingSetup
 from . import megatron_mla, megatron_moe
 from .megatron_releases import Release
-from .row_names import kind_of
+from .row_names import bucket_of, bucket_row, kind_of
 
 PARAM_ALIGNMENT = 64  # elements: each parameter starts 128-byte aligned
 BUCKET_ALIGNMENT = 128  # elements: each bucket ends 256-byte aligned (and divisible by D)
@@ -271,17 +271,18 @@ def overlap_rows(names: Sequence[str], overlap_grad_reduce: bool, overlap_param_
         return OverlapRows()
     reduce_prefixes = ("dp_grad_reducescatter", "dp_grad_allreduce", "dp_ep_grad_reducescatter", "dp_ep_grad_allreduce")
     first = micro_batch_start(names)
-    reduces = {n: i for i, n in enumerate(names) if "_bucket" in n and n.split("_bucket")[0] in reduce_prefixes}
+    buckets = {i: bucket_of(n) for i, n in enumerate(names)}
+    reduces = {n: i for i, n in enumerate(names) if buckets[i] and buckets[i][0] in reduce_prefixes}
     join = max((i for i in range(first) if names[i] not in reduces), default=None)
     chains = []
     for gather, reduce in (("dp_param_allgather", "dp_grad_reducescatter"),
                            ("dp_ep_param_allgather", "dp_ep_grad_reducescatter")):
         chain = []
-        for i, name in enumerate(names[:first]):
-            if overlap_param_gather and name.startswith(gather + "_bucket"):
-                at = reduces.get(reduce + name.removeprefix(gather))
+        for i in range(first):
+            if overlap_param_gather and buckets[i] and buckets[i][0] == gather:
+                at = reduces.get(bucket_row(reduce, buckets[i][1]))
                 if at is not None:
                     target = next((j for j in range(at, len(names)) if names[j] not in reduces), len(names) - 1)
-                    chain.append((target, -int(name.rsplit("bucket", 1)[1]), i))
+                    chain.append((target, -buckets[i][1], i))
         chains.append(tuple((row, target) for target, _, row in sorted(chain)))
     return OverlapRows(tuple(sorted(reduces.values())), join if reduces else None, tuple(c for c in chains if c))

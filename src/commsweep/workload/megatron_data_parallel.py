@@ -49,7 +49,7 @@ from ..setup.training import TrainingSetup
 from .megatron_blocks import BF16, FP32, Block, Build, Comm, Rows, Unexpressed
 from .megatron_buckets import Bucket, fill_rows, stage_buckets
 from .megatron_parameters import dense_parameters, expert_parameters, sequence_parallel_parameters
-from .row_names import SP_GRADS_ALLREDUCE, dp_ep
+from .row_names import SP_GRADS_ALLREDUCE, bucket_row, dp_ep, is_bucket_row
 
 
 def iteration_rows(build: Build, stage: int) -> Rows:
@@ -151,7 +151,7 @@ def _bucket_rows(buckets: list[Bucket], name: str, module: str, comm_of: Callabl
     for i in reversed(range(len(buckets))):
         comm = comm_of(buckets[i])
         extra = timed if i == 0 else {}
-        out.blocks.append(Block(f"{name}_bucket{i}", module, wg=comm, **extra))
+        out.blocks.append(Block(bucket_row(name, i), module, wg=comm, **extra))
         out.unexpressed.append(Unexpressed(module, "wg", comm, _overlap_note(buckets[i], when), in_rows=True))
     return out
 
@@ -215,7 +215,7 @@ def place_bucket_reduces(build: Build, stage: int, rows: Rows) -> Rows:
     for experts in (False, True):
         prefix = _reduce_prefix(s, experts)
         for i, bucket in enumerate(stage_buckets(s, stage, build.release, experts=experts)):
-            block = next((b for b in rows.blocks if b.name == f"{prefix}_bucket{i}" and b.micro_batch is None), None)
+            block = next((b for b in rows.blocks if b.name == bucket_row(prefix, i) and b.micro_batch is None), None)
             if block is not None:
                 found.append((block, bucket))
     taken = {id(block) for block, _ in found}
@@ -235,7 +235,7 @@ def _placed_notes(rows: Rows, after: dict[str, str]) -> list[Unexpressed]:
     module's bucket rows are in the order of its rows)."""
     names: dict[str, list[str]] = {}
     for b in rows.blocks:
-        if b.micro_batch is None and "_bucket" in b.name:
+        if b.micro_batch is None and is_bucket_row(b.name):
             names.setdefault(b.module, []).append(b.name)
     out = []
     for u in rows.unexpressed:
