@@ -99,7 +99,8 @@ def test_aicbs_one_row_against_the_buckets_splits_into_its_bytes_and_the_buckets
     on them (12 * 100 / 1200); dp_buckets takes 11 - 2.5 = 8.5 ms and no bytes; the parts add
     up to the findings' own difference."""
     mb = 1 << 20
-    items = [_finding("size", 0, 300 * mb, 1200 * mb), _finding("missing", 1, 400 * mb), _finding("missing", 2, 400 * mb)]
+    items = [_finding("size", 0, 300 * mb, 1200 * mb), _finding("missing", 1, 400 * mb),
+             _finding("missing", 2, 400 * mb)]
     found = Simulated(by_collective={("wg", "reducescatter", "DP", 1200 * mb): 12_000_000})
     expected = Simulated(by_collective={("wg", "reducescatter", "DP", 300 * mb): 500_000,
                                         ("wg", "reducescatter", "DP", 400 * mb): 1_000_000})

@@ -97,7 +97,8 @@ def test_simai_with_the_ratio_exposes_what_the_buckets_leave_exposed():
     dp_rows = sum(1 for r in workload.rows if r.wg_comm != "NONE")
     assert abs(sim.components["exposed_dp"] - t.exposed_ns / 1000) < dp_rows
     o = megatron_overlap(sched, NET, None, wgrad_gemm_us={k: 0.0 for k in ("attention_qkv", "mlp_fc1", "output_layer")},
-                         dgrad_gemm_us={}, async_tp=False, overlap_grad_reduce=False, pp_link_gbps=50, workload=workload)
+                         dgrad_gemm_us={}, async_tp=False, overlap_grad_reduce=False, pp_link_gbps=50,
+                         workload=workload)
     assert (o.dp_total_ns, o.dp_hidden_ns) == (t.total_ns, t.total_ns - t.exposed_ns)
 
 

@@ -60,10 +60,11 @@ QUIET_SWEEP_DEFAULTS = {"overlap_grad_reduce": [False], "overlap_param_gather": 
 def config_digest(config: Mapping) -> str:
     """The digest of a validated config: equal configs, equal digests (key order,
     ``EXECUTION_KEYS`` and ``QUIET_SWEEP_DEFAULTS`` at their defaults aside)."""
-    return sha256_text(canonical_json(_quiet({k: v for k, v in config.items() if k not in EXECUTION_KEYS})))
+    kept = {k: v for k, v in config.items() if k not in EXECUTION_KEYS}
+    return sha256_text(canonical_json(without_quiet_defaults(kept)))
 
 
-def _quiet(config: dict) -> dict:
+def without_quiet_defaults(config: dict) -> dict:
     """``config`` without the ``QUIET_SWEEP_DEFAULTS`` at their defaults."""
     if isinstance(config.get("sweep"), Mapping):
         config = {**config, "sweep": {k: v for k, v in config["sweep"].items()
@@ -125,7 +126,7 @@ class Run:
             "config_files": list(self.config_files),
             "config_overrides": list(self.overrides),
             "external_inputs": self._inputs_record(),
-            "config": _quiet({k: v for k, v in self.config.items() if k not in PLACE_KEYS}),
+            "config": without_quiet_defaults({k: v for k, v in self.config.items() if k not in PLACE_KEYS}),
         }, indent=2, sort_keys=True, default=str) + "\n"
 
     def job_provenance(self, *keys: str, profile: str | None = None) -> list[str]:
