@@ -25,6 +25,12 @@ linear_fc2, then the final norm and the output layer), tensor by tensor for dens
 A multi-latent attention and an MoE layer's MLP are entered as one tensor each (their many
 small tensors would need megatron's exact module order), so a bucket boundary inside them
 falls at the module's end; ``Buffer.exact`` says whether the split is tensor-exact.
+
+Where each bucket fills (``fill_rows``: the part of the model whose backward makes its last
+gradient, which is also where the forward pass first needs its parameters) places its reduce
+row in the schedule (``megatron_data_parallel.place_bucket_reduces``); ``overlap_rows`` reads
+back, from a schedule's row names, which rows megatron overlaps and where, for the Chakra
+traces, the overlap model (``simulate/overlap.py``) and the trace comparison.
 """
 
 from __future__ import annotations

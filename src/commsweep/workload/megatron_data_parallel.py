@@ -29,10 +29,11 @@ embedding, or the output layer) whose backward makes that gradient, so that SimA
 runs rows backwards in the backward pass, issues it right after that layer's backward, and
 in micro-batch 0's rows, the backward pass SimAI runs last (SimAI runs the micro-batches'
 backward passes in reverse file order). A row in the middle of a layer would split the
-layer for every reader of the file that counts layers by their rows. SimAI's analytical model gives a DP collective the
-same time wherever it stands (its weight-gradient column is priced alone, under one DP
-overlap ratio, and stays out of the pipeline bubble), so the totals do not move; the
-position is for the Chakra traces and the overlap model (``simulate/overlap.py``). The
+layer for every reader of the file that counts layers by their rows. SimAI's analytical
+model gives a DP collective the same time wherever it stands (its weight-gradient column
+is priced alone, under one DP overlap ratio, and stays out of the pipeline bubble), so the
+totals do not move; the position is for the Chakra traces and the overlap model
+(``simulate/overlap.py``). The
 gathers stay after the backward pass, written in reverse so that SimAI runs bucket 0 first,
 the optimizer's compute on the one SimAI runs first: those of ``overlap_param_gather``,
 issued in the next forward pass before each bucket's first layer, have no DP column there
@@ -223,7 +224,10 @@ def place_bucket_reduces(build: Build, stage: int, rows: Rows) -> Rows:
     first = next(i for i, b in enumerate(blocks) if b.micro_batch is not None)
     moves = list(zip((block for block, _ in found), fill_rows(blocks, [bucket for _, bucket in found])))
     after: dict[str, str] = {}
-    for block, at in sorted(moves, key=lambda m: -(first if m[1] is None else m[1])):  # stable: bucket 0 first
+    # From the last place up, so that earlier places keep their index; at one place the
+    # buckets go in one after another, so that bucket 0 (the later layers) stands last and
+    # SimAI runs it first.
+    for block, at in sorted(moves, key=lambda m: -(first if m[1] is None else m[1])):
         if at is not None:  # else where it was: after the backward pass
             after[block.name] = blocks[at].name if at < len(blocks) else blocks[-1].name
         blocks.insert(first if at is None else at, block)
