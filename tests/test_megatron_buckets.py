@@ -104,8 +104,9 @@ def test_overlap_writes_one_row_per_bucket_of_the_padded_size(name):
     dense = stage_buckets(s, 0)
     scatters = [c for n, c in rows if n.startswith("dp_grad_reducescatter")]
     gathers = [c for n, c in rows if n.startswith("dp_param_allgather")]
-    # written last bucket first: SimAI runs these rows backwards
-    assert [c.bytes for c in scatters] == [4 * b.numel for b in reversed(dense)]
+    # each reduce where its bucket fills (tests/test_buckets_placement.py), so with
+    # interleaving the chunks' buckets interleave too; the gathers last bucket first
+    assert sorted(c.bytes for c in scatters) == sorted(4 * b.numel for b in dense)
     assert [c.bytes for c in gathers] == [2 * b.numel for b in reversed(dense)]
     plain = _dp_rows(megatron.schedule(SETUPS[name], stage=0))
     for collective in ("reducescatter", "allgather"):
@@ -135,12 +136,13 @@ def test_bucket_options_are_checked():
 def _traced_setups() -> list[TrainingSetup]:
     """Two tiny setups of 4 processes, each with a bucket size of a third of stage 0's
     parameters: TP 2 x DP 2 with SP, and PP 2 x DP 2 of a tied-embedding GPT (stage 1 is
-    not bucketed; each stage's copy of the embedding gets a bucket of its own)."""
+    not bucketed; each stage's copy of the embedding gets a bucket of its own), the second
+    with overlap_param_gather too."""
     out = []
     for tp, pp in ((2, 1), (1, 2)):
         big = TrainingSetup(model=PRESETS["gpt-7b"], world_size=16 * tp * pp, tp=tp, pp=pp, sp=tp > 1, global_batch=64)
         small = scale.scaled_setup(big, dp=2)
-        out.append(dataclasses.replace(small, overlap_grad_reduce=True,
+        out.append(dataclasses.replace(small, overlap_grad_reduce=True, overlap_param_gather=pp > 1,
                                        ddp_bucket_size=dense_parameters(small, 0) // 3))
     return out
 
@@ -149,8 +151,12 @@ def _traced_setups() -> list[TrainingSetup]:
 @pytest.mark.skipif(MISSING is not None, reason=f"cannot trace: {MISSING}")
 def test_traced_buckets_match_the_schedules():
     """megatron-core with overlap_grad_reduce, the distributed optimizer and a small bucket
-    size on 4 gloo processes: on every stage, each bucket's reduce-scatter and all-gather,
-    in megatron's order and of the buffer's padded size, as ``stage_buckets`` computes them."""
+    size on 4 gloo processes, traced at its second step: on every stage, each bucket's
+    reduce-scatter and all-gather, in megatron's order and of the buffer's padded size, as
+    ``stage_buckets`` computes them; each reduce-scatter in the backward pass, after the
+    layer the schedule places it after (TP 2: the layers' TP collectives tell), and with
+    overlap_param_gather each all-gather in the forward pass where the schedule says; every
+    row of the comparison matches."""
     setups = _traced_setups()
     for setup, trace in zip(setups, runner.run(setups, timeout=900)):
         for stage in range(setup.pp):
@@ -158,10 +164,19 @@ def test_traced_buckets_match_the_schedules():
             assert len(expected) >= (3 if stage == 0 else 1)
             records = [r for r in trace.rank_records(trace.first_rank_of_stage(stage))
                        if r.group == "DP" and r.group_size > 1]
-            assert [r.elements for r in records if r.collective == "reducescatter"] == expected, (setup.pp, stage)
-            assert [r.elements for r in records if r.collective == "allgather"] == expected, (setup.pp, stage)
-            assert {compare.trace_module(r) for r in records} == {"ddp.grad_reducescatter",
-                                                                  "optimizer.param_allgather"}
+            reduces = [r for r in records if r.collective == "reducescatter"]
+            gathers = [r for r in records if r.collective == "allgather"]
+            assert [r.elements for r in reduces] == expected, (setup.pp, stage)
+            assert {r.phase for r in reduces} == {"backward"}
+            if setup.overlap_param_gather:  # dispatched in forward, the first-needed bucket first
+                assert sorted(r.elements for r in gathers) == sorted(expected)
+                assert {r.phase for r in gathers} == {"forward"}
+            else:
+                assert [r.elements for r in gathers] == expected, (setup.pp, stage)
+        rows = compare.compare(trace)
+        assert {r.status for r in rows} == {"match"}, [r for r in rows if r.status != "match"]
+        placed = [r.layer for r in rows if r.module == "ddp.grad_reducescatter"]
+        assert (setup.tp == 1) == all(layer is None for layer in placed)
 
 
 def _parse(argv):

@@ -296,6 +296,27 @@ def cp_blocks(panels: list[cz.Panel]) -> list[Block]:
         f"{cause('cp_microbatches_merged')}; {cause('cp_sized_on_whole_sequence')}."))]
 
 
+def bucket_blocks(panels: list[cz.Panel]) -> list[Block]:
+    """What AICB's one DP row per iteration miscounts when megatron overlaps its buckets
+    (the cause ``dp_buckets``), quoted at each overlapped setting's AICB paths."""
+    quoted = []
+    for panel in panels:
+        for path in (AICB_DEFAULT, AICB_AIOB):
+            _, _, us = _cause_total(panel.rows.get(path, []), "dp_buckets")
+            if any(r.cause == "dp_buckets" for r in panel.rows.get(path, [])) and us is not None:
+                quoted.append(f"{panel.label} ({PATH_NAMES[path]}): {ms(us)}")
+    if not quoted:
+        return []
+    return [Block("p", (
+        "**With megatron's overlapped buckets AICB counts the DP sync whole.** AICB writes one DP gradient "
+        "reduce-scatter and one parameter all-gather per iteration, after the backward pass, and SimAI exposes "
+        "them whole. Megatron's distributed optimizer reduces bucket by bucket, each as soon as its bucket's last "
+        "gradient is ready in the last backward pass, and (with overlap_param_gather) gathers each bucket's "
+        "parameters in the next forward pass: the same bytes, hidden behind the compute that remains, the last "
+        "buckets' exposed. What AICB's row exposes beyond Megatron's buckets (`dp_buckets`; the bytes AICB's "
+        "parameter count adds are `dp_sync_sized_by_mock_params`'s): " + "; ".join(quoted) + "."))]
+
+
 def _cause_total(rows: list[cz.Row], cause: str) -> tuple[int, int, float | None]:
     mine = [r for r in rows if r.cause == cause]
     exposed = None if any(r.exposed_us is None for r in mine) else sum(r.exposed_us for r in mine)
@@ -407,6 +428,7 @@ def page(rows: list[cz.Row], points: dict[str, PointRow], figures: dict[str, str
     if deepseek(rows):
         blocks += deepseek_blocks(panels, points)
     blocks += cp_blocks(panels)
+    blocks += bucket_blocks(panels)
     none = sum(r.rows for r in rows if r.cause == "size_in_none_column")
     sized = (f" This sweep's AICB files hold {none:,} `NONE` columns with a size (`size_in_none_column`); "
              "each counts 0." if none else "")

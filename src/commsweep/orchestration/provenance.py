@@ -52,10 +52,25 @@ EXECUTION_KEYS = ("batch", "results")
 PLACE_KEYS = ("results",)
 
 
+# Sweep keys added after runs were recorded, with their defaults: at its default such a key
+# is left out of the digest, so a sweep that does not set it keeps the digest it had.
+QUIET_SWEEP_DEFAULTS = {"fsdp": ["none"], "fp8_param_gather": [False],
+                        "overlap_grad_reduce": [False], "overlap_param_gather": [False], "ddp_bucket_size": None}
+
+
 def config_digest(config: Mapping) -> str:
-    """The digest of a validated config: equal configs, equal digests (key order and
-    ``EXECUTION_KEYS`` aside)."""
-    return sha256_text(canonical_json({k: v for k, v in config.items() if k not in EXECUTION_KEYS}))
+    """The digest of a validated config: equal configs, equal digests (key order,
+    ``EXECUTION_KEYS`` and ``QUIET_SWEEP_DEFAULTS`` at their defaults aside)."""
+    kept = {k: v for k, v in config.items() if k not in EXECUTION_KEYS}
+    return sha256_text(canonical_json(without_quiet_defaults(kept)))
+
+
+def without_quiet_defaults(config: dict) -> dict:
+    """``config`` without the ``QUIET_SWEEP_DEFAULTS`` at their defaults."""
+    if isinstance(config.get("sweep"), Mapping):
+        config = {**config, "sweep": {k: v for k, v in config["sweep"].items()
+                                      if not (k in QUIET_SWEEP_DEFAULTS and v == QUIET_SWEEP_DEFAULTS[k])}}
+    return config
 
 
 def check_external(config: Mapping, points: Iterable) -> dict[str, External | dict[str, External]]:
@@ -112,7 +127,7 @@ class Run:
             "config_files": list(self.config_files),
             "config_overrides": list(self.overrides),
             "external_inputs": self._inputs_record(),
-            "config": {k: v for k, v in self.config.items() if k not in PLACE_KEYS},
+            "config": without_quiet_defaults({k: v for k, v in self.config.items() if k not in PLACE_KEYS}),
         }, indent=2, sort_keys=True, default=str) + "\n"
 
     def job_provenance(self, *keys: str, profile: str | None = None) -> list[str]:

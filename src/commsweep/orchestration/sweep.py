@@ -19,7 +19,7 @@ from typing import Any
 from ..base.errors import ConfigError
 from ..setup.configfile import networks_and_models
 from ..setup.network import NETWORK_FIELDS  # noqa: F401 (a network's keys, beside the axes, for the sweep's readers)
-from ..setup.points import AXES, CP_KEY_NAMES, FSDP_KEY_NAMES, SIMULATIONS, Invalid, Point, to_csv
+from ..setup.points import AXES, BUCKET_AXES, CP_KEY_NAMES, FSDP_KEY_NAMES, SIMULATIONS, Invalid, Point, to_csv
 from ..setup.training import TrainingSetup
 from ..workload.generate import schedule_problems
 
@@ -149,6 +149,35 @@ def cp_axis(config: dict) -> list[tuple[int, str] | None]:
     return list(dict.fromkeys((c, k if c > 1 else "p2p") for c in sizes for k in kinds))
 
 
+def buckets_axis(config: dict) -> list[tuple[bool, bool, int | None] | None]:
+    """The sweep's distributed-optimizer buckets: ``[None]`` (no axis: keys and tables as
+    without it) unless ``sweep.overlap_grad_reduce`` lists true; else every
+    (overlap_grad_reduce, overlap_param_gather, ddp_bucket_size) megatron accepts, the point
+    without overlap once (no param-gather overlap nor bucket size without it)."""
+    sweep = config.get("sweep") or {}
+    grads, params = sweep.get("overlap_grad_reduce", [False]), sweep.get("overlap_param_gather", [False])
+    sizes = sweep.get("ddp_bucket_size")
+    sizes = [None] if sizes is None else sizes if isinstance(sizes, list) else [sizes]
+    for key, values in (("sweep.overlap_grad_reduce", grads), ("sweep.overlap_param_gather", params)):
+        if not isinstance(values, list) or not values:
+            raise ConfigError("must be a non-empty list", key=key)
+        for v in values:
+            if not isinstance(v, bool):
+                raise ConfigError(f"values must be true or false, got {v!r}", key=key)
+    for v in sizes:
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ConfigError(f"values must be positive integers (parameters) or null, got {v!r}",
+                              key="sweep.ddp_bucket_size")
+    if True not in grads:
+        if True in params or sizes != [None]:
+            raise ConfigError("needs overlap_grad_reduce: true among its values (without it megatron gathers "
+                              "after the optimizer step, in one bucket)",
+                              key="sweep.overlap_param_gather" if True in params else "sweep.ddp_bucket_size")
+        return [None]
+    return list(dict.fromkeys((g, p and g, s if g else None) for g in grads for p in params
+                              for s in dict.fromkeys(sizes)))
+
+
 def cp_problems(setup: TrainingSetup, schedule: str) -> list[str]:
     """Why an AICB point at CP above 1 cannot run: AICB ignores CP and makes the workload of
     the same GPUs without it (DP takes the CP ranks), which must be a valid setup of its own."""
@@ -181,6 +210,19 @@ def fsdp_axis(config: dict) -> list[tuple[str, bool] | None]:
     return [(k, f) for k in kinds for f in fp8]
 
 
+def _check_axis_values(axes: dict[str, list]) -> None:
+    """A ``ConfigError`` naming the axis of a value that is not a positive integer or a boolean
+    where the axis needs one."""
+    for name in ("world_size", "tp", "pp", "ep", "micro_batch", "global_batch", "seq_length"):
+        for v in axes[name]:
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"values must be positive integers, got {v!r}", key=f"sweep.{name}")
+    for name in ("sp", "aiob", "recompute"):
+        for v in axes[name]:
+            if not isinstance(v, bool):
+                raise ConfigError(f"values must be true or false, got {v!r}", key=f"sweep.{name}")
+
+
 def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
     """All points of the sweep, valid first, then the invalid combinations with reasons."""
     axes = {name: _axis(config, name) for name in AXES}
@@ -195,15 +237,7 @@ def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
         from ..aiob.backends import check_aiob_config
 
         check_aiob_config(aiob)
-    for name in ("world_size", "tp", "pp", "ep", "micro_batch", "global_batch", "seq_length"):
-        for v in axes[name]:
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(f"values must be positive integers, got {v!r}", key=f"sweep.{name}")
-    for name in ("sp", "aiob", "recompute"):
-        for v in axes[name]:
-            if not isinstance(v, bool):
-                raise ConfigError(f"values must be true or false, got {v!r}", key=f"sweep.{name}")
-
+    _check_axis_values(axes)
     overlaps = tp_overlap_axis(config)
     simulations = simulation_axis(config)
     if "packet" in simulations and overlaps != [None]:
@@ -212,8 +246,8 @@ def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
     version = megatron_version(config)
     points: list[Point] = []
     invalid: list[Invalid] = []
-    for combo, cp, fsdp in itertools.product(itertools.product(*(axes[a] for a in AXES)), cp_axis(config),
-                                             fsdp_axis(config)):
+    for combo, cp, fsdp, buckets in itertools.product(itertools.product(*(axes[a] for a in AXES)), cp_axis(config),
+                                                      fsdp_axis(config), buckets_axis(config)):
         values: dict[str, Any] = dict(zip(AXES, combo))
         setup = TrainingSetup(
             model=resolved[values["model"]],
@@ -222,11 +256,14 @@ def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
             seq_length=values["seq_length"], recompute=values["recompute"],
             **({} if cp is None else dict(cp=cp[0], cp_comm_type=cp[1])),
             **({} if fsdp is None else dict(fsdp=fsdp[0], fp8_param_gather=fsdp[1])),
+            **({} if buckets is None else dict(zip(BUCKET_AXES, buckets))),
         )
         if cp is not None:
             values.update(cp=cp[0], cp_comm_type=cp[1])
         if fsdp is not None:
             values.update(fsdp=fsdp[0], fp8_param_gather=fsdp[1])
+        if buckets is not None:
+            values.update(zip(BUCKET_AXES, (*buckets[:2], "" if buckets[2] is None else buckets[2])))
         reasons = _problems(setup, values["schedule"], values["aiob"], version, gpu if skip_unfit else None)
         if reasons:
             invalid.append(Invalid(values=values, reasons=tuple(reasons)))
@@ -236,8 +273,9 @@ def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
             if refused:  # its analytical twin stays: only SimAI_simulator cannot run it
                 invalid.append(Invalid(values={**values, "simulation": sim}, reasons=tuple(refused)))
                 continue
-            points += [Point(**values, setup=setup, net=nets[values["network"]], gpu=gpu, tp_overlap=tpo,
-                             simulation=sim) for tpo in overlaps]
+            fields = {k: v for k, v in values.items() if k not in BUCKET_AXES}
+            points += [Point(**fields, setup=setup, net=nets[values["network"]], gpu=gpu, tp_overlap=tpo,
+                             simulation=sim, buckets=buckets) for tpo in overlaps]
     return points, invalid
 
 

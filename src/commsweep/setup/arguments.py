@@ -234,6 +234,17 @@ def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
                   "(megatron's --cp-comm-type; default p2p, the ring)")
     add_flag(g, "--hierarchical-context-parallel-sizes", dest="hierarchical_cp", type=int, nargs=2, default=None,
              metavar=("A2A", "P2P"), help="cp-comm-type a2a+p2p: the all-to-all group's size and the ring's")
+    add_bucket_arguments(g)
+    _add_fsdp_arguments(g)
+    add_flag(g, "--megatron-version", metavar="VERSION", default=None,
+             help="the megatron-core release whose collectives to follow, 0.8.0 to the newest traced (default); "
+                  "releases differ in MoE layers only (docs/megatron-versions.md)")
+
+
+def add_bucket_arguments(g) -> None:
+    """The distributed optimizer's buckets and their overlap (``generate``'s and ``trace``'s)."""
+    from ..base.flags import add_flag
+
     # The same switch as AICB's --overlap_grad_reduce (which AICB's own workload ignores).
     g.add_argument("--overlap-grad-reduce", dest="overlap_grad_reduce", action="store_true",
                    help="reduce the gradients bucket by bucket as the backward pass fills them (megatron's "
@@ -243,10 +254,6 @@ def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
                   "forward pass (megatron's --overlap-param-gather)")
     add_flag(g, "--ddp-bucket-size", dest="ddp_bucket_size", type=int, default=None, metavar="PARAMS",
              help="with --overlap-grad-reduce: parameters per gradient bucket (default max(40M, 1M*DP))")
-    _add_fsdp_arguments(g)
-    add_flag(g, "--megatron-version", metavar="VERSION", default=None,
-             help="the megatron-core release whose collectives to follow, 0.8.0 to the newest traced (default); "
-                  "releases differ in MoE layers only (docs/megatron-versions.md)")
 
 
 def _add_fsdp_arguments(g) -> None:

@@ -35,7 +35,12 @@ AXES = (
 # with --data-parallel-sharding-strategy, --use-torch-fsdp2) and --fp8-param-gather, when the
 # sweep lists a value but the default; a point's key gains ``_fsdp<short name>`` or ``_fp8g``
 # only where they are on.
-OPTIONAL_AXES = ("tp_overlap", "simulation", "cp", "cp_comm_type", "fsdp", "fp8_param_gather")
+# ``overlap_grad_reduce``, ``overlap_param_gather``, ``ddp_bucket_size``: the distributed
+# optimizer's buckets and their overlap (megatron's --overlap-grad-reduce, ...) when the sweep
+# turns overlap on; a point's key gains ``_ogr``, ``_opg``, ``_bkt<size>`` only where set.
+OPTIONAL_AXES = ("tp_overlap", "simulation", "cp", "cp_comm_type", "fsdp", "fp8_param_gather",
+                 "overlap_grad_reduce", "overlap_param_gather", "ddp_bucket_size")
+BUCKET_AXES = ("overlap_grad_reduce", "overlap_param_gather", "ddp_bucket_size")
 # The CP comm types a sweep may list (a2a+p2p needs hierarchical sizes, which no axis gives),
 # and their short names in point keys (p2p, the default, has none).
 CP_KEY_NAMES = {"p2p": "", "all_gather": "ag", "a2a": "a2a"}
@@ -81,6 +86,9 @@ class Point:
     # The FSDP setting and FP8 parameter gathers when the sweep has those axes (None: no axis).
     fsdp: str | None = None
     fp8_param_gather: bool | None = None
+    # The buckets' overlap (overlap_grad_reduce, overlap_param_gather, ddp_bucket_size) when
+    # the sweep has those axes (None: no axis, megatron's defaults, overlap off).
+    buckets: tuple[bool, bool, int | None] | None = None
 
     @property
     def packet(self) -> bool:
@@ -98,7 +106,11 @@ class Point:
             key += f"_cp{self.cp}{CP_KEY_NAMES[self.cp_comm_type or 'p2p']}"
         if self.fsdp not in (None, "none"):
             key += f"_fsdp{FSDP_KEY_NAMES[self.fsdp]}"
-        return key + ("_fp8g" if self.fp8_param_gather else "")
+        key += ("_fp8g" if self.fp8_param_gather else "")
+        if self.buckets is not None:
+            grads, params, size = self.buckets
+            key += ("_ogr" if grads else "") + ("_opg" if params else "") + ("" if size is None else f"_bkt{size}")
+        return key
 
     @property
     def ignores_cp(self) -> bool:
@@ -145,6 +157,8 @@ class Point:
             text += f", fsdp={self.fsdp}"
         if self.fp8_param_gather is not None:
             text += f", fp8_param_gather={self.fp8_param_gather}"
+        if self.buckets is not None:
+            text += ", " + ", ".join(f"{a}={v}" for a, v in zip(BUCKET_AXES, self.buckets))
         text += " (AICB ignores CP)" if self.ignores_cp else ""
         return text + (" (AICB has no FSDP or FP8 gathers)" if self.ignores_fsdp else "")
 
@@ -167,6 +181,8 @@ class Point:
             record["fsdp"] = self.fsdp
         if self.fp8_param_gather is not None:
             record["fp8_param_gather"] = self.fp8_param_gather
+        if self.buckets is not None:
+            record.update(zip(BUCKET_AXES, (*self.buckets[:2], "" if self.buckets[2] is None else self.buckets[2])))
         return record
 
 
@@ -231,8 +247,8 @@ def boolean(text: str) -> bool:
 
 
 _INTS = ("world_size", "tp", "pp", "ep", "micro_batch", "global_batch", "seq_length", "dp", "ga",
-         "gpus_per_server", "nics_per_server", "cp")
-_BOOLS = ("sp", "aiob", "recompute", "fp8_param_gather")
+         "gpus_per_server", "nics_per_server", "cp", "ddp_bucket_size")
+_BOOLS = ("sp", "aiob", "recompute", "fp8_param_gather", "overlap_grad_reduce", "overlap_param_gather")
 _TEXTS = ("point", "workload", "profile", "model", "schedule", "network", "simulation", "cp_comm_type", "fsdp")
 
 
@@ -272,6 +288,9 @@ class PointRow:
     cp_comm_type: str | None = None
     fsdp: str | None = None
     fp8_param_gather: bool | None = None
+    overlap_grad_reduce: bool | None = None
+    overlap_param_gather: bool | None = None
+    ddp_bucket_size: int | None = None
     memory_gib: float | None = None
     fits: bool | None = None
 
@@ -303,7 +322,7 @@ class PointRow:
                 if name in _TEXTS:
                     values[name] = text
                 elif name in _INTS:
-                    values[name] = int(text)
+                    values[name] = None if text == "" and name == "ddp_bucket_size" else int(text)
                 elif name in _BOOLS or name == "fits":
                     values[name] = None if name == "fits" and text == "" else boolean(text)
                 else:

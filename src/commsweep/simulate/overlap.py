@@ -15,6 +15,19 @@ same exposed total is the hidden time over the whole time, collective by collect
   micro-batch's backward pass (hiding up to its compute), the distributed optimizer's
   parameter all-gather during the next forward pass. Without it (Megatron-LM's local
   DDP), the reduction follows the backward pass: nothing hidden.
+* **DP by buckets** (a Megatron workload with ``overlap_grad_reduce``, its bucket rows placed
+  where they fill: ``workload/megatron_data_parallel.py``): megatron-core issues a bucket's
+  reduce once its last gradient is ready in the last micro-batch's backward pass and the
+  buckets' reduces run one after another on the communication stream
+  (``param_and_grad_buffer.py``, ``register_grad_ready`` / ``start_grad_sync``); the
+  optimizer waits for the last (``finish_grad_sync``). So a bucket's reduce hides behind the
+  backward compute that remains after it is issued, and what runs past the end of the
+  backward pass is exposed: the last buckets'. With ``overlap_param_gather`` the forward
+  pre-hook of a bucket's first layer waits for its all-gather and dispatches the next
+  bucket's (``finish_param_sync``): the first bucket's gather is exposed, each next one hides
+  behind the forward compute of the bucket before it. ``bucket_times`` walks the rows that
+  way (compute only: the TP collectives on the compute stream are not counted as cover);
+  the DP ratio is the hidden time over all DP time.
 * **TP with userbuffers** (``Software.tp_comm_overlap``, Transformer Engine's
   ``--tp-comm-overlap``): every TP collective of a linear layer, forward and backward, is
   split into chunks pipelined with that layer's GEMM of the same pass; each hides up to
@@ -39,8 +52,9 @@ from dataclasses import dataclass
 
 from ..setup.network import Network
 from ..setup.training import TrainingSetup
-from ..workload.format import Workload
+from ..workload.format import Workload, comm_group
 from ..workload.megatron import Schedule
+from ..workload.megatron_buckets import micro_batch_start, overlap_rows
 from .engine import Ratios, comm_time_ns
 
 # The schedule's column-parallel rows (their input-gradient collective is asynchronous).
@@ -156,6 +170,10 @@ def megatron_overlap(schedule: Schedule, network: Network, ratios: Ratios | None
                 dp_total += ns
                 dp.append((comm.collective, ns))
     dp_hidden = _dp_hidden_ns(dp, fwd_compute, bwd_compute, header.ga) if overlap_grad_reduce else 0
+    if schedule.setup.overlap_grad_reduce:  # bucket by bucket, where each fills
+        buckets = bucket_times(workload, network, ratios, overlap_grad_reduce=True,
+                               overlap_param_gather=schedule.setup.overlap_param_gather)
+        dp_total, dp_hidden = buckets.total_ns, buckets.total_ns - buckets.exposed_ns
     pp = _pp_ratio(schedule.setup, header.ga, pp_link_gbps, overlap_p2p)
     return Overlap(
         tp=tp_hidden / tp_total if tp_total else 0.0, dp=dp_hidden / dp_total if dp_total else 0.0, pp=pp,
@@ -185,6 +203,89 @@ def _tp_hiding_gemm_us(name: str, phase: str, collective: str, wgrad_gemm_us: di
         if collective != "allgather" or regather:
             return gemm
     return None
+
+
+@dataclass(frozen=True)
+class BucketTimes:
+    """A Megatron workload's DP and expert-DP time (ns, before overlap) and what stays
+    exposed when megatron overlaps its buckets (the module docstring's **DP by buckets**):
+    the reduces, the parameter gathers, and the rest (never overlapped)."""
+
+    reduce_ns: int
+    reduce_exposed_ns: int
+    gather_ns: int
+    gather_exposed_ns: int
+    other_ns: int
+
+    @property
+    def total_ns(self) -> int:
+        return self.reduce_ns + self.gather_ns + self.other_ns
+
+    @property
+    def exposed_ns(self) -> int:
+        return self.reduce_exposed_ns + self.gather_exposed_ns + self.other_ns
+
+    @property
+    def ratio(self) -> float:
+        """SimAI's DP overlap ratio that gives the same exposed total."""
+        return (self.total_ns - self.exposed_ns) / self.total_ns if self.total_ns else 0.0
+
+
+def bucket_times(workload: Workload, network: Network, ratios: Ratios | None = None, *,
+                 overlap_grad_reduce: bool, overlap_param_gather: bool = False) -> BucketTimes:
+    """The DP time of ``workload`` (a Megatron schedule's) and what megatron's overlapped
+    buckets leave exposed of it, on ``network`` (whose own ratios are ignored)."""
+    rows = workload.rows
+    which = overlap_rows([r.name for r in rows], overlap_grad_reduce, overlap_param_gather)
+    first = micro_batch_start([r.name for r in rows])
+    ns = {}
+    for i, row in enumerate(rows):
+        comm_type, size = row.comm("wg")
+        if comm_group(comm_type, "wg") in ("DP", "DP_EP"):
+            ns[i] = comm_time_ns(comm_type, "wg", size, workload.header, network, ratios)
+    reduce_ns, reduce_exposed = _reduce_exposed(rows, first, {i: ns[i] for i in which.reduces if i in ns})
+    gathers = tuple(tuple((r, target) for r, target in chain if r in ns) for chain in which.gathers)
+    gather_ns, gather_exposed = _gather_exposed(rows, first, gathers, ns)
+    return BucketTimes(reduce_ns, reduce_exposed, gather_ns, gather_exposed, sum(ns.values()) - reduce_ns - gather_ns)
+
+
+def _reduce_exposed(rows, first: int, reduces: dict[int, int]) -> tuple[int, int]:
+    """The reduces' time and what runs past the backward pass: SimAI's backward order (rows
+    last to first), each reduce issued at its row, one after another."""
+    clock = free = 0
+    for i in reversed(range(len(rows))):
+        if i >= first:
+            clock += rows[i].ig_compute + rows[i].wg_compute
+        if i in reduces:
+            free = max(clock, free) + reduces[i]
+    return sum(reduces.values()), max(0, free - clock)
+
+
+def _gather_exposed(rows, first: int, chains, ns: dict[int, int]) -> tuple[int, int]:
+    """The gathers' time and how long the forward pass waits for them: at the first row
+    that needs a bucket, its gather is dispatched if it is not yet and waited for, and the
+    next bucket's is dispatched (one stream per chain)."""
+    steps: dict[int, list[tuple[int, int]]] = {}
+    for c, chain in enumerate(chains):
+        for k, (_, target) in enumerate(chain):
+            steps.setdefault(target, []).append((c, k))
+    ends: dict[tuple[int, int], int] = {}
+    stream = [0] * len(chains)
+    clock = waited = 0
+
+    def dispatch(c: int, k: int) -> None:
+        if k < len(chains[c]) and (c, k) not in ends:
+            stream[c] = ends[(c, k)] = max(clock, stream[c]) + ns[chains[c][k][0]]
+
+    for i in range(len(rows)):
+        for c, k in steps.get(i, ()):
+            dispatch(c, k)
+            waited += max(0, ends[(c, k)] - clock)
+            clock = max(clock, ends[(c, k)])
+            dispatch(c, k + 1)
+        if i >= first:
+            clock += rows[i].fwd_compute
+    return sum(ns[r] for chain in chains for r, _ in chain), waited
 
 
 def _dp_hidden_ns(dp: list[tuple[str, int]], fwd_compute: int, bwd_compute: int, ga: int) -> int:

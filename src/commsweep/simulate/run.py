@@ -91,6 +91,8 @@ def run(job) -> None:
         raise ConfigError(f"must be builtin or simai here, got {job.backend!r} (the ns3 backend's job is the "
                           "packet-level stage's)", key="backend")
     network = job.network()
+    if job.bucket_overlap != "none":
+        network = bucket_network(job, network, ratio_dir_for(job.ratio_dir, job.simai_root))
     out_dir = Path(job.out_dir)
     endtoend_path = Path(job.endtoend) if job.endtoend else out_dir / f"{job.prefix}EndToEnd.csv"
     collectives_path = Path(job.collectives) if job.collectives else out_dir / f"{job.prefix}collectives.csv"
@@ -120,6 +122,24 @@ def run(job) -> None:
         write_text(job.times, times_text)
     write_text(collectives_path, collectives_text)
     write_text(endtoend_path, endtoend_text)
+
+
+def bucket_network(job, network, ratio_dir: str | None):
+    """``network`` with the DP overlap ratio of the workload's overlapped buckets
+    (``overlap.bucket_times``), noted with what it hides."""
+    from dataclasses import replace
+
+    from ..workload import format as wformat
+    from .engine import load_ratios
+    from .overlap import bucket_times
+
+    times = bucket_times(wformat.read(job.workload), network, load_ratios(ratio_dir), overlap_grad_reduce=True,
+                         overlap_param_gather=job.bucket_overlap == "grads+params")
+    ratio = f"{times.ratio:.9f}".rstrip("0").rstrip(".") if times.ratio else "0"
+    note(f"buckets ({job.bucket_overlap}): DP {times.total_ns / 1000:.0f} us, exposed {times.exposed_ns / 1000:.0f} us "
+         f"(reduces {times.reduce_exposed_ns / 1000:.0f} of {times.reduce_ns / 1000:.0f}, gathers "
+         f"{times.gather_exposed_ns / 1000:.0f} of {times.gather_ns / 1000:.0f}): -dp_o {ratio}")
+    return replace(network, dp_overlap=ratio)
 
 
 def _run_builtin(job, network, ratio_dir: str | None) -> tuple[str, str]:

@@ -57,6 +57,10 @@ def ratio_dir(config: Mapping) -> str | None:
     return ratio_dir_for(sim["ratio_dir"], sim["root"])
 
 
+# What a Megatron workload's buckets overlap (``--bucket-overlap``).
+BUCKET_OVERLAPS = ("none", "grads", "grads+params")
+
+
 def _overlap(name: str, default: str):
     return flag(f"-{name}_o", f"--{name}_overlap", type=number_text, default=default, when="always",
                 help=f"{name.upper()} overlap ratio (default {default})")
@@ -86,6 +90,10 @@ class SimulateJob:
     dp_overlap: str = _overlap("dp", "0")
     ep_overlap: str = _overlap("ep", "0")
     pp_overlap: str = _overlap("pp", "1")
+    bucket_overlap: str = flag("--bucket-overlap", choices=BUCKET_OVERLAPS, default="none", when="changed",
+                               help="a Megatron workload's overlapped buckets (megatron's --overlap-grad-reduce, "
+                                    "and --overlap-param-gather for grads+params): the DP overlap ratio becomes "
+                                    "what they hide (simulate/overlap.py), in place of --dp_overlap")
     simai_bugs: str = flag("--simai-bugs", choices=("fix", "reproduce", "error"), default="fix", when="always",
                            help="where SimAI prints nonsense: fix it and warn (default), reproduce SimAI's output, "
                                 "or fail")
@@ -177,7 +185,8 @@ class SimulateStage(Stage[SimulateJob]):
         return SimulateJob(
             workload=workload, gpus=point.world_size, gpus_per_server=net.gpus_per_server,
             nics_per_server=net.nics_per_server, nvlink_gbps=str(net.nvlink_gbps), nic_gbps=str(net.nic_gbps),
-            prefix=f"{point.point_key}-", **overlap, simai_bugs=sim["simai_bugs"], backend=sim["backend"],
+            prefix=f"{point.point_key}-", **overlap, bucket_overlap=_bucket_overlap(point),
+            simai_bugs=sim["simai_bugs"], backend=sim["backend"],
             strict=True, simai_root=sim["root"] or None, ratio_dir=ratio_dir(config), endtoend=endtoend,
             collectives=collectives, times=times)
 
@@ -311,3 +320,12 @@ def check_external(config: Mapping, points: Sequence) -> dict:
         out["simulator.ratio_dir"] = External(key, str(ratios), files_digest(folder, [folder / n for n in RATIO_FILES]),
                                               ", ".join(RATIO_FILES))
     return out
+
+
+def _bucket_overlap(point) -> str:
+    """What a sweep point's simulation hides of its buckets: a Megatron point's, as its setup
+    overlaps them (AICB writes one DP row per iteration, simulated as SimAI's -dp_o says)."""
+    s = point.setup
+    if point.schedule != "megatron" or not s.overlap_grad_reduce:
+        return "none"
+    return "grads+params" if s.overlap_param_gather else "grads"

@@ -37,6 +37,18 @@ The trace's DP collectives of one kind are summed into one row, and the buffer's
 expert parameters (ep > 1) have buffers of their own, reduced and gathered over the
 expert-data-parallel group (``DP_EP``): the same, with the expert buffers' padding.
 
+**Overlapped buckets.** With ``overlap_grad_reduce`` the setup's buckets are compared one by
+one, in megatron's order, at their padded sizes, and where megatron issues them (a trace of
+that setup is of its second step: in the first, megatron issues every bucket after the
+backward pass). A bucket's reduce-scatter is ``backward``, its ``layer`` the transformer
+layer whose backward it follows (empty after the embedding's or the output layer's; known
+only where TP collectives mark the layers, TP above 1): on the schedule's side the layer of
+the row its bucket row precedes, on the trace's the layer of the stage's last backward
+collective before it. With ``overlap_param_gather`` a bucket's all-gather is ``forward``, its
+``layer`` where megatron's forward pre-hook dispatches it (empty at the embedding): the
+first bucket's gather where its own parameters are first needed, each next one where the
+bucket before it is; the trace records the module of the hook.
+
 Columns of the comparison CSV (``COLUMNS``), one row per key:
 
 * ``stage, phase, layer, module, collective, group, group_size, elements``: the key
@@ -179,15 +191,41 @@ def _schedule_side(setup: TrainingSetup, stage: int, release: megatron_releases.
             caveats[key] = u.why
     counts: dict[tuple, int] = defaultdict(int)
     info: dict[tuple, tuple[int, int, str]] = {}
+    places = _bucket_places(sched)
     for e in sched.expected():
-        phase = _phase(e.phase, e.module, e.micro_batch)
-        key = (stage, phase, e.layer, e.module, e.comm.collective, e.comm.group, _elements(e.module, e.comm))
+        phase, layer = places.get(e.row, (_phase(e.phase, e.module, e.micro_batch), e.layer))
+        key = (stage, phase, layer, e.module, e.comm.collective, e.comm.group, _elements(e.module, e.comm))
         counts[key] += 1
         note = caveats.get(key, "")
         if e.row is None:
             note = "not in the workload file: " + why.get((e.module, e.comm), "unexpressed")
         info[key] = (_group_size(setup, e.comm.group), e.comm.bytes, note)
     return counts, info
+
+
+def _bucket_places(sched) -> dict[int, tuple[str, int | None]]:
+    """With overlap_grad_reduce, (phase, layer) of each bucket row as the module docstring's
+    **Overlapped buckets** says, by row; empty without."""
+    from ..workload.megatron_buckets import overlap_rows
+
+    s = sched.setup
+    blocks = sched.blocks
+    which = overlap_rows([b.name for b in blocks], s.overlap_grad_reduce, s.overlap_param_gather)
+    places: dict[int, tuple[str, int | None]] = {}
+    for row in which.reduces:
+        after = next((b for b in blocks[row:] if b.micro_batch is not None), None)
+        places[row] = ("backward", after.layer if after is not None and s.tp > 1 else None)
+    for chain in which.gathers:
+        for k, (row, target) in enumerate(chain):
+            places[row] = ("forward", blocks[chain[max(k - 1, 0)][1]].layer)
+    return places
+
+
+def _bucket_key(r: TraceRecord, module: str, last_layer: int | None, stage: int, tp: int) -> tuple:
+    """A traced bucket collective's key (overlap_grad_reduce; the module docstring)."""
+    if r.phase == "backward":
+        return (stage, r.phase, last_layer if tp > 1 else None, module, r.collective, r.group, r.elements)
+    return (stage, r.phase, r.layer, module, r.collective, r.group, r.elements)
 
 
 def _trace_side(trace: Trace, stage: int):
@@ -199,13 +237,23 @@ def _trace_side(trace: Trace, stage: int):
     info: dict[tuple, tuple[int, int, str]] = {}
     asynchronous: set[tuple] = set()
     dp_sums: dict[tuple, list[int]] = {}
+    bucketed, last_layer = trace.setup.overlap_grad_reduce, None
     for r in trace.rank_records(rank):
+        if r.phase == "backward" and r.group not in ("DP", "DP_EP"):
+            last_layer = r.layer
         if r.group_size <= 1 or r.collective == "recv":
             continue
         module = trace_module(r)
+        if bucketed and r.group in ("DP", "DP_EP") and r.collective == "allgather" and r.phase == "forward":
+            module = "optimizer.param_allgather"  # dispatched by a forward pre-hook
         if module in DP_MODULES:
             if r.group == "DP_EP":
                 module = EXPERT_DP_MODULES[module]
+            if bucketed:  # bucket by bucket, padded, where megatron issues it
+                key = _bucket_key(r, module, last_layer, stage, trace.setup.tp)
+                counts[key] += 1
+                info[key] = (r.group_size, r.bytes, "one bucket, buffer padding included")
+                continue
             entry = dp_sums.setdefault((r.phase, module, r.collective, r.group, r.group_size), [0, 0, 0])
             entry[0] += r.elements
             entry[1] += r.bytes

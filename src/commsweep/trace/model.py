@@ -389,6 +389,20 @@ def trace_step(setup: TrainingSetup, *, seed: int = 1234) -> tuple[list, dict]:
         return _trace_step(setup, seed)
 
 
+def _ddp(setup: TrainingSetup, config, model) -> DistributedDataParallel:
+    """The model wrapped as the schedule trains it: the distributed optimizer's buffers, fp32
+    gradient reduces, the gradient buckets as the schedule's options set them (megatron_buckets)."""
+    return DistributedDataParallel(
+        config,
+        DistributedDataParallelConfig(
+            grad_reduce_in_fp32=True, use_distributed_optimizer=True,
+            overlap_grad_reduce=setup.overlap_grad_reduce, bucket_size=setup.ddp_bucket_size,
+            **({"overlap_param_gather": True} if setup.overlap_param_gather else {}),
+        ),
+        model,
+    )
+
+
 def _trace_step(setup: TrainingSetup, seed: int) -> tuple[list, dict]:
     """Build the stage's model in megatron's parallel state, run one step, record its collectives."""
     rank = dist.get_rank()
@@ -404,15 +418,7 @@ def _trace_step(setup: TrainingSetup, seed: int) -> tuple[list, dict]:
         stage = ps.get_pipeline_model_parallel_rank()
         first, last = ps.is_pipeline_first_stage(), ps.is_pipeline_last_stage()
         model = _gpt_model(setup, config, stage, first, last, applied)
-        ddp = DistributedDataParallel(
-            config,
-            DistributedDataParallelConfig(
-                grad_reduce_in_fp32=True, use_distributed_optimizer=True,
-                # The gradient buckets as the schedule's options set them (megatron_buckets).
-                overlap_grad_reduce=setup.overlap_grad_reduce, bucket_size=setup.ddp_bucket_size,
-            ),
-            model,
-        )
+        ddp = _ddp(setup, config, model)
         param_gather, workaround = compat.param_gather(ddp)
         applied += [workaround] if workaround else []
         attribution = Attribution(group_namer(), rank=rank, stage=stage, layer_offset=stage * setup.layers_per_stage)
@@ -427,11 +433,14 @@ def _trace_step(setup: TrainingSetup, seed: int) -> tuple[list, dict]:
         config.no_sync_func = ddp.no_sync
 
         batches = _batches(setup, seed)
+        if setup.overlap_grad_reduce:
+            _warm_up_step(setup, ddp, batches, param_gather, attribution)
         ddp.zero_grad_buffer()
         attribution.enabled = True
         _forward_backward(setup, ddp, batches)
         attribution.after_backward = True
-        param_gather()  # what the distributed optimizer's step issues
+        if not setup.overlap_param_gather:
+            param_gather()  # what the distributed optimizer's step issues
         attribution.enabled = False
         padding = _buffer_padding(ddp)
         parameters = sum(p.numel() for p in model.parameters())
@@ -476,6 +485,20 @@ def _batches(setup: TrainingSetup, seed: int) -> list[dict]:
         }
         for _ in range(setup.num_microbatches)
     ]
+
+
+def _warm_up_step(setup: TrainingSetup, ddp, batches: list[dict], param_gather, attribution) -> None:
+    """An untraced step before the traced one, with overlap_grad_reduce: in its first step
+    megatron-core issues every bucket's reduce after the backward pass, while it learns which
+    parameters get gradients (``param_and_grad_buffer.py``, ``finish_grad_sync`` with
+    ``is_first_batch``); from the second on, each bucket's as it fills. With
+    overlap_param_gather the parameters are then gathered in the traced step's forward pass
+    (the forward pre-hooks), not by its optimizer step."""
+    ddp.zero_grad_buffer()
+    _forward_backward(setup, ddp, batches)
+    if not setup.overlap_param_gather:
+        param_gather()
+    attribution.after_backward = False
 
 
 def _forward_backward(setup: TrainingSetup, ddp, batches: list[dict]) -> None:

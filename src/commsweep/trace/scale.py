@@ -125,6 +125,9 @@ def scaled_setup(setup: TrainingSetup, *, dp: int = 1) -> TrainingSetup:
         model=model, world_size=t * p * dp, tp=t, pp=p, ep=setup.ep if m.is_moe else 1, sp=setup.sp and t > 1,
         micro_batch=MICRO_BATCH, global_batch=MICRO_BATCH * dp * micro_batches, seq_length=seq,
         etp=setup.etp if m.is_moe else None,
+        # the buckets' overlap as given (a bucket size is the user's, in the small model's parameters)
+        overlap_grad_reduce=setup.overlap_grad_reduce, overlap_param_gather=setup.overlap_param_gather,
+        ddp_bucket_size=setup.ddp_bucket_size,
     )
 
 

@@ -17,6 +17,15 @@ such a collective starts when the compute before it ends, the next compute does 
 it, and the off-chain collectives of a rank stay in file order among themselves, so every
 member of a group issues them in the same order.
 
+A Megatron schedule's traces (``megatron_traces``) carry the distributed optimizer's
+overlapped buckets as megatron-core runs them (``param_and_grad_buffer.py``): with
+``overlap_grad_reduce`` each bucket's reduce, whose row stands where the bucket fills, runs off
+the chain from the moment the backward of the row before it ends, the buckets' reduces one
+after another, and the optimizer's rows wait for the last (``finish_grad_sync``); with
+``overlap_param_gather`` each bucket's parameter all-gather moves from the optimizer's rows to
+the forward pass, where the first row that needs the bucket waits for it and dispatches the
+next bucket's (``finish_param_sync``, from the forward pre-hook).
+
 A ``NONE`` column is what SimAI makes of it: nothing. A compute time of 0 is no node (ASTRA-sim
 would charge 1 ns for it). Times: SimAI's are nanoseconds; Chakra's ``duration_micros`` is whole
 microseconds, so each node's duration is the rounded running total minus the rounded total
@@ -36,6 +45,7 @@ from dataclasses import dataclass
 
 from ..base.errors import InputError
 from .format import Workload, collective_name, comm_group, effective_size, group_sizes
+from .megatron_buckets import OverlapRows, overlap_rows
 
 GROUP_KINDS = ("TP", "DP", "EP", "DP_EP")
 NODE_KINDS = ("comp", "coll", "send", "recv")
@@ -143,6 +153,7 @@ class _Chain:
         self.nodes: list[Node] = []
         self.last: int | None = None
         self.off_last: int | None = None  # the last off-chain collective
+        self.waits: tuple[int, ...] = ()  # what the next node on the chain waits for besides it
         self.total_ns = 0
         self.total_us = 0
 
@@ -167,61 +178,125 @@ class _Chain:
         else:
             self.last = self._add(self._after(), **fields).id
 
+    def side(self, after: int | None, **fields) -> int:
+        """A collective off the chain on a stream of its own: after the chain's last node
+        and ``after`` (the stream's previous collective); returns its id."""
+        return self._add(tuple(d for d in (self.last, after) if d is not None), **fields).id
+
+    def wait(self, *ids: int | None) -> None:
+        """The chain's next node also waits for ``ids`` (None: nothing)."""
+        self.waits += tuple(i for i in ids if i is not None and i not in self.waits)
+
     def _after(self) -> tuple[int, ...]:
-        return () if self.last is None else (self.last,)
+        deps = (() if self.last is None else (self.last,)) + self.waits
+        self.waits = ()
+        return deps
 
 
-def rank_nodes(workload: Workload, rank: int, layout: Layout, *, gpus: int | None = None,
-               overlap: Sequence[str] = (), pipeline: Pipeline | None = None,
-               ids: dict[tuple[str, tuple[int, ...]], int] | None = None, skip_empty: bool = False,
-               inserts: Mapping[tuple[int, str], Sequence[tuple[str, str, str, int]]] | None = None) -> list[Node]:
-    """One rank's nodes for a SimAI workload file, in SimAI's order (module docstring); with
-    ``pipeline``, its sends and receives between the rows of its micro-batches' model chunks;
-    with ``skip_empty``, no collective that moves nothing: of zero bytes (SimAI gives one no time;
-    ASTRA-sim charges an all-reduce its latencies and never finishes an all-gather) or on a group
-    of one rank (ASTRA-sim never finishes one). ``inserts`` maps (row, phase) to collectives
-    (name, collective, group kind, bytes) the file cannot carry, issued before that phase's
-    compute (FSDP's per-layer all-gathers: ``unexpressed_inserts``)."""
-    if workload.header.checkpoints:
-        raise InputError("checkpointed layers (the header's checkpoints) have no Chakra export yet",
-                         field="checkpoints")
-    ids = group_ids(layout) if ids is None else ids
-    sizes = group_sizes(workload.header, gpus)
+def _rank_groups(sizes: Mapping[str, int], rank: int, layout: Layout,
+                 ids: dict[tuple[str, tuple[int, ...]], int]) -> dict[str, int]:
+    """The communicator group id of each group kind ``rank`` is in; each group's size as the
+    workload's header gives it must be the layout's."""
     pg_of = {}
     for kind in GROUP_KINDS:
         members = layout.members(kind, rank)
         if sizes[kind] != len(members):
             raise AssertionError(f"{kind} group of {sizes[kind]} ranks laid out as {layout}")
         pg_of[kind] = ids[(kind, members)]
-    chain = _Chain()
+    return pg_of
 
-    def phase_nodes(index: int, phase: str) -> None:
+
+def rank_nodes(workload: Workload, rank: int, layout: Layout, *, gpus: int | None = None,
+               overlap: Sequence[str] = (), pipeline: Pipeline | None = None,
+               ids: dict[tuple[str, tuple[int, ...]], int] | None = None, skip_empty: bool = False,
+               inserts: Mapping[tuple[int, str], Sequence[tuple[str, str, str, int]]] | None = None,
+               buckets: OverlapRows | None = None) -> list[Node]:
+    """One rank's nodes for a SimAI workload file, in SimAI's order (module docstring); with
+    ``pipeline``, its sends and receives between the rows of its micro-batches' model chunks;
+    with ``skip_empty``, no collective that moves nothing: of zero bytes (SimAI gives one no time;
+    ASTRA-sim charges an all-reduce its latencies and never finishes an all-gather) or on a group
+    of one rank (ASTRA-sim never finishes one). ``inserts`` maps (row, phase) to collectives
+    (name, collective, group kind, bytes) the file cannot carry, issued before that phase's
+    compute (FSDP's per-layer all-gathers: ``unexpressed_inserts``); with ``buckets``, the
+    distributed optimizer's overlapped bucket rows as megatron runs them (``_bucket_nodes``)."""
+    if workload.header.checkpoints:
+        raise InputError("checkpointed layers (the header's checkpoints) have no Chakra export yet",
+                         field="checkpoints")
+    sizes = group_sizes(workload.header, gpus)
+    pg_of = _rank_groups(sizes, rank, layout, group_ids(layout) if ids is None else ids)
+    chain = _Chain()
+    buckets = buckets or OverlapRows()
+
+    def collective(index: int, phase: str) -> dict | None:
         row = workload.rows[index]
-        for name, collective, kind, size in (inserts or {}).get((index, phase), ()):
-            if not (skip_empty and (size == 0 or sizes[kind] == 1)):
-                chain.comm(name=name, kind="coll", collective=collective, size=size, pg=pg_of[kind], phase=phase,
-                           row=index, group=kind, group_size=sizes[kind])
-        chain.compute(row.compute(phase), name=f"{row.name}.{phase}.compute", phase=phase, row=index)
         comm_type, size = row.comm(phase)
         kind = comm_group(comm_type, phase)
         if kind is None or (skip_empty and (size == 0 or sizes[kind] == 1)):
-            return
-        chain.comm(off_chain=kind in overlap, name=f"{row.name}.{phase}.{comm_type}", kind="coll",
-                   collective=collective_name(comm_type), size=effective_size(phase, size),
-                   pg=pg_of[kind], phase=phase, row=index, group=kind, group_size=sizes[kind],
-                   declared=None if effective_size(phase, size) == size else size)
+            return None
+        return dict(name=f"{row.name}.{phase}.{comm_type}", kind="coll", collective=collective_name(comm_type),
+                    size=effective_size(phase, size), pg=pg_of[kind], phase=phase, row=index, group=kind,
+                    group_size=sizes[kind], declared=None if effective_size(phase, size) == size else size)
+
+    def phase_nodes(index: int, phase: str, *, skip_comm: bool = False) -> None:
+        row = workload.rows[index]
+        for name, collective_, kind, size in (inserts or {}).get((index, phase), ()):
+            if not (skip_empty and (size == 0 or sizes[kind] == 1)):
+                chain.comm(name=name, kind="coll", collective=collective_, size=size, pg=pg_of[kind], phase=phase,
+                           row=index, group=kind, group_size=sizes[kind])
+        chain.compute(row.compute(phase), name=f"{row.name}.{phase}.compute", phase=phase, row=index)
+        fields = None if skip_comm else collective(index, phase)
+        if fields is not None:
+            off = fields["group"] in overlap or (phase == "wg" and index in buckets.reduces)
+            chain.comm(off_chain=off, **fields)
 
     boundary = (lambda *a: None) if pipeline is None else pipeline.boundary(chain, layout.coords(rank)[2], rank, layout)
+    gathers = _GatherChains(buckets.gathers, chain, lambda i: collective(i, "wg"))
+    moved = {row for chain_rows in buckets.gathers for row, _ in chain_rows}
     for i in range(len(workload.rows)):
         boundary("fwd", i)
+        gathers.before(i)
         phase_nodes(i, "fwd")
     boundary("fwd", None)
     for i in reversed(range(len(workload.rows))):
         boundary("bwd", i)
+        if i == buckets.join:
+            chain.wait(chain.off_last)  # finish_grad_sync: every bucket's reduce, before the optimizer
         phase_nodes(i, "ig")
-        phase_nodes(i, "wg")
+        phase_nodes(i, "wg", skip_comm=i in moved)
     boundary("bwd", None)
     return chain.nodes
+
+
+class _GatherChains:
+    """overlap_param_gather's all-gathers in the forward pass, as megatron-core dispatches them
+    (``param_and_grad_buffer.py``, ``finish_param_sync`` from the forward pre-hook): at the
+    first row that needs a bucket, its gather is dispatched if it is not yet, the row waits
+    for it, and the next bucket's gather is dispatched, to run beside this bucket's forward
+    compute. One chain per buffer (dense, experts), each on its own stream."""
+
+    def __init__(self, chains, chain: _Chain, fields_of) -> None:
+        self.chain, self.fields_of = chain, fields_of
+        self.steps = {}  # forward row -> [(chain number, position)]
+        for c, rows in enumerate(chains):
+            for k, (_, target) in enumerate(rows):
+                self.steps.setdefault(target, []).append((c, k))
+        self.chains = chains
+        self.ids: dict[tuple[int, int], int | None] = {}
+        self.stream: dict[int, int | None] = {}
+
+    def _dispatch(self, c: int, k: int) -> None:
+        if (c, k) in self.ids or k >= len(self.chains[c]):
+            return
+        fields = self.fields_of(self.chains[c][k][0])
+        node = None if fields is None else self.chain.side(self.stream.get(c), **fields)
+        self.ids[(c, k)] = node
+        self.stream[c] = node if node is not None else self.stream.get(c)
+
+    def before(self, row: int) -> None:
+        for c, k in self.steps.get(row, ()):
+            self._dispatch(c, k)
+            self.chain.wait(self.ids[(c, k)])
+            self._dispatch(c, k + 1)
 
 
 @dataclass(frozen=True)
@@ -299,6 +374,12 @@ def pipeline_of(schedule) -> Pipeline:
             segments.append((block.micro_batch, chunk_of[block.layer]))
         else:  # the embedding opens the first chunk; the output layer and the loss close the last
             segments.append((block.micro_batch, 0 if block.module == "embedding" else last))
+    # A bucket's reduce row among a micro-batch's rows (megatron_data_parallel) runs in the
+    # backward pass of the row after it: its segment.
+    first = next((i for i, s in enumerate(segments) if s is not None), len(segments))
+    for i in reversed(range(first, len(segments) - 1)):
+        if segments[i] is None:
+            segments[i] = segments[i + 1]
     return Pipeline(segments=tuple(segments), pp=setup.pp, chunks=setup.virtual_pipeline,
                     size=pipeline_bytes(setup, scatter_gather=schedule.pp_scatter_gather))
 
@@ -317,11 +398,13 @@ def megatron_traces(schedules: Sequence, *, overlap: Sequence[str] = (), skip_em
     pipelines = [pipeline_of(s) for s in schedules] if setup.pp > 1 else [None] * setup.pp
     ids = group_ids(layout)
     inserts = [unexpressed_inserts(s) for s in schedules]
+    buckets = [overlap_rows([b.name for b in s.blocks], setup.overlap_grad_reduce, setup.overlap_param_gather)
+               for s in schedules]
     by_rank = []
     for rank in range(layout.world):
         stage = layout.coords(rank)[2]
         by_rank.append(rank_nodes(workloads[stage], rank, layout, overlap=overlap, pipeline=pipelines[stage],
-                                  ids=ids, skip_empty=skip_empty, inserts=inserts[stage]))
+                                  ids=ids, skip_empty=skip_empty, inserts=inserts[stage], buckets=buckets[stage]))
     return by_rank, used_groups(by_rank, layout)
 
 

@@ -173,6 +173,7 @@ def schedule(setup: TrainingSetup, profile: AiobProfile | None = None, *, stage:
     for mb in range(setup.num_microbatches):
         rows += _micro_batch_rows(build, stage, mb)
         rows.unexpressed += megatron_pipeline.sends(setup, stage, scatter_gather=pp_scatter_gather)
+    rows = megatron_data_parallel.place_bucket_reduces(build, stage, rows)
     return Schedule(setup=setup, stage=stage, blocks=tuple(rows.blocks), unexpressed=tuple(rows.unexpressed),
                     pp_scatter_gather=pp_scatter_gather)
 

@@ -25,16 +25,24 @@ linear_fc2, then the final norm and the output layer), tensor by tensor for dens
 A multi-latent attention and an MoE layer's MLP are entered as one tensor each (their many
 small tensors would need megatron's exact module order), so a bucket boundary inside them
 falls at the module's end; ``Buffer.exact`` says whether the split is tensor-exact.
+
+Where each bucket fills (``fill_rows``: the part of the model whose backward makes its last
+gradient, which is also where the forward pass first needs its parameters) places its reduce
+row in the schedule (``megatron_data_parallel.place_bucket_reduces``); ``overlap_rows`` reads
+back, from a schedule's row names, which rows megatron overlaps and where, for the Chakra
+traces, the overlap model (``simulate/overlap.py``) and the trace comparison.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..setup.training import TrainingSetup
 from . import megatron_mla, megatron_moe
 from .megatron_releases import Release
+from .row_names import bucket_of, bucket_row, kind_of
 
 PARAM_ALIGNMENT = 64  # elements: each parameter starts 128-byte aligned
 BUCKET_ALIGNMENT = 128  # elements: each bucket ends 256-byte aligned (and divisible by D)
@@ -61,6 +69,8 @@ class Bucket:
     params: int
     layers: tuple[int, ...]
     tensors: tuple[str, ...]
+    # The parameters themselves, in the bucket's order (where it fills: ``fill_rows``).
+    members: tuple[Tensor, ...] = ()
 
 
 def default_bucket_size(dp: int) -> int:
@@ -90,7 +100,7 @@ def split(tensors: list[Tensor], bucket_size: int | None, dp: int, *, distribute
         bucket_end = pad_bucket(param_end)
         layers = tuple(dict.fromkeys(t.layer for t in members if t.layer is not None))
         buckets.append(Bucket(bucket_end - bucket_start, sum(t.numel for t in members), layers,
-                              tuple(t.name for t in members)))
+                              tuple(t.name for t in members), tuple(members)))
         bucket_start, members = bucket_end, []
         return bucket_end
 
@@ -197,3 +207,88 @@ def stage_buckets(setup: TrainingSetup, stage: int, release: Release | None = No
             bucketed = size if stage == 0 and chunk == 0 else None
             out += split(tensors, bucketed, group, distributed_optimizer=s.distributed_optimizer)
     return out
+
+
+# -- where a bucket fills: the row of the schedule after whose backward its reduce is issued --
+
+# The parts of the model outside the transformer layers, by a parameter's or a row's module:
+# the embedding, and at the end the final norm, the output layer and the loss.
+_OUTER = (("embedding", "embedding"), ("decoder.final_layernorm", "output"), ("output_layer", "output"),
+          ("loss", "output"))
+
+
+def _part(path: str, layer: int | None) -> object:
+    """The part of the model (a transformer layer, the embedding, the output) a module path
+    or a parameter's name belongs to; None for none of them."""
+    if layer is not None:
+        return layer
+    return next((part for prefix, part in _OUTER if path == prefix or path.startswith(prefix + ".")), None)
+
+
+def fill_rows(blocks, buckets: list[Bucket], micro_batch: int = 0) -> list[int | None]:
+    """Where each bucket's reduce goes among ``blocks`` (a schedule's rows): the index to
+    insert it at, so that SimAI, which runs rows backwards in the backward pass, issues it
+    right after the backward of the part of the model (a transformer layer, the embedding,
+    the output layer with the final norm) in which the bucket's last gradient is made: the
+    first row of that part in ``micro_batch``. The last gradient is that of the member that
+    comes first in forward order, which backprop reaches last; the forward pass first needs
+    the bucket's parameters at that same row. A bucket is placed at the end of its part's
+    backward, not at the module inside it: megatron issues it up to part of a layer's
+    backward earlier. None for a bucket no row of the micro-batch holds."""
+    first: dict[object, int] = {}
+    for i, b in enumerate(blocks):
+        if b.micro_batch == micro_batch and (part := _part(b.module, b.layer)) is not None:
+            first.setdefault(part, i)
+    out: list[int | None] = []
+    for bucket in buckets:
+        found = [first[p] for t in bucket.members if (p := _part(t.name, t.layer)) in first]
+        out.append(min(found) if found else None)
+    return out
+
+
+@dataclass(frozen=True)
+class OverlapRows:
+    """Where a schedule's bucket rows run when megatron overlaps them (row indexes of the
+    schedule): ``reduces``, the rows whose gradient reduce runs beside the backward pass
+    (``overlap_grad_reduce``); ``join``, the row before whose backward the reduces are waited
+    for (``finish_grad_sync``, before the optimizer); ``gathers``, with
+    ``overlap_param_gather``, each chain of parameter all-gathers (dense, experts) in forward
+    order as (gather row, the row whose forward needs it)."""
+
+    reduces: tuple[int, ...] = ()
+    join: int | None = None
+    gathers: tuple[tuple[tuple[int, int], ...], ...] = ()
+
+
+def micro_batch_start(names: Sequence[str]) -> int:
+    """The first row of the micro-batches in a Megatron schedule's rows (by name: the
+    embedding or a transformer layer's row); the rows before it run once per iteration."""
+    return next((i for i, n in enumerate(names) if n == "embedding_layer" or kind_of(n) != n), len(names))
+
+
+def overlap_rows(names: Sequence[str], overlap_grad_reduce: bool, overlap_param_gather: bool) -> OverlapRows:
+    """The bucket rows of a Megatron schedule's rows (``names``, its workload's row names)
+    that megatron overlaps (``OverlapRows``): the reduce rows (placed where their buckets
+    fill), the last row before the backward pass ends that is not one of them, and each
+    gather paired with its bucket's reduce row by name (``<reduce>_bucket<i>``,
+    ``<gather>_bucket<i>``), needed by the first row after that reduce row's run of bucket
+    rows."""
+    if not overlap_grad_reduce:
+        return OverlapRows()
+    reduce_prefixes = ("dp_grad_reducescatter", "dp_grad_allreduce", "dp_ep_grad_reducescatter", "dp_ep_grad_allreduce")
+    first = micro_batch_start(names)
+    buckets = {i: bucket_of(n) for i, n in enumerate(names)}
+    reduces = {n: i for i, n in enumerate(names) if buckets[i] and buckets[i][0] in reduce_prefixes}
+    join = max((i for i in range(first) if names[i] not in reduces), default=None)
+    chains = []
+    for gather, reduce in (("dp_param_allgather", "dp_grad_reducescatter"),
+                           ("dp_ep_param_allgather", "dp_ep_grad_reducescatter")):
+        chain = []
+        for i in range(first):
+            if overlap_param_gather and buckets[i] and buckets[i][0] == gather:
+                at = reduces.get(bucket_row(reduce, buckets[i][1]))
+                if at is not None:
+                    target = next((j for j in range(at, len(names)) if names[j] not in reduces), len(names) - 1)
+                    chain.append((target, -buckets[i][1], i))
+        chains.append(tuple((row, target) for target, _, row in sorted(chain)))
+    return OverlapRows(tuple(sorted(reduces.values())), join if reduces else None, tuple(c for c in chains if c))

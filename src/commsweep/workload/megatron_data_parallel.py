@@ -20,27 +20,39 @@ SimAI runs rows backwards in the backward pass, so these rows come first in the 
 run last; the optimizer's own compute goes on the first row.
 
 With ``overlap_grad_reduce`` (``megatron_buckets``) the reduces and the gathers are written
-bucket by bucket, one row each, of the padded sizes megatron's buffer allocates, written in
-reverse so that SimAI runs bucket 0 (the last layers) first; the optimizer's compute goes on
-the gather row SimAI runs first. The rows stay after the backward pass: a bucket's reduce
-could go in the weight-gradient column of the layer row where it fills up (megatron issues it
-in the last micro-batch's backward pass), but the gathers of overlap_param_gather, issued in
-the next forward pass, have no DP column (the forward column carries TP and EP only). Each
-bucket row carries when megatron issues it as a note
-(``Unexpressed`` with ``in_rows``).
+bucket by bucket, one row each, of the padded sizes megatron's buffer allocates. megatron
+issues a bucket's reduce as soon as its last gradient is ready in the last micro-batch's
+backward pass (``param_and_grad_buffer.py``, ``register_grad_ready`` calling
+``start_grad_sync``), so each reduce row is placed in the layer where its bucket fills
+(``place_bucket_reduces``): just before the first row of the transformer layer (or the
+embedding, or the output layer) whose backward makes that gradient, so that SimAI, which
+runs rows backwards in the backward pass, issues it right after that layer's backward, and
+in micro-batch 0's rows, the backward pass SimAI runs last (SimAI runs the micro-batches'
+backward passes in reverse file order). A row in the middle of a layer would split the
+layer for every reader of the file that counts layers by their rows. SimAI's analytical
+model gives a DP collective the same time wherever it stands (its weight-gradient column
+is priced alone, under one DP overlap ratio, and stays out of the pipeline bubble), so the
+totals do not move; the position is for the Chakra traces and the overlap model
+(``simulate/overlap.py``). The
+gathers stay after the backward pass, written in reverse so that SimAI runs bucket 0 first,
+the optimizer's compute on the one SimAI runs first: those of ``overlap_param_gather``,
+issued in the next forward pass before each bucket's first layer, have no DP column there
+(the forward column carries TP and EP only). Each bucket row carries when megatron issues it
+as a note (``Unexpressed`` with ``in_rows``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from ..setup.training import TrainingSetup
 from .megatron_blocks import BF16, FP32, Block, Build, Comm, Rows, Unexpressed
 from . import megatron_fsdp
-from .megatron_buckets import Bucket, stage_buckets
+from .megatron_buckets import Bucket, fill_rows, stage_buckets
 from .megatron_parameters import (dense_parameters, expert_parameters, fp8_parameters,
                                   sequence_parallel_parameters)
-from .row_names import SP_GRADS_ALLREDUCE, dp_ep
+from .row_names import SP_GRADS_ALLREDUCE, bucket_row, dp_ep, is_bucket_row
 
 
 def iteration_rows(build: Build, stage: int) -> Rows:
@@ -137,10 +149,13 @@ def _expert_grads(build: Build, stage: int) -> Rows:
     return out
 
 
+_AFTER = "; the row runs after the backward pass"
+
+
 def _overlap_note(bucket: Bucket, what: str) -> str:
     layers = f"layers {bucket.layers[0]} to {bucket.layers[-1]}" if bucket.layers else "no transformer layer"
     return (f"one of megatron's gradient buckets ({bucket.params} parameters, {bucket.numel} with padding; "
-            f"{layers}), {what}; the row runs after the backward pass")
+            f"{layers}), {what}{_AFTER}")
 
 
 def _bucket_rows(buckets: list[Bucket], name: str, module: str, comm_of: Callable[[Bucket], Comm], when: str,
@@ -151,7 +166,7 @@ def _bucket_rows(buckets: list[Bucket], name: str, module: str, comm_of: Callabl
     for i in reversed(range(len(buckets))):
         comm = comm_of(buckets[i])
         extra = timed if i == 0 else {}
-        out.blocks.append(Block(f"{name}_bucket{i}", module, wg=comm, **extra))
+        out.blocks.append(Block(bucket_row(name, i), module, wg=comm, **extra))
         out.unexpressed.append(Unexpressed(module, "wg", comm, _overlap_note(buckets[i], when), in_rows=True))
     return out
 
@@ -196,4 +211,55 @@ def _bucketed_gathers(build: Build, stage: int) -> Rows:
         out += _bucket_rows(stage_buckets(s, stage, build.release, experts=True), dp_ep("param_allgather"),
                             "optimizer.expert_param_allgather", lambda b: Comm("allgather", "DP_EP", BF16 * b.numel),
                             when + _etp_note(s, True), {})
+    return out
+
+
+def _reduce_prefix(s: TrainingSetup, experts: bool) -> str:
+    op = "reducescatter" if s.distributed_optimizer else "allreduce"
+    return dp_ep(f"grad_{op}") if experts else f"dp_grad_{op}"
+
+
+def place_bucket_reduces(build: Build, stage: int, rows: Rows) -> Rows:
+    """With overlap_grad_reduce: each bucket's reduce row moved from the rows after the
+    backward pass to where the bucket fills (the module docstring), its note saying so.
+    A bucket no row of micro-batch 0 holds stays where it was."""
+    s = build.setup
+    if not s.overlap_grad_reduce:
+        return rows
+    found: list[tuple[Block, Bucket]] = []
+    for experts in (False, True):
+        prefix = _reduce_prefix(s, experts)
+        for i, bucket in enumerate(stage_buckets(s, stage, build.release, experts=experts)):
+            block = next((b for b in rows.blocks if b.name == bucket_row(prefix, i) and b.micro_batch is None), None)
+            if block is not None:
+                found.append((block, bucket))
+    taken = {id(block) for block, _ in found}
+    blocks = [b for b in rows.blocks if id(b) not in taken]
+    first = next(i for i, b in enumerate(blocks) if b.micro_batch is not None)
+    moves = list(zip((block for block, _ in found), fill_rows(blocks, [bucket for _, bucket in found])))
+    after: dict[str, str] = {}
+    # From the last place up, so that earlier places keep their index; at one place the
+    # buckets go in one after another, so that bucket 0 (the later layers) stands last and
+    # SimAI runs it first.
+    for block, at in sorted(moves, key=lambda m: -(first if m[1] is None else m[1])):
+        if at is not None:  # else where it was: after the backward pass
+            after[block.name] = blocks[at].name if at < len(blocks) else blocks[-1].name
+        blocks.insert(first if at is None else at, block)
+    return Rows(blocks, _placed_notes(rows, after))
+
+
+def _placed_notes(rows: Rows, after: dict[str, str]) -> list[Unexpressed]:
+    """The bucket rows' notes, each moved row's saying which row it follows (the notes of a
+    module's bucket rows are in the order of its rows)."""
+    names: dict[str, list[str]] = {}
+    for b in rows.blocks:
+        if b.micro_batch is None and is_bucket_row(b.name):
+            names.setdefault(b.module, []).append(b.name)
+    out = []
+    for u in rows.unexpressed:
+        name = names.get(u.module, [None]).pop(0) if u.in_rows and names.get(u.module) else None
+        if name in after:
+            u = dataclasses.replace(u, why=u.why.replace(_AFTER, f"; the row follows {after[name]} in SimAI's "
+                                                        "backward pass, micro-batch 0's (the one SimAI runs last)"))
+        out.append(u)
     return out

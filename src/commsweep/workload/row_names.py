@@ -98,6 +98,25 @@ def is_mla(kind: str) -> bool:
 # -- once per iteration --------------------------------------------------------------------
 
 # With SP: the sequence-parallel parameters' (the layernorms') gradient all-reduce over TP.
+# The distributed optimizer's bucket rows (``megatron_data_parallel``): ``dp_grad_reducescatter_bucket3``.
+_BUCKET = re.compile(r"(.+)_bucket(\d+)")
+
+
+def bucket_row(name: str, index: int) -> str:
+    """The row of bucket ``index`` of a DP collective ``name``: ``dp_grad_reducescatter_bucket3``."""
+    return f"{name}_bucket{index}"
+
+
+def bucket_of(name: str) -> tuple[str, int] | None:
+    """(collective's row name, bucket index) of a bucket row; None for any other row."""
+    match = _BUCKET.fullmatch(name)
+    return (match.group(1), int(match.group(2))) if match else None
+
+
+def is_bucket_row(name: str) -> bool:
+    return bucket_of(name) is not None
+
+
 SP_GRADS_ALLREDUCE = "sp_grads_allreduce"
 DP_EP_PREFIX = "dp_ep_"
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from ...setup.points import PointRow
 from ...workload import format as wf
+from ...workload import row_names as rn
 from ..audit_csv import AuditRow
 from . import catalog
 from .simulated import Simulated
@@ -62,7 +63,7 @@ def parts(items: list[AuditRow], found_sim: Simulated | None, expected_sim: Simu
     """
     timed = found_sim is not None and expected_sim is not None
     fsim, esim = (found_sim, expected_sim) if timed else (None, None)
-    out = []
+    items, out = _bucket_parts(items, fsim, esim)
     for f in items:
         cause = f.cause
         found_bytes = wf.effective_size(f.phase, f.found_bytes or 0) if f.found_collective not in ("", "none") else 0
@@ -94,6 +95,41 @@ def parts(items: list[AuditRow], found_sim: Simulated | None, expected_sim: Simu
             if p.exposed_ns is None:
                 p.exposed_ns = 0
     return out
+
+
+BUCKETS = "dp_buckets"
+
+
+def _bucket_parts(items: list[AuditRow], fsim: Simulated | None, esim: Simulated | None
+                  ) -> tuple[list[AuditRow], list[Part]]:
+    """AICB's one DP row against Megatron's buckets of the same collective (the one the row
+    is paired with, ``size``, and the others, ``missing``), split in two: the row's own cause
+    (its parameter count) takes the bytes, and AICB's exposed time beyond what the row would
+    expose at Megatron's bytes (SimAI's DP time is linear in the bytes); ``dp_buckets`` takes
+    what that one row exposes beyond Megatron's buckets. The findings left, and the parts."""
+    groups: dict[tuple[str, str], list[AuditRow]] = {}
+    for f in items:
+        if f.unit_kind in ("dp", "moe_dp") and rn.is_bucket_row(f.expected_name) and f.kind in ("size", "missing"):
+            groups.setdefault((f.expected_collective, f.expected_group), []).append(f)
+    taken: set[int] = set()
+    out: list[Part] = []
+    for (collective, group), found in groups.items():
+        paired = [f for f in found if f.kind == "size"]
+        if len(paired) != 1:
+            continue
+        row = paired[0]
+        aicb = wf.effective_size(row.phase, row.found_bytes or 0)
+        megatron = sum(f.expected_bytes or 0 for f in found)
+        exposed = [_expected_exposed(f, esim) for f in found]
+        aicb_ns = _found_exposed(row, fsim)
+        if aicb_ns is None or None in exposed:
+            at_megatron = aicb_ns = megatron_ns = None
+        else:
+            at_megatron, megatron_ns = (aicb_ns * megatron // aicb if aicb else 0), sum(exposed)
+        out.append(Part(row.cause, "wg", collective, group, aicb - megatron, _sub(aicb_ns, at_megatron)))
+        out.append(Part(BUCKETS, "wg", collective, group, 0, _sub(at_megatron, megatron_ns)))
+        taken.update(id(f) for f in found)
+    return [f for f in items if id(f) not in taken], out
 
 
 @dataclass(frozen=True)

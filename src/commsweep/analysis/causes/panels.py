@@ -22,6 +22,8 @@ PANEL_AXES = ("model", "world_size", "tp", "pp", "ep", "sp", "micro_batch", "glo
 CP_AXES = ("cp", "cp_comm_type")
 # So are FSDP and FP8 parameter gathers with their axes.
 FSDP_AXES = ("fsdp", "fp8_param_gather")
+# With the buckets' axes, their overlap and size are part of a setting too.
+BUCKET_AXES = ("overlap_grad_reduce", "overlap_param_gather", "ddp_bucket_size")
 _AXIS_LABELS = {"world_size": "world {}", "pp": "PP {}", "ep": "EP {}", "micro_batch": "micro-batch {}",
                 "global_batch": "global batch {}", "seq_length": "sequence {}"}
 
@@ -55,12 +57,18 @@ def setting_label(point: PointRow, varying: Iterable[str] = ()) -> str:
         parts.append("no FSDP" if point.fsdp == "none" else f"FSDP {point.fsdp}")
     if point.fp8_param_gather:
         parts.append("FP8 gathers")
+    if point.overlap_grad_reduce is not None:
+        overlapped = " and param-gather" if point.overlap_param_gather else ""
+        size = "" if point.ddp_bucket_size is None else f", buckets of {point.ddp_bucket_size:,}"
+        parts.append(f"grad-reduce{overlapped} overlap{size}" if point.overlap_grad_reduce else "no DP overlap")
     return ", ".join(parts)
 
 
 def _setting(p: PointRow) -> tuple:
-    """A point's setting as the panels tell settings apart: ``PANEL_AXES``, then CP's and FSDP's."""
-    return tuple(p.cells[a] for a in PANEL_AXES) + tuple(p.cells.get(a, "") for a in (*CP_AXES, *FSDP_AXES))
+    """A point's setting as the panels tell settings apart: ``PANEL_AXES``, then CP's, FSDP's and
+    the buckets'."""
+    return tuple(p.cells[a] for a in PANEL_AXES) + tuple(p.cells.get(a, "") for a in
+                                                         (*CP_AXES, *FSDP_AXES, *BUCKET_AXES))
 
 
 def panels(rows: list[Row], points: dict[str, PointRow]) -> list[Panel]:
@@ -86,7 +94,7 @@ def panels(rows: list[Row], points: dict[str, PointRow]) -> list[Panel]:
         panel.rows[p.variant] = by_point.get(p.point, [])
 
     def order(panel: Panel) -> tuple:
-        values = dict(zip((*PANEL_AXES, *CP_AXES), panel.setting))
+        values = dict(zip((*PANEL_AXES, *CP_AXES, *BUCKET_AXES), panel.setting))
         rest = tuple(int(v) if v.isdigit() else v for a, v in values.items() if a not in ("model", "sp", "tp"))
         return (values["model"], values["sp"], int(values["tp"]), rest)
 

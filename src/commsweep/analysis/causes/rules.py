@@ -233,6 +233,8 @@ _BEFORE_WGRAD: tuple[tuple[str, Rule], ...] = (
      and not f.expected_collective),
     ("dp_allgather_on_tp", lambda f, s: f.unit_kind == "dp" and f.kind == "group" and f.expected_group == "DP"
      and f.found_group == "TP"),
+    ("dp_buckets", lambda f, s: f.unit_kind in ("dp", "moe_dp") and f.kind == "missing"
+     and rn.is_bucket_row(f.expected_name)),
     ("dp_sync_sized_by_mock_params", lambda f, s: f.unit_kind == "dp" and f.kind == "size"),
     ("cross_entropy_once_per_iteration", lambda f, s: f.unit_kind == "loss" and f.kind == "missing"),
     ("size1_group", lambda f, s: f.kind == "size1_group"),
