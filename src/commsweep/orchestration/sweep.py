@@ -43,7 +43,7 @@ def memory_verdict(setup: TrainingSetup, gpu: str) -> tuple[float, bool | None] 
     from ..setup import memory
     from ..workload.megatron import expert_parameters, local_parameters, stage_layers
 
-    stages = {0, setup.pp - 1}
+    stages = set(range(setup.pp)) if setup.uneven_pipeline else {0, setup.pp - 1}  # the fullest stage among them
     params = {stage: local_parameters(setup, stage) for stage in stages}
     moe = {}
     if setup.model.is_moe:
