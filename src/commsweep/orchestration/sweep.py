@@ -149,6 +149,60 @@ def cp_axis(config: dict) -> list[tuple[int, str] | None]:
     return list(dict.fromkeys((c, k if c > 1 else "p2p") for c in sizes for k in kinds))
 
 
+def vpp_axis(config: dict) -> list[int | None]:
+    """The sweep's interleaved schedule: ``[None]`` (no axis: keys and tables as without
+    it) unless ``sweep.vpp`` lists a size above 1; else each size (1: not interleaved)."""
+    values = (config.get("sweep") or {}).get("vpp") or [1]
+    if not isinstance(values, list) or not values:
+        raise ConfigError("must be a non-empty list", key="sweep.vpp")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ConfigError(f"values must be positive integers, got {v!r}", key="sweep.vpp")
+    unique = list(dict.fromkeys(values))
+    return [None] if unique == [1] else unique
+
+
+def layout_axis(config: dict) -> list[str | None]:
+    """The sweep's uneven stages: ``[None]`` (no axis) unless ``sweep.pipeline_layout`` lists a
+    layout string; else each layout, ``""`` for the even split (a ``null`` in the list)."""
+    from ..setup import pipeline_layout
+
+    values = (config.get("sweep") or {}).get("pipeline_layout")
+    values = [None] if values is None else values
+    if not isinstance(values, list) or not values:
+        raise ConfigError("must be a non-empty list", key="sweep.pipeline_layout")
+    for v in values:
+        if v is not None and not isinstance(v, str):
+            raise ConfigError(f"values must be layout strings or null, got {v!r}", key="sweep.pipeline_layout")
+        try:
+            if v is not None:
+                pipeline_layout.stage_counts(v)
+        except ValueError as err:
+            raise ConfigError(str(err), key="sweep.pipeline_layout") from None
+    unique = list(dict.fromkeys(v or "" for v in values))
+    return [None] if unique == [""] else unique
+
+
+def pipeline_setup(setup: TrainingSetup, vpp: int | None, layout: str | None) -> tuple[TrainingSetup, list[str]]:
+    """``setup`` with the point's virtual pipeline and layout, and why megatron would refuse
+    the layout on it (stages not pp x vpp, layers not the model's)."""
+    from dataclasses import replace
+
+    from ..setup import pipeline_layout
+
+    v = vpp or 1
+    if not layout:
+        return replace(setup, virtual_pipeline=v), []
+    try:
+        counts = pipeline_layout.parse(layout, setup.pp, setup.model.num_layers)
+    except ValueError as err:
+        return replace(setup, virtual_pipeline=v), [f"pipeline_layout: {err}"]
+    if vpp is not None and len(counts) != setup.pp * v:
+        return replace(setup, virtual_pipeline=v), [
+            f"pipeline_layout has {len(counts)} stages, pp*vpp is {setup.pp * v}"]
+    return replace(setup, virtual_pipeline=len(counts) // setup.pp, stage_layout=counts), []
+
+
 def cp_problems(setup: TrainingSetup, schedule: str) -> list[str]:
     """Why an AICB point at CP above 1 cannot run: AICB ignores CP and makes the workload of
     the same GPUs without it (DP takes the CP ranks), which must be a valid setup of its own."""
@@ -191,7 +245,9 @@ def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
     version = megatron_version(config)
     points: list[Point] = []
     invalid: list[Invalid] = []
-    for combo, cp in itertools.product(itertools.product(*(axes[a] for a in AXES)), cp_axis(config)):
+    combos = itertools.product(itertools.product(*(axes[a] for a in AXES)), cp_axis(config), vpp_axis(config),
+                               layout_axis(config))
+    for combo, cp, vpp, layout in combos:
         values: dict[str, Any] = dict(zip(AXES, combo))
         setup = TrainingSetup(
             model=resolved[values["model"]],
@@ -202,7 +258,9 @@ def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
         )
         if cp is not None:
             values.update(cp=cp[0], cp_comm_type=cp[1])
-        reasons = _problems(setup, values["schedule"], values["aiob"], version, gpu if skip_unfit else None)
+        values.update({k: v for k, v in (("vpp", vpp), ("pipeline_layout", layout)) if v is not None})
+        setup, refused = pipeline_setup(setup, vpp, layout)
+        reasons = refused or _problems(setup, values["schedule"], values["aiob"], version, gpu if skip_unfit else None)
         if reasons:
             invalid.append(Invalid(values=values, reasons=tuple(reasons)))
             continue

@@ -30,6 +30,17 @@ _LETTERS = {"E": "embedding", "L": "loss", "t": "decoder", "m": "mtp"}
 def parse(text: str, pp: int, num_layers: int) -> tuple[int, ...]:
     """The layer counts per virtual stage of a ``--pipeline-model-parallel-layout`` string,
     as megatron-core reads and checks it; ``ValueError`` saying what is wrong."""
+    counts = stage_counts(text)
+    if len(counts) % pp:
+        raise ValueError(f"{text!r} has {len(counts)} stages, not a multiple of pp={pp}")
+    if sum(counts) != num_layers:
+        raise ValueError(f"{text!r} holds {sum(counts)} transformer layers (t), the model has {num_layers}")
+    return counts
+
+
+def stage_counts(text: str) -> tuple[int, ...]:
+    """The layer counts of a layout string's stages, whatever the pipeline and the model;
+    ``ValueError`` for a string megatron-core would not read."""
     flat = text.replace(",", "")
     for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):  # (..)*n first, then x*n
         flat = re.sub(pattern, lambda m: m.group(1) * int(m.group(2)), flat)
@@ -40,18 +51,13 @@ def parse(text: str, pp: int, num_layers: int) -> tuple[int, ...]:
                          "m, multi-token prediction, is not modelled)")
     if "m" in flat:
         raise ValueError(f"{text!r} has multi-token prediction layers (m), which are not modelled")
-    if len(stages) % pp:
-        raise ValueError(f"{text!r} has {len(stages)} stages, not a multiple of pp={pp}")
     if flat.count("E") != 1 or flat.count("L") != 1:
         raise ValueError(f"{text!r} must name the embedding (E) and the loss (L) exactly once each")
     if not stages[0].startswith("E"):
         raise ValueError(f"{text!r} must start with the embedding (E) in the first stage")
     if not stages[-1].endswith("L"):
         raise ValueError(f"{text!r} must end with the loss (L) in the last stage")
-    counts = tuple(stage.count("t") for stage in stages)
-    if sum(counts) != num_layers:
-        raise ValueError(f"{text!r} holds {sum(counts)} transformer layers (t), the model has {num_layers}")
-    return counts
+    return tuple(stage.count("t") for stage in stages)
 
 
 def first_last(num_layers: int, pp: int, vpp: int, first: int | None, last: int | None) -> tuple[int, ...]:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .network import NETWORK_FIELDS, Network
+from .pipeline_layout import key as layout_key
 from .training import TrainingSetup
 
 AXES = (
@@ -31,7 +32,12 @@ AXES = (
 # point's key is that of a sweep without the axis. ``cp``, ``cp_comm_type``: context
 # parallelism (megatron's --context-parallel-size, --cp-comm-type) when the sweep lists a CP
 # above 1; a point's key gains ``_cp<c>`` (and the comm type but p2p's) only where c > 1.
-OPTIONAL_AXES = ("tp_overlap", "simulation", "cp", "cp_comm_type")
+# ``vpp``: the interleaved schedule's model chunks per pipeline rank (megatron's
+# --virtual-pipeline-model-parallel-size) when the sweep lists one above 1; a point's key gains
+# ``_vpp<v>`` only where v > 1. ``pipeline_layout``: uneven stages (megatron's
+# --pipeline-model-parallel-layout) when the sweep lists a layout; a point's key gains
+# ``_pl<counts>`` (its virtual stages' layers, hyphenated) only where it has one.
+OPTIONAL_AXES = ("tp_overlap", "simulation", "cp", "cp_comm_type", "vpp", "pipeline_layout")
 # The CP comm types a sweep may list (a2a+p2p needs hierarchical sizes, which no axis gives),
 # and their short names in point keys (p2p, the default, has none).
 CP_KEY_NAMES = {"p2p": "", "all_gather": "ag", "a2a": "a2a"}
@@ -71,6 +77,10 @@ class Point:
     # The CP size and comm type when the sweep has a CP axis (None: no axis, CP 1).
     cp: int | None = None
     cp_comm_type: str | None = None
+    # The interleaved schedule's chunks and the uneven stages' layout string when the sweep has
+    # those axes (None: no axis; vpp 1, the even split).
+    vpp: int | None = None
+    pipeline_layout: str | None = None
 
     @property
     def packet(self) -> bool:
@@ -86,6 +96,10 @@ class Point:
         key += ("_rc" if self.recompute else "")
         if self.cp is not None and self.cp > 1:
             key += f"_cp{self.cp}{CP_KEY_NAMES[self.cp_comm_type or 'p2p']}"
+        if self.vpp is not None and self.vpp > 1:
+            key += f"_vpp{self.vpp}"
+        if self.pipeline_layout:
+            key += f"_pl{layout_key(self.setup.layer_counts)}"
         return key
 
     @property
@@ -123,6 +137,8 @@ class Point:
         text = ", ".join(f"{axis}={getattr(self, axis)}" for axis in AXES)
         if self.cp is not None:
             text += f", cp={self.cp}, cp_comm_type={self.cp_comm_type}"
+        text += "" if self.vpp is None else f", vpp={self.vpp}"
+        text += f", pipeline_layout={self.pipeline_layout}" if self.pipeline_layout else ""
         return text + (" (AICB ignores CP)" if self.ignores_cp else "")
 
     def row(self) -> dict[str, Any]:
@@ -140,6 +156,10 @@ class Point:
             record["simulation"] = self.simulation
         if self.cp is not None:
             record.update(cp=self.cp, cp_comm_type=self.cp_comm_type)
+        if self.vpp is not None:
+            record["vpp"] = self.vpp
+        if self.pipeline_layout is not None:
+            record["pipeline_layout"] = self.pipeline_layout
         return record
 
 
@@ -204,9 +224,10 @@ def boolean(text: str) -> bool:
 
 
 _INTS = ("world_size", "tp", "pp", "ep", "micro_batch", "global_batch", "seq_length", "dp", "ga",
-         "gpus_per_server", "nics_per_server", "cp")
+         "gpus_per_server", "nics_per_server", "cp", "vpp")
 _BOOLS = ("sp", "aiob", "recompute")
-_TEXTS = ("point", "workload", "profile", "model", "schedule", "network", "simulation", "cp_comm_type")
+_TEXTS = ("point", "workload", "profile", "model", "schedule", "network", "simulation", "cp_comm_type",
+          "pipeline_layout")
 
 
 @dataclass(frozen=True)
@@ -243,6 +264,8 @@ class PointRow:
     simulation: str | None = None
     cp: int | None = None
     cp_comm_type: str | None = None
+    vpp: int | None = None
+    pipeline_layout: str | None = None
     memory_gib: float | None = None
     fits: bool | None = None
 
