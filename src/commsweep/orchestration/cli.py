@@ -286,7 +286,7 @@ def cmd_check(ns: argparse.Namespace) -> None:
 
 def add_trace_parser(sub) -> None:
     from ..base.flags import add_flag
-    from ..setup.arguments import add_training_arguments
+    from ..setup.arguments import add_pipeline_arguments, add_training_arguments
 
     p = sub.add_parser(
         "trace", allow_abbrev=False,
@@ -296,6 +296,7 @@ def add_trace_parser(sub) -> None:
                     "Takes AICB's arguments; --world_size defaults to TP x PP.",
     )
     add_training_arguments(p)
+    add_pipeline_arguments(p.add_argument_group("the pipeline's schedule"))
     p.set_defaults(world_size=None)
     p.add_argument("--scaled", action="store_true",
                    help="trace the setup's structure at tiny sizes (what the pipeline does)")

@@ -218,11 +218,8 @@ def add_stage_argument(parser: argparse.ArgumentParser) -> None:
                   "megatron schedule)")
 
 
-def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
-    """Megatron's schedule options beyond AICB's arguments (the megatron schedule only)."""
-    from ..base.flags import add_flag
-
-    g = parser.add_argument_group("Megatron schedule beyond AICB's arguments")
+def add_pipeline_arguments(g) -> None:
+    """The interleaved schedule's and the uneven stages' flags (the megatron schedule, the trace)."""
     add_flag(g, "--virtual-pipeline", dest="virtual_pipeline", type=int, default=1,
              help="model chunks per pipeline stage: the interleaved 1F1B schedule (Megatron's "
                   "--virtual-pipeline-model-parallel-size; default 1, not interleaved)")
@@ -235,6 +232,14 @@ def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
                   "name); the stages without such a flag share the rest")
     add_flag(g, "--decoder-last-pipeline-num-layers", dest="decoder_last_layers", type=int, default=None,
              help="uneven stages: the last pipeline stage's transformer layers (megatron's flag of that name)")
+
+
+def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
+    """Megatron's schedule options beyond AICB's arguments (the megatron schedule only)."""
+    from ..base.flags import add_flag
+
+    g = parser.add_argument_group("Megatron schedule beyond AICB's arguments")
+    add_pipeline_arguments(g)
     add_flag(g, "--recompute-granularity", dest="recompute_granularity", choices=("selective", "full"), default=None,
              help="full: recompute every layer's forward, collectives included (implies recomputation); "
                   "selective: the attention core (as --recompute_activations)")
