@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from commsweep.setup.models import preset
 from commsweep.setup.network import Network
+from commsweep.setup.training import TrainingSetup
 from commsweep.simulate import engine
 from commsweep.simulate.pipeline_schedule import Pass, iteration_time, rank_order, schedule_table
 from commsweep.workload import format as wf
@@ -65,3 +67,40 @@ def test_uneven_stages_make_one_stages_bubble_wrong_both_ways():
     heavy = engine.simulate(_workload(p, v, g, fwd, bwd, 1), NET).total_us * 1000
     assert light < schedule < heavy
     assert round(schedule) == 279_000 and round(light) == 231_000 and round(heavy) == 297_000
+
+
+def test_megatron_core_refuses_the_micro_batches_the_setup_refuses():
+    """megatron-core's interleaved schedule, called with p = 4 and 2 chunks, stops at its
+    micro-batch check for 6 micro-batches and gets past it for 8, as the setup's rule says."""
+    schedules = pytest.importorskip("megatron.core.pipeline_parallel.schedules")
+    import types
+
+    import torch
+    from megatron.core.enums import ModelType
+    from megatron.core.model_parallel_config import ModelParallelConfig
+
+    from commsweep.trace.model import CudaFactoriesOnCpu
+
+    config = ModelParallelConfig(pipeline_model_parallel_size=4, virtual_pipeline_model_parallel_size=2,
+                                 pipeline_dtype=torch.float32)
+
+    class Chunk(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.config, self.model_type = config, ModelType.encoder_or_decoder
+
+    group = types.SimpleNamespace(size=lambda: 4, rank=lambda: 0)
+    p2p = types.SimpleNamespace(pp_group=group, config=config, virtual_pipeline_model_parallel_size=2)
+    groups = types.SimpleNamespace(tp=None, cp=None, embd=None, pos_embd=None, pp=group, dp_cp=None)
+    refused = {}
+    for g in (6, 8):
+        try:
+            with CudaFactoriesOnCpu():
+                schedules.forward_backward_pipelining_with_interleaving(
+                    forward_step_func=None, data_iterator=[None, None], model=[Chunk(), Chunk()], num_microbatches=g,
+                    seq_length=8, micro_batch_size=1, p2p_communicator=p2p, pg_collection=groups)
+        except Exception as err:  # past the check, the stand-ins fail on what they lack
+            refused[g] = "The remainder of M" in str(err)
+        setup = TrainingSetup(model=preset("gpt-7b"), world_size=4, pp=4, virtual_pipeline=2, global_batch=g)
+        assert bool(setup.problems()) == refused[g]
+    assert refused == {6: True, 8: False}

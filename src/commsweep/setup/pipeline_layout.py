@@ -4,7 +4,7 @@ A layout is one count per virtual stage, in megatron's virtual-stage order: mode
 of pipeline rank i is virtual stage ``c * p + i``, and the layers are numbered along that
 order (chunk 0 of every rank, then chunk 1, ...). Megatron spells it two ways:
 
-* ``--pipeline-model-parallel-layout`` (megatron-core 0.13 on;
+* ``--pipeline-model-parallel-layout`` (in 0.16.1 and 0.19.2, not in 0.8.0;
   ``megatron/core/transformer/pipeline_parallel_layer_layout.py``, at 0.16.1:
   ``PipelineParallelLayerLayout.parse_str_to_list`` reads the string, ``__init__`` makes
   p x v stages of it, ``validate_layer_layout`` wants the embedding ``E`` first and the loss

@@ -34,8 +34,8 @@ Interleaved pipelines (v > 1) and uneven stages: the rank builds one GPT model c
 virtual stage (the parallel state's virtual rank set while each is built, as megatron's
 ``training.get_model`` does), each in its own ``DistributedDataParallel`` (bucketing off for
 chunks after the first, as there), and runs megatron's interleaved schedule over the list;
-an uneven layout goes to megatron as its ``pipeline_model_parallel_layout`` string, which the
-releases before 0.13 lack (such a trace is refused).
+an uneven layout goes to megatron as its ``pipeline_model_parallel_layout`` string, which
+older releases lack (0.8.0: such a trace is refused).
 
 What one megatron-core release needs beyond that is in ``compat`` (each workaround named;
 the names applied come back in the rank's ``meta``; the MoE ones above are named there
