@@ -139,6 +139,11 @@ class TrainingSetup:
         return sum(len(self.chunk_layers(stage, c)) for c in range(self.virtual_pipeline))
 
     @property
+    def max_stage_layers(self) -> int:
+        """The layers of the fullest pipeline stage (L / p for the even split)."""
+        return max(self.stage_layer_count(stage) for stage in range(self.pp))
+
+    @property
     def uneven_pipeline(self) -> bool:
         """Whether the stages hold different numbers of layers (a layout other than the even split)."""
         return self.stage_layout is not None and len(set(self.stage_layout)) > 1
