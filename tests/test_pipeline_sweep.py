@@ -94,3 +94,29 @@ def test_an_uneven_stage_holds_its_layers_in_the_schedule():
                        if p.schedule == "megatron").setup
     assert interleaved.virtual_pipeline == 2 and megatron.stage_layers(interleaved, 0) == [0, 1, 14, 15, 16, 17]
     assert megatron.stage_layers(interleaved, 3) == [10, 11, 12, 13, *range(26, 32)]
+
+
+def test_aicbs_workload_of_an_interleaved_setup_differs_only_in_its_pipeline_sends():
+    """AICB has no interleaved schedule and writes the stage's L/p layers as the header's vpp:
+    against Megatron's v chunks the audit names one finding apart from those of the plain
+    pipeline, its sends, counted (L/p)/v times over."""
+    from collections import Counter
+    from dataclasses import replace
+
+    from commsweep.analysis import audit
+    from commsweep.workload.generate import build
+
+    plain = next(p for p in sweep.expand(llama(schedule=["aicb"]))[0]).setup
+    workload = build(plain, "aicb")
+    for v in (1, 2, 4):
+        findings = audit.audit(workload, replace(plain, virtual_pipeline=v))
+        sends = [f for f in findings if f.phase == "pp"]
+        assert [f.cause for f in sends] == ["pipeline_send_bytes"]
+        assert sends[0].ratio == (32 // 4) / v  # pp_comm alike (u/t with SP), vpp L/p against v
+        # The rest as at v = 1, but on the interleaved stage's layer ids (0-3 and 16-19 at v = 2).
+        rest = Counter((f.unit.micro_batch, f.unit.kind, f.phase, f.kind, f.cause, f.delta_bytes)
+                       for f in findings if f.phase != "pp")
+        layers = {f.unit.layer for f in findings if f.unit.layer is not None}
+        assert layers == set(megatron.stage_layers(replace(plain, virtual_pipeline=v), 0))
+        others = rest if v == 1 else others
+        assert rest == others
