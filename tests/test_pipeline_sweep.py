@@ -33,13 +33,16 @@ def test_the_axes_name_interleaved_and_uneven_points_and_generate_passes_them_on
     keys = {p.point_key: p for p in points}
     vpp2 = keys["llama-7b_ws8_tp2_pp4_ep1_sp1_mb1_gb16_seq1024_vpp2_megatron__netA"]
     uneven = keys["llama-7b_ws8_tp2_pp4_ep1_sp1_mb1_gb16_seq1024_pl7-9-9-7_megatron__netA"]
-    assert "llama-7b_ws8_tp2_pp4_ep1_sp1_mb1_gb16_seq1024_megatron__netA" in keys and len(points) == 4
+    assert "llama-7b_ws8_tp2_pp4_ep1_sp1_mb1_gb16_seq1024_megatron__netA" in keys and len(points) == 5
     assert vpp2.setup.virtual_pipeline == 2 and uneven.setup.stage_layout == (7, 9, 9, 7)
     argv = GENERATE.argv(GENERATE.job(uneven, config, (None,), ("w.txt",)))
     assert "--pipeline-model-parallel-layout=Et*7|t*9|t*9|t*7L" in argv
     assert "--virtual-pipeline=2" in GENERATE.argv(GENERATE.job(vpp2, config, (None,), ("w.txt",)))
     reasons = {r for bad in invalid for r in bad.reasons}
-    assert "AICB has no interleaved pipeline schedule; use the megatron schedule" in reasons
+    # AICB's point of an interleaved setup is AICB's plain 1F1B workload (AICB has no such schedule).
+    aicb = keys["llama-7b_ws8_tp2_pp4_ep1_sp1_mb1_gb16_seq1024_vpp2_aicb__netA"]
+    assert aicb.ignores_vpp and "(AICB's plain 1F1B schedule)" in aicb.describe()
+    assert GENERATE.job(aicb, config, (None,), ("w.txt",)).setup.virtual_pipeline == 1
     assert any(r.startswith("AICB has no uneven pipeline stages") for r in reasons)
     assert "pipeline_layout has 4 stages, pp*vpp is 8" in reasons  # the layout fixes vpp
     header = sweep.table_csv(points).splitlines()[0].split(",")

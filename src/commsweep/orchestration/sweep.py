@@ -21,7 +21,7 @@ from ..setup.configfile import networks_and_models
 from ..setup.network import NETWORK_FIELDS  # noqa: F401 (a network's keys, beside the axes, for the sweep's readers)
 from ..setup.points import AXES, CP_KEY_NAMES, SIMULATIONS, Invalid, Point, to_csv
 from ..setup.training import TrainingSetup
-from ..workload.generate import schedule_problems
+from ..workload.generate import not_interleaved, schedule_problems
 
 
 def _axis(config: dict, name: str) -> list:
@@ -281,8 +281,9 @@ def _problems(setup: TrainingSetup, schedule: str, aiob: bool, version: str, unf
     reasons = setup.problems()
     if not reasons:
         reasons += cp_problems(setup, schedule)
-    if not reasons:
-        reasons += schedule_problems(setup, schedule, version, aiob=aiob)
+    if not reasons:  # (AICB's point of an interleaved setup: AICB's plain 1F1B workload of it)
+        reasons += schedule_problems(not_interleaved(setup) if schedule == "aicb" else setup, schedule, version,
+                                     aiob=aiob)
     if not reasons and unfit_on is not None:
         reasons += [r for r in (memory_problem(setup, unfit_on),) if r]
     return reasons

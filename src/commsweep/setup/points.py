@@ -109,6 +109,12 @@ class Point:
         return self.schedule == "aicb" and (self.cp or 1) > 1
 
     @property
+    def ignores_vpp(self) -> bool:
+        """An AICB point of an interleaved setup: AICB has no interleaved schedule, so its
+        workload is that of the plain 1F1B schedule on the same stages."""
+        return self.schedule == "aicb" and (self.vpp or 1) > 1
+
+    @property
     def workload_key(self) -> str:
         return f"{self.setup_key}_{self.schedule}" + ("_aiob" if self.aiob else "")
 
@@ -139,7 +145,8 @@ class Point:
             text += f", cp={self.cp}, cp_comm_type={self.cp_comm_type}"
         text += "" if self.vpp is None else f", vpp={self.vpp}"
         text += f", pipeline_layout={self.pipeline_layout}" if self.pipeline_layout else ""
-        return text + (" (AICB ignores CP)" if self.ignores_cp else "")
+        text += " (AICB ignores CP)" if self.ignores_cp else ""
+        return text + (" (AICB's plain 1F1B schedule)" if self.ignores_vpp else "")
 
     def row(self) -> dict[str, Any]:
         """The point as a flat record for tables (the columns of ``TABLE_COLUMNS``)."""

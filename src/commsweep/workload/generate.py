@@ -42,6 +42,16 @@ def schedule_problems(setup: TrainingSetup, schedule: str, megatron_version: str
     return [f"unknown schedule {schedule!r}; expected one of {', '.join(SCHEDULES)}"]
 
 
+def not_interleaved(setup: TrainingSetup) -> TrainingSetup:
+    """The setup as AICB runs it in a sweep: AICB has no interleaved schedule (nor a flag for
+    one), so its workload of an interleaved job is that of the plain 1F1B schedule."""
+    if setup.virtual_pipeline == 1 or setup.stage_layout is not None:
+        return setup
+    from dataclasses import replace
+
+    return replace(setup, virtual_pipeline=1)
+
+
 def ignoring_cp(setup: TrainingSetup) -> TrainingSetup:
     """The setup as AICB sees it: AICB has no context parallelism, so its workload is that of
     the same GPUs without it (as ``commsweep generate --schedule aicb`` drops the flag)."""
