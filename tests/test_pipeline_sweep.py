@@ -123,3 +123,14 @@ def test_aicbs_workload_of_an_interleaved_setup_differs_only_in_its_pipeline_sen
         assert layers == set(megatron.stage_layers(replace(plain, virtual_pipeline=v), 0))
         others = rest if v == 1 else others
         assert rest == others
+
+
+def test_the_fullest_stage_is_the_first_holding_the_most_layers():
+    from commsweep.workload.generate import pipeline_stage
+
+    even, uneven = (next(p for p in sweep.expand(llama(pipeline_layout=[layout]))[0] if p.schedule == "megatron").setup
+                    for layout in (None, "Et*7|t*9|t*9|t*7L"))
+    assert pipeline_stage("fullest", even) == 0 and pipeline_stage("fullest", uneven) == 1
+    assert pipeline_stage("last", uneven) == 3
+    with pytest.raises(ConfigError, match="first, last, fullest or 0..3"):
+        pipeline_stage("middle", uneven)

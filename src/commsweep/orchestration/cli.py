@@ -232,7 +232,7 @@ def cmd_timeline(ns: argparse.Namespace) -> None:
         times = timeline.simulate(workload, network, load_ratios(ns.ratio_dir))
     timeline_figure.draw(
         Path(ns.workload), times, setup, Path(ns.output),
-        stage=pipeline_stage(ns.pp_stage, setup.pp), audit_csv=Path(ns.audit) if ns.audit else None, title=ns.title,
+        stage=pipeline_stage(ns.pp_stage, setup), audit_csv=Path(ns.audit) if ns.audit else None, title=ns.title,
     )
 
 

@@ -214,8 +214,8 @@ def resolve_aicb_prefixes_in(parser: argparse.ArgumentParser) -> None:
 def add_stage_argument(parser: argparse.ArgumentParser) -> None:
     """Which pipeline stage's view a megatron-schedule workload holds (generate, audit, timeline)."""
     add_flag(parser, "--pp-stage", default="first",
-             help="with pp > 1: the pipeline stage whose view the workload holds (first, last or an index; "
-                  "megatron schedule)")
+             help="with pp > 1: the pipeline stage whose view the workload holds (first, last, fullest: the "
+                  "first stage holding the most layers, or an index; megatron schedule)")
 
 
 def add_pipeline_arguments(g) -> None:
