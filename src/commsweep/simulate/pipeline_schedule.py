@@ -102,10 +102,3 @@ def _ready(op: Pass, rank: int, p: int, stages: int, done: dict, send: float) ->
     end = done.get((True, op.micro_batch, stage + 1))
     return None if end is None else end + send
 
-
-def engine_time(p: int, v: int, g: int, forward: Sequence[float], backward: Sequence[float],
-                rank: int, send: float = 0.0) -> float:
-    """What SimAI's model (``engine.py``) gives for rank ``rank``'s workload: its g micro-batches'
-    passes, plus the bubble (p - 1)/(g v) of them, plus 2 v g sends."""
-    work = g * sum(forward[c * p + rank] + backward[c * p + rank] for c in range(v))
-    return work + work * (p - 1) / (g * v) + 2 * v * g * send
