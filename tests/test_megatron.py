@@ -211,9 +211,12 @@ def test_interleaving_needs_megatrons_rules():
         "virtual_pipeline=2 needs pipeline parallelism (pp > 1)"]
     assert TrainingSetup(**base, pp=4, global_batch=4, virtual_pipeline=4).problems() == [
         "pp*virtual_pipeline=16 does not divide num_layers=8"]
-    # Megatron-LM 2021-23 also wanted the micro-batches to be a multiple of pp; megatron-core
-    # (0.16) schedules any number.
-    assert TrainingSetup(**base, pp=4, global_batch=6, virtual_pipeline=2).problems() == []
+    # The micro-batches a multiple of pp: Megatron-LM 2021-23 and megatron-core 0.8-0.9 say so,
+    # later releases at their default micro-batch group per virtual stage (pp) too
+    # (tests/test_pipeline_schedule.py runs megatron-core's check).
+    assert TrainingSetup(**base, pp=4, global_batch=6, virtual_pipeline=2).problems() == [
+        "the interleaved schedule needs pp=4 to divide the 6 micro-batches per iteration"]
+    assert TrainingSetup(**base, pp=4, global_batch=8, virtual_pipeline=2).problems() == []
 
 
 def test_scatter_gather_sends_a_tp_share_without_sp():

@@ -315,7 +315,7 @@ def audited_setup(workload: wf.Workload, setup: TrainingSetup) -> TrainingSetup:
 # -- the audit -------------------------------------------------------------------------
 
 
-def check_header(workload: wf.Workload, setup: TrainingSetup, source: str | Path) -> None:
+def check_header(workload: wf.Workload, setup: TrainingSetup, source: str | Path, stage: int = 0) -> None:
     """The workload must describe the setup the audit compares it with: its header, then what
     its rows tell (``check_rows``)."""
     h = workload.header
@@ -332,7 +332,7 @@ def check_header(workload: wf.Workload, setup: TrainingSetup, source: str | Path
                 "audit a workload with the arguments it was made from",
                 file=source, line=1, field=key,
             )
-    check_rows(workload, setup, source)
+    check_rows(workload, setup, source, stage)
 
 
 def _attention_tp_forward(workload: wf.Workload) -> list[tuple[int, str, int]]:
@@ -347,7 +347,7 @@ def _attention_tp_forward(workload: wf.Workload) -> list[tuple[int, str, int]]:
     return out
 
 
-def check_rows(workload: wf.Workload, setup: TrainingSetup, source: str | Path) -> None:
+def check_rows(workload: wf.Workload, setup: TrainingSetup, source: str | Path, stage: int = 0) -> None:
     """What the rows tell of the setup they were made for, against the audited arguments, so
     that a wrong argument is an error naming it, not hundreds of findings: the activation
     size the attention moves over TP (2 x micro batch x sequence x hidden size; twice that
@@ -369,7 +369,7 @@ def check_rows(workload: wf.Workload, setup: TrainingSetup, source: str | Path) 
             file=source, line=row + 3)
     if setup.tp > 1:
         _check_sequence_parallel(attention, setup, source)
-    _check_layers(workload, setup, source)
+    _check_layers(workload, setup, source, stage)
 
 
 def _check_sequence_parallel(attention: list[tuple[int, str, int]], setup: TrainingSetup, source: str | Path) -> None:
@@ -387,10 +387,10 @@ def _check_sequence_parallel(attention: list[tuple[int, str, int]], setup: Train
                          "--enable_sequence_parallel", file=source, line=sp_rows[0] + 3)
 
 
-def _check_layers(workload: wf.Workload, setup: TrainingSetup, source: str | Path) -> None:
+def _check_layers(workload: wf.Workload, setup: TrainingSetup, source: str | Path, stage: int = 0) -> None:
     """Every micro-batch holds the stage's transformer layers (``segment`` starts a new
     micro-batch after the stage's last layer: a file of more layers has more micro-batches)."""
-    want = setup.layers_per_stage
+    want = setup.stage_layer_count(stage)
     layers = {(u.micro_batch, u.layer) for u in segment(workload, want) if u.kind in LAYER_KINDS}
     if not layers:
         return
@@ -464,10 +464,10 @@ def _untimed(workload: wf.Workload, setup: TrainingSetup, stage: int, gpus: int 
     if problems:
         raise ConfigError("; ".join(problems), key="arguments")
     made_for = audited_setup(workload, setup)
-    check_header(workload, made_for, source)
+    check_header(workload, made_for, source, stage)
     reference, expected = _reference(setup, stage, megatron_version)
     sizes = wf.group_sizes(workload.header, gpus)
-    units = segment(workload, setup.layers_per_stage, stage * setup.layers_per_stage,
+    units = segment(workload, setup.stage_layer_count(stage), stage * setup.layers_per_stage,
                     layer_ids=megatron.stage_layers(setup, stage))
 
     findings: list[Finding] = []

@@ -168,7 +168,7 @@ class AuditStage(Stage[AuditJob]):
         else:
             workload = wformat.read(job.workload)
         findings = audit.audit(
-            workload, setup, stage=pipeline_stage(job.pp_stage, setup.pp), gpus=job.gpus,
+            workload, setup, stage=pipeline_stage(job.pp_stage, setup), gpus=job.gpus,
             time_us=time_us, source=job.workload, megatron_version=job.megatron_version,
         )
         text = audit.to_csv(findings) if job.format == "csv" else audit.to_table(findings,
@@ -176,7 +176,7 @@ class AuditStage(Stage[AuditJob]):
         if job.format == "table" and setup.cp > 1:  # what no workload file holds: the CP group's volumes
             from . import volumes
 
-            cp = volumes.context_parallel(setup, pipeline_stage(job.pp_stage, setup.pp), job.megatron_version)
+            cp = volumes.context_parallel(setup, pipeline_stage(job.pp_stage, setup), job.megatron_version)
             text += "\nthe context-parallel exchange Megatron sends per iteration (in no workload file):\n"
             text += volumes.to_table(cp)
         if job.format == "table" and setup.fsdp in ("optim_grads_params", "torch_fsdp2"):

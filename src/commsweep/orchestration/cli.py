@@ -236,7 +236,7 @@ def cmd_timeline(ns: argparse.Namespace) -> None:
         times = timeline.simulate(workload, network, load_ratios(ns.ratio_dir))
     timeline_figure.draw(
         Path(ns.workload), times, setup, Path(ns.output),
-        stage=pipeline_stage(ns.pp_stage, setup.pp), audit_csv=Path(ns.audit) if ns.audit else None, title=ns.title,
+        stage=pipeline_stage(ns.pp_stage, setup), audit_csv=Path(ns.audit) if ns.audit else None, title=ns.title,
     )
 
 
@@ -290,7 +290,7 @@ def cmd_check(ns: argparse.Namespace) -> None:
 
 def add_trace_parser(sub) -> None:
     from ..base.flags import add_flag
-    from ..setup.arguments import add_bucket_arguments, add_training_arguments
+    from ..setup.arguments import add_bucket_arguments, add_pipeline_arguments, add_training_arguments
 
     p = sub.add_parser(
         "trace", allow_abbrev=False,
@@ -301,6 +301,7 @@ def add_trace_parser(sub) -> None:
     )
     add_training_arguments(p)
     add_bucket_arguments(p.add_argument_group("the distributed optimizer's buckets"))
+    add_pipeline_arguments(p.add_argument_group("the pipeline's schedule"))
     p.set_defaults(world_size=None)
     p.add_argument("--scaled", action="store_true",
                    help="trace the setup's structure at tiny sizes (what the pipeline does)")

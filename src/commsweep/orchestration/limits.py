@@ -32,7 +32,7 @@ DEFAULTS = {"workload_rows": 2_000_000, "job_memory_mb": 8192, "gpus": 2**31 - 1
 
 def workload_rows(setup) -> int:
     """An upper bound on the rows of the setup's workload file (either schedule)."""
-    return ROWS_PER_LAYER * setup.num_microbatches * (setup.layers_per_stage + 2)
+    return ROWS_PER_LAYER * setup.num_microbatches * (setup.max_stage_layers + 2)
 
 
 def job_memory_mb(rows: int) -> int:
@@ -45,7 +45,7 @@ def problems(setup, limits: Mapping[str, int]) -> list[str]:
     out = []
     rows = workload_rows(setup)
     if rows > limits["workload_rows"]:
-        out.append(f"about {rows:,} workload rows ({ROWS_PER_LAYER} per layer x {setup.layers_per_stage + 2} layers "
+        out.append(f"about {rows:,} workload rows ({ROWS_PER_LAYER} per layer x {setup.max_stage_layers + 2} layers "
                    f"x {setup.num_microbatches:,} micro-batches) > limits.workload_rows = {limits['workload_rows']:,}")
     memory = job_memory_mb(rows)
     if memory > limits["job_memory_mb"]:

@@ -55,7 +55,8 @@ PLACE_KEYS = ("results",)
 # Sweep keys added after runs were recorded, with their defaults: at its default such a key
 # is left out of the digest, so a sweep that does not set it keeps the digest it had.
 QUIET_SWEEP_DEFAULTS = {"fsdp": ["none"], "fp8_param_gather": [False],
-                        "overlap_grad_reduce": [False], "overlap_param_gather": [False], "ddp_bucket_size": None}
+                        "overlap_grad_reduce": [False], "overlap_param_gather": [False], "ddp_bucket_size": None,
+                        "vpp": [1], "pipeline_layout": None}
 
 
 def config_digest(config: Mapping) -> str:

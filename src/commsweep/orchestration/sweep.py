@@ -21,7 +21,7 @@ from ..setup.configfile import networks_and_models
 from ..setup.network import NETWORK_FIELDS  # noqa: F401 (a network's keys, beside the axes, for the sweep's readers)
 from ..setup.points import AXES, BUCKET_AXES, CP_KEY_NAMES, FSDP_KEY_NAMES, SIMULATIONS, Invalid, Point, to_csv
 from ..setup.training import TrainingSetup
-from ..workload.generate import schedule_problems
+from ..workload.generate import not_interleaved, schedule_problems
 
 
 def _axis(config: dict, name: str) -> list:
@@ -43,7 +43,7 @@ def memory_verdict(setup: TrainingSetup, gpu: str) -> tuple[float, bool | None] 
     from ..setup import memory
     from ..workload.megatron import expert_parameters, local_parameters, stage_layers
 
-    stages = {0, setup.pp - 1}
+    stages = set(range(setup.pp)) if setup.uneven_pipeline else {0, setup.pp - 1}  # the fullest stage among them
     params = {stage: local_parameters(setup, stage) for stage in stages}
     moe = {}
     if setup.model.is_moe:
@@ -178,6 +178,60 @@ def buckets_axis(config: dict) -> list[tuple[bool, bool, int | None] | None]:
                               for s in dict.fromkeys(sizes)))
 
 
+def vpp_axis(config: dict) -> list[int | None]:
+    """The sweep's interleaved schedule: ``[None]`` (no axis: keys and tables as without
+    it) unless ``sweep.vpp`` lists a size above 1; else each size (1: not interleaved)."""
+    values = (config.get("sweep") or {}).get("vpp") or [1]
+    if not isinstance(values, list) or not values:
+        raise ConfigError("must be a non-empty list", key="sweep.vpp")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ConfigError(f"values must be positive integers, got {v!r}", key="sweep.vpp")
+    unique = list(dict.fromkeys(values))
+    return [None] if unique == [1] else unique
+
+
+def layout_axis(config: dict) -> list[str | None]:
+    """The sweep's uneven stages: ``[None]`` (no axis) unless ``sweep.pipeline_layout`` lists a
+    layout string; else each layout, ``""`` for the even split (a ``null`` in the list)."""
+    from ..setup import pipeline_layout
+
+    values = (config.get("sweep") or {}).get("pipeline_layout")
+    values = [None] if values is None else values
+    if not isinstance(values, list) or not values:
+        raise ConfigError("must be a non-empty list", key="sweep.pipeline_layout")
+    for v in values:
+        if v is not None and not isinstance(v, str):
+            raise ConfigError(f"values must be layout strings or null, got {v!r}", key="sweep.pipeline_layout")
+        try:
+            if v is not None:
+                pipeline_layout.stage_counts(v)
+        except ValueError as err:
+            raise ConfigError(str(err), key="sweep.pipeline_layout") from None
+    unique = list(dict.fromkeys(v or "" for v in values))
+    return [None] if unique == [""] else unique
+
+
+def pipeline_setup(setup: TrainingSetup, vpp: int | None, layout: str | None) -> tuple[TrainingSetup, list[str]]:
+    """``setup`` with the point's virtual pipeline and layout, and why megatron would refuse
+    the layout on it (stages not pp x vpp, layers not the model's)."""
+    from dataclasses import replace
+
+    from ..setup import pipeline_layout
+
+    v = vpp or 1
+    if not layout:
+        return replace(setup, virtual_pipeline=v), []
+    try:
+        counts = pipeline_layout.parse(layout, setup.pp, setup.model.num_layers)
+    except ValueError as err:
+        return replace(setup, virtual_pipeline=v), [f"pipeline_layout: {err}"]
+    if vpp is not None and len(counts) != setup.pp * v:
+        return replace(setup, virtual_pipeline=v), [
+            f"pipeline_layout has {len(counts)} stages, pp*vpp is {setup.pp * v}"]
+    return replace(setup, virtual_pipeline=len(counts) // setup.pp, stage_layout=counts), []
+
+
 def cp_problems(setup: TrainingSetup, schedule: str) -> list[str]:
     """Why an AICB point at CP above 1 cannot run: AICB ignores CP and makes the workload of
     the same GPUs without it (DP takes the CP ranks), which must be a valid setup of its own."""
@@ -223,6 +277,29 @@ def _check_axis_values(axes: dict[str, list]) -> None:
                 raise ConfigError(f"values must be true or false, got {v!r}", key=f"sweep.{name}")
 
 
+def _point_setup(values: dict[str, Any], model, cp, fsdp, buckets, vpp, layout) -> tuple[TrainingSetup, list[str]]:
+    """One combination's setup from the axes' ``values`` and the optional axes' settings (each
+    None where the sweep has no such axis), with why megatron would refuse its pipeline layout;
+    ``values`` gains the optional axes the sweep has, as the tables write them."""
+    setup = TrainingSetup(
+        model=model,
+        world_size=values["world_size"], tp=values["tp"], pp=values["pp"], ep=values["ep"],
+        sp=values["sp"], micro_batch=values["micro_batch"], global_batch=values["global_batch"],
+        seq_length=values["seq_length"], recompute=values["recompute"],
+        **({} if cp is None else dict(cp=cp[0], cp_comm_type=cp[1])),
+        **({} if fsdp is None else dict(fsdp=fsdp[0], fp8_param_gather=fsdp[1])),
+        **({} if buckets is None else dict(zip(BUCKET_AXES, buckets))),
+    )
+    if cp is not None:
+        values.update(cp=cp[0], cp_comm_type=cp[1])
+    if fsdp is not None:
+        values.update(fsdp=fsdp[0], fp8_param_gather=fsdp[1])
+    if buckets is not None:
+        values.update(zip(BUCKET_AXES, (*buckets[:2], "" if buckets[2] is None else buckets[2])))
+    values.update({k: v for k, v in (("vpp", vpp), ("pipeline_layout", layout)) if v is not None})
+    return pipeline_setup(setup, vpp, layout)
+
+
 def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
     """All points of the sweep, valid first, then the invalid combinations with reasons."""
     axes = {name: _axis(config, name) for name in AXES}
@@ -246,25 +323,12 @@ def expand(config: dict) -> tuple[list[Point], list[Invalid]]:
     version = megatron_version(config)
     points: list[Point] = []
     invalid: list[Invalid] = []
-    for combo, cp, fsdp, buckets in itertools.product(itertools.product(*(axes[a] for a in AXES)), cp_axis(config),
-                                                      fsdp_axis(config), buckets_axis(config)):
+    combos = itertools.product(itertools.product(*(axes[a] for a in AXES)), cp_axis(config), fsdp_axis(config),
+                               buckets_axis(config), vpp_axis(config), layout_axis(config))
+    for combo, cp, fsdp, buckets, vpp, layout in combos:
         values: dict[str, Any] = dict(zip(AXES, combo))
-        setup = TrainingSetup(
-            model=resolved[values["model"]],
-            world_size=values["world_size"], tp=values["tp"], pp=values["pp"], ep=values["ep"],
-            sp=values["sp"], micro_batch=values["micro_batch"], global_batch=values["global_batch"],
-            seq_length=values["seq_length"], recompute=values["recompute"],
-            **({} if cp is None else dict(cp=cp[0], cp_comm_type=cp[1])),
-            **({} if fsdp is None else dict(fsdp=fsdp[0], fp8_param_gather=fsdp[1])),
-            **({} if buckets is None else dict(zip(BUCKET_AXES, buckets))),
-        )
-        if cp is not None:
-            values.update(cp=cp[0], cp_comm_type=cp[1])
-        if fsdp is not None:
-            values.update(fsdp=fsdp[0], fp8_param_gather=fsdp[1])
-        if buckets is not None:
-            values.update(zip(BUCKET_AXES, (*buckets[:2], "" if buckets[2] is None else buckets[2])))
-        reasons = _problems(setup, values["schedule"], values["aiob"], version, gpu if skip_unfit else None)
+        setup, refused = _point_setup(values, resolved[values["model"]], cp, fsdp, buckets, vpp, layout)
+        reasons = refused or _problems(setup, values["schedule"], values["aiob"], version, gpu if skip_unfit else None)
         if reasons:
             invalid.append(Invalid(values=values, reasons=tuple(reasons)))
             continue
@@ -286,8 +350,9 @@ def _problems(setup: TrainingSetup, schedule: str, aiob: bool, version: str, unf
     reasons = setup.problems()
     if not reasons:
         reasons += cp_problems(setup, schedule)
-    if not reasons:
-        reasons += schedule_problems(setup, schedule, version, aiob=aiob)
+    if not reasons:  # (AICB's point of an interleaved setup: AICB's plain 1F1B workload of it)
+        reasons += schedule_problems(not_interleaved(setup) if schedule == "aicb" else setup, schedule, version,
+                                     aiob=aiob)
     if not reasons and unfit_on is not None:
         reasons += [r for r in (memory_problem(setup, unfit_on),) if r]
     return reasons

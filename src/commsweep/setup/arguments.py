@@ -214,8 +214,24 @@ def resolve_aicb_prefixes_in(parser: argparse.ArgumentParser) -> None:
 def add_stage_argument(parser: argparse.ArgumentParser) -> None:
     """Which pipeline stage's view a megatron-schedule workload holds (generate, audit, timeline)."""
     add_flag(parser, "--pp-stage", default="first",
-             help="with pp > 1: the pipeline stage whose view the workload holds (first, last or an index; "
-                  "megatron schedule)")
+             help="with pp > 1: the pipeline stage whose view the workload holds (first, last, fullest: the "
+                  "first stage holding the most layers, or an index; megatron schedule)")
+
+
+def add_pipeline_arguments(g) -> None:
+    """The interleaved schedule's and the uneven stages' flags (the megatron schedule, the trace)."""
+    add_flag(g, "--virtual-pipeline", dest="virtual_pipeline", type=int, default=1,
+             help="model chunks per pipeline stage: the interleaved 1F1B schedule (Megatron's "
+                  "--virtual-pipeline-model-parallel-size; default 1, not interleaved)")
+    add_flag(g, "--pipeline-model-parallel-layout", dest="pipeline_layout", default=None,
+             help="uneven stages: which layers each (virtual) pipeline stage holds, megatron's layout string "
+                  "(E the embedding, t a transformer layer, L the loss, | between stages, x*n and (..)*n "
+                  "repeats; e.g. 'Et*3|t*4|t*4|t*3L'); its stages are pp x the virtual pipeline's")
+    add_flag(g, "--decoder-first-pipeline-num-layers", dest="decoder_first_layers", type=int, default=None,
+             help="uneven stages: the first pipeline stage's transformer layers (megatron's flag of that "
+                  "name); the stages without such a flag share the rest")
+    add_flag(g, "--decoder-last-pipeline-num-layers", dest="decoder_last_layers", type=int, default=None,
+             help="uneven stages: the last pipeline stage's transformer layers (megatron's flag of that name)")
 
 
 def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
@@ -223,9 +239,7 @@ def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
     from ..base.flags import add_flag
 
     g = parser.add_argument_group("Megatron schedule beyond AICB's arguments")
-    add_flag(g, "--virtual-pipeline", dest="virtual_pipeline", type=int, default=1,
-             help="model chunks per pipeline stage: the interleaved 1F1B schedule (Megatron's "
-                  "--virtual-pipeline-model-parallel-size; default 1, not interleaved)")
+    add_pipeline_arguments(g)
     add_flag(g, "--recompute-granularity", dest="recompute_granularity", choices=("selective", "full"), default=None,
              help="full: recompute every layer's forward, collectives included (implies recomputation); "
                   "selective: the attention core (as --recompute_activations)")
@@ -427,10 +441,41 @@ def _moe_fields(ns: argparse.Namespace, base: ModelSpec | None, frame: str, ffn:
     )
 
 
+def stage_layout_from_args(ns: argparse.Namespace, num_layers: int) -> tuple[int, tuple[int, ...] | None]:
+    """The virtual pipeline's size and the uneven stages' layout from the pipeline flags;
+    a ``ConfigError`` naming the flag of a malformed or contradictory one."""
+    from . import pipeline_layout
+
+    pp, virtual = ns.pipeline_model_parallel, getattr(ns, "virtual_pipeline", 1)
+    text = getattr(ns, "pipeline_layout", None)
+    first, last = getattr(ns, "decoder_first_layers", None), getattr(ns, "decoder_last_layers", None)
+    if text is not None:
+        flag = "--pipeline-model-parallel-layout"
+        if first is not None or last is not None:
+            raise ConfigError("cannot be combined with --decoder-first/last-pipeline-num-layers", key=flag)
+        if pp < 2:
+            raise ConfigError("needs pipeline parallelism (--pipeline_model_parallel above 1)", key=flag)
+        try:
+            layout = pipeline_layout.parse(text, pp, num_layers)
+        except ValueError as err:
+            raise ConfigError(str(err), key=flag) from None
+        if virtual != 1 and virtual * pp != len(layout):
+            raise ConfigError(f"has {len(layout)} stages, not pp x --virtual-pipeline = {pp * virtual}", key=flag)
+        return len(layout) // pp, layout
+    if first is None and last is None:
+        return virtual, None
+    flag = "--decoder-first-pipeline-num-layers" if first is not None else "--decoder-last-pipeline-num-layers"
+    try:
+        return virtual, pipeline_layout.first_last(num_layers, pp, max(virtual, 1), first, last)
+    except ValueError as err:
+        raise ConfigError(str(err), key=flag) from None
+
+
 def setup_from_args(ns: argparse.Namespace) -> TrainingSetup:
     """Validate the parsed arguments and build the setup; raise ConfigError naming the argument."""
     model = model_from_args(ns)
     cp = ns.context_parallel_size
+    virtual, layout = stage_layout_from_args(ns, model.num_layers)
     setup = TrainingSetup(
         model=model,
         world_size=ns.world_size,
@@ -444,7 +489,8 @@ def setup_from_args(ns: argparse.Namespace) -> TrainingSetup:
         recompute=ns.recompute_activations or getattr(ns, "recompute_granularity", None) is not None,
         make_vocab_size_divisible_by=ns.make_vocab_size_divisible_by,
         recompute_granularity=getattr(ns, "recompute_granularity", None) or "selective",
-        virtual_pipeline=getattr(ns, "virtual_pipeline", 1),
+        virtual_pipeline=virtual,
+        stage_layout=layout,
         # Megatron's default expert TP is TP: the same setup, written one way.
         etp=None if ns.expert_tensor_parallel_size in (None, ns.tensor_model_parallel_size)
         else ns.expert_tensor_parallel_size,
@@ -560,6 +606,10 @@ def to_commsweep_argv(setup: TrainingSetup) -> list[str]:
             argv.append(f"--moe-aux-loss-coeff={m.moe_aux_loss_coeff!r}")
     if setup.virtual_pipeline != 1:
         argv.append(f"--virtual-pipeline={setup.virtual_pipeline}")
+    if setup.stage_layout is not None:
+        from .pipeline_layout import text
+
+        argv.append(f"--pipeline-model-parallel-layout={text(setup.stage_layout)}")
     if setup.recompute and setup.recompute_granularity != "selective":
         argv.append(f"--recompute-granularity={setup.recompute_granularity}")
     if setup.cp != 1:

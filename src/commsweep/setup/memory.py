@@ -48,7 +48,9 @@ The first pipeline stage holds the most: the 1F1B schedule keeps p micro-batches
 flight there (each with the stage's L/p layers), the interleaved one p·(1 + (p-1)/(p·v))
 (Korthikanti et al., equation 5; Narayanan et al. 2021 section 2.2.2); fewer when a batch
 has fewer micro-batches. The last stage also keeps the fp32 logits of the cross entropy
-(4sbV/t). The peak is the larger of the two stages.
+(4sbV/t). The peak is the larger of the two stages. With uneven stages (a pipeline layout)
+each stage keeps its own layers' activations (stage i of the 1F1B schedule min(g, p - i)
+micro-batches of them), so any stage may be the fullest: the peak is the largest of all.
 
 Not counted: the CUDA context and allocator fragmentation, communication buffers and
 temporary tensors; so ``fits`` is a necessary condition, with ``RESERVE_GIB`` kept free.
@@ -202,7 +204,7 @@ def estimate(setup: TrainingSetup, parameters: dict[int, int], *, flash_attentio
     for stage, params in sorted(parameters.items()):
         experts = (expert_parameters or {}).get(stage, 0)
         moe = (moe_layers or {}).get(stage, 0)
-        per_micro_batch = stored * (setup.layers_per_stage - moe) + moe_stored * moe
+        per_micro_batch = stored * (setup.stage_layer_count(stage) - moe) + moe_stored * moe
         activations = per_micro_batch * in_flight(setup, stage)
         if setup.recompute_mode == "full":
             activations += moe_working if moe else working

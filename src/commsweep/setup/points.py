@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .network import NETWORK_FIELDS, Network
+from .pipeline_layout import key as layout_key
 from .training import TrainingSetup
 
 AXES = (
@@ -38,9 +39,14 @@ AXES = (
 # ``overlap_grad_reduce``, ``overlap_param_gather``, ``ddp_bucket_size``: the distributed
 # optimizer's buckets and their overlap (megatron's --overlap-grad-reduce, ...) when the sweep
 # turns overlap on; a point's key gains ``_ogr``, ``_opg``, ``_bkt<size>`` only where set.
-OPTIONAL_AXES = ("tp_overlap", "simulation", "cp", "cp_comm_type", "fsdp", "fp8_param_gather",
-                 "overlap_grad_reduce", "overlap_param_gather", "ddp_bucket_size")
 BUCKET_AXES = ("overlap_grad_reduce", "overlap_param_gather", "ddp_bucket_size")
+# ``vpp``: the interleaved schedule's model chunks per pipeline rank (megatron's
+# --virtual-pipeline-model-parallel-size) when the sweep lists one above 1; a point's key gains
+# ``_vpp<v>`` only where v > 1. ``pipeline_layout``: uneven stages (megatron's
+# --pipeline-model-parallel-layout) when the sweep lists a layout; a point's key gains
+# ``_pl<counts>`` (its virtual stages' layers, hyphenated) only where it has one.
+OPTIONAL_AXES = ("tp_overlap", "simulation", "cp", "cp_comm_type", "fsdp", "fp8_param_gather",
+                 "overlap_grad_reduce", "overlap_param_gather", "ddp_bucket_size", "vpp", "pipeline_layout")
 # The CP comm types a sweep may list (a2a+p2p needs hierarchical sizes, which no axis gives),
 # and their short names in point keys (p2p, the default, has none).
 CP_KEY_NAMES = {"p2p": "", "all_gather": "ag", "a2a": "a2a"}
@@ -89,6 +95,10 @@ class Point:
     # The buckets' overlap (overlap_grad_reduce, overlap_param_gather, ddp_bucket_size) when
     # the sweep has those axes (None: no axis, megatron's defaults, overlap off).
     buckets: tuple[bool, bool, int | None] | None = None
+    # The interleaved schedule's chunks and the uneven stages' layout string when the sweep has
+    # those axes (None: no axis; vpp 1, the even split).
+    vpp: int | None = None
+    pipeline_layout: str | None = None
 
     @property
     def packet(self) -> bool:
@@ -110,6 +120,10 @@ class Point:
         if self.buckets is not None:
             grads, params, size = self.buckets
             key += ("_ogr" if grads else "") + ("_opg" if params else "") + ("" if size is None else f"_bkt{size}")
+        if self.vpp is not None and self.vpp > 1:
+            key += f"_vpp{self.vpp}"
+        if self.pipeline_layout:
+            key += f"_pl{layout_key(self.setup.layer_counts)}"
         return key
 
     @property
@@ -123,6 +137,12 @@ class Point:
         """An AICB point with FSDP or FP8 parameter gathers: AICB has neither, so its workload is
         the distributed optimizer's in bf16."""
         return self.schedule == "aicb" and (self.fsdp not in (None, "none") or bool(self.fp8_param_gather))
+
+    @property
+    def ignores_vpp(self) -> bool:
+        """An AICB point of an interleaved setup: AICB has no interleaved schedule, so its
+        workload is that of the plain 1F1B schedule on the same stages."""
+        return self.schedule == "aicb" and (self.vpp or 1) > 1
 
     @property
     def workload_key(self) -> str:
@@ -159,8 +179,11 @@ class Point:
             text += f", fp8_param_gather={self.fp8_param_gather}"
         if self.buckets is not None:
             text += ", " + ", ".join(f"{a}={v}" for a, v in zip(BUCKET_AXES, self.buckets))
+        text += "" if self.vpp is None else f", vpp={self.vpp}"
+        text += f", pipeline_layout={self.pipeline_layout}" if self.pipeline_layout else ""
         text += " (AICB ignores CP)" if self.ignores_cp else ""
-        return text + (" (AICB has no FSDP or FP8 gathers)" if self.ignores_fsdp else "")
+        text += " (AICB has no FSDP or FP8 gathers)" if self.ignores_fsdp else ""
+        return text + (" (AICB's plain 1F1B schedule)" if self.ignores_vpp else "")
 
     def row(self) -> dict[str, Any]:
         """The point as a flat record for tables (the columns of ``TABLE_COLUMNS``)."""
@@ -183,6 +206,10 @@ class Point:
             record["fp8_param_gather"] = self.fp8_param_gather
         if self.buckets is not None:
             record.update(zip(BUCKET_AXES, (*self.buckets[:2], "" if self.buckets[2] is None else self.buckets[2])))
+        if self.vpp is not None:
+            record["vpp"] = self.vpp
+        if self.pipeline_layout is not None:
+            record["pipeline_layout"] = self.pipeline_layout
         return record
 
 
@@ -247,9 +274,10 @@ def boolean(text: str) -> bool:
 
 
 _INTS = ("world_size", "tp", "pp", "ep", "micro_batch", "global_batch", "seq_length", "dp", "ga",
-         "gpus_per_server", "nics_per_server", "cp", "ddp_bucket_size")
+         "gpus_per_server", "nics_per_server", "cp", "ddp_bucket_size", "vpp")
 _BOOLS = ("sp", "aiob", "recompute", "fp8_param_gather", "overlap_grad_reduce", "overlap_param_gather")
-_TEXTS = ("point", "workload", "profile", "model", "schedule", "network", "simulation", "cp_comm_type", "fsdp")
+_TEXTS = ("point", "workload", "profile", "model", "schedule", "network", "simulation", "cp_comm_type", "fsdp",
+          "pipeline_layout")
 
 
 @dataclass(frozen=True)
@@ -291,6 +319,8 @@ class PointRow:
     overlap_grad_reduce: bool | None = None
     overlap_param_gather: bool | None = None
     ddp_bucket_size: int | None = None
+    vpp: int | None = None
+    pipeline_layout: str | None = None
     memory_gib: float | None = None
     fits: bool | None = None
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import pipeline_layout
 from .models import ModelSpec
 
 # The counts that must be at least 1: those of one rank's shard, then those of the whole job.
@@ -47,6 +48,10 @@ class TrainingSetup:
     # The interleaved 1F1B schedule's model chunks per stage (Megatron's
     # --virtual-pipeline-model-parallel-size); 1 is the plain 1F1B schedule.
     virtual_pipeline: int = 1
+    # Uneven stages (megatron's --pipeline-model-parallel-layout, or
+    # --decoder-first/last-pipeline-num-layers): the transformer layers of each virtual stage,
+    # p*v counts in megatron's virtual-stage order (``setup/pipeline_layout.py``); None: L/(p*v) each.
+    stage_layout: tuple[int, ...] | None = None
     # DP: Megatron's distributed optimizer (reduce-scatter of gradients, all-gather of
     # parameters) or plain DDP (one all-reduce of the gradients) ...
     distributed_optimizer: bool = True
@@ -99,6 +104,7 @@ class TrainingSetup:
 
     @property
     def layers_per_stage(self) -> int:
+        """L / p: the layers of a stage of the even split (``stage_layer_count`` for a stage's own)."""
         return self.model.num_layers // self.pp
 
     @property
@@ -129,6 +135,31 @@ class TrainingSetup:
         return self.model.num_layers // (self.pp * self.virtual_pipeline)
 
     @property
+    def layer_counts(self) -> tuple[int, ...]:
+        """The layers of each virtual stage (``chunk * p + stage``): the layout's, or the even split."""
+        if self.stage_layout is not None:
+            return self.stage_layout
+        return pipeline_layout.even(self.model.num_layers, self.pp, self.virtual_pipeline)
+
+    def chunk_layers(self, stage: int, chunk: int) -> range:
+        """The global ids of the layers model chunk ``chunk`` of pipeline stage ``stage`` holds."""
+        return pipeline_layout.chunk_layers(self.layer_counts, self.pp, stage, chunk)
+
+    def stage_layer_count(self, stage: int) -> int:
+        """The layers pipeline stage ``stage`` holds over all its model chunks."""
+        return sum(len(self.chunk_layers(stage, c)) for c in range(self.virtual_pipeline))
+
+    @property
+    def max_stage_layers(self) -> int:
+        """The layers of the fullest pipeline stage (L / p for the even split)."""
+        return max(self.stage_layer_count(stage) for stage in range(self.pp))
+
+    @property
+    def uneven_pipeline(self) -> bool:
+        """Whether the stages hold different numbers of layers (a layout other than the even split)."""
+        return self.stage_layout is not None and len(set(self.stage_layout)) > 1
+
+    @property
     def expert_dp(self) -> int:
         """The expert-data-parallel size world / (etp * ep * p): d / ep when etp = t."""
         return self.world_size // (self.expert_tp * self.ep * self.pp)
@@ -155,7 +186,7 @@ class TrainingSetup:
             out.append(f"tp={t} does not divide hidden_size={m.hidden_size}")
         if m.ffn_hidden_size % t:
             out.append(f"tp={t} does not divide ffn_hidden_size={m.ffn_hidden_size}")
-        if m.num_layers % p:
+        if m.num_layers % p and self.stage_layout is None:
             out.append(f"pp={p} does not divide num_layers={m.num_layers}")
         if m.is_moe:
             assert m.num_experts is not None
@@ -181,14 +212,28 @@ class TrainingSetup:
         out += self._context_parallel_problems()
         out += self._bucket_problems()
         out += self._fsdp_problems()
-        v = self.virtual_pipeline
+        return out + self._pipeline_problems()
+
+    def _pipeline_problems(self) -> list[str]:
+        """Megatron's rules for the (interleaved, uneven) pipeline's split of the layers:
+        megatron-core 0.16.1's ``transformer_block.get_num_layers_to_build`` (L divisible by
+        p*v for the even split) and ``PipelineParallelLayerLayout`` (p*v stages, every layer once)."""
+        m, p, v, layout = self.model, self.pp, self.virtual_pipeline, self.stage_layout
         if v < 1:
-            out.append(f"virtual_pipeline must be at least 1 (got {v})")
-        elif v > 1:
-            if p == 1:
-                out.append(f"virtual_pipeline={v} needs pipeline parallelism (pp > 1)")
-            elif m.num_layers % (p * v):
-                out.append(f"pp*virtual_pipeline={p * v} does not divide num_layers={m.num_layers}")
+            return [f"virtual_pipeline must be at least 1 (got {v})"]
+        if v > 1 and p == 1:
+            return [f"virtual_pipeline={v} needs pipeline parallelism (pp > 1)"]
+        if layout is None:
+            if v > 1 and m.num_layers % (p * v):
+                return [f"pp*virtual_pipeline={p * v} does not divide num_layers={m.num_layers}"]
+            return []
+        out = []
+        if p == 1:
+            out.append("a pipeline layout needs pipeline parallelism (pp > 1)")
+        if len(layout) != p * v:
+            out.append(f"the pipeline layout has {len(layout)} stages, pp*virtual_pipeline is {p * v}")
+        if min(layout, default=0) < 0 or sum(layout) != m.num_layers:
+            out.append(f"the pipeline layout's stages hold {sum(layout)} layers, the model has {m.num_layers}")
         return out
 
     def _bucket_problems(self) -> list[str]:
@@ -276,6 +321,12 @@ class TrainingSetup:
             out.append(f"sequence parallelism needs tp={t} to divide seq_length={self.seq_length}")
         elif self.sp and t > 1 and self.seq_per_rank % t:
             out.append(f"sequence parallelism needs tp={t} to divide the {self.seq_per_rank} tokens of a CP rank")
+        if self.virtual_pipeline > 1 and self.num_microbatches % p:
+            # pipeline_parallel/schedules.py, forward_backward_pipelining_with_interleaving: 0.8.0
+            # and 0.9.0 raise unless p divides the micro-batches; 0.16.1 and 0.19.2 check them
+            # against microbatch_group_size_per_vp_stage (default p), which asks the same.
+            out.append(f"the interleaved schedule needs pp={p} to divide the {self.num_microbatches} "
+                       "micro-batches per iteration")
         if m.is_moe and self.dp % self.ep:
             out.append(f"ep={self.ep} does not divide dp={self.dp}")
         if m.is_moe and self.expert_tp >= 1 and self.world_size % (self.expert_tp * self.ep * p):

@@ -56,6 +56,8 @@ class Attribution:
         self.rank = rank
         self.stage = stage
         self.layer_offset = layer_offset
+        # Model chunks other than the stage's only one: module-name prefix -> its first layer.
+        self.chunk_offsets: dict[str, int] = {}
         self.records: list[TraceRecord] = []
         self.after_backward = False
         self._stack: list[tuple[str, int]] = []  # running modules: name, sequence number at entry
@@ -63,9 +65,13 @@ class Attribution:
         self.enabled = False
 
     # -- module hooks ----------------------------------------------------------------
-    def attach(self, model) -> None:
-        """Hook every submodule of ``model`` (names relative to it; the root is '')."""
+    def attach(self, model, prefix: str = "", layer_offset: int | None = None) -> None:
+        """Hook every submodule of ``model`` (names relative to it; the root is ''); a model
+        chunk of an interleaved stage with ``prefix`` on its names and its first layer."""
+        if prefix:
+            self.chunk_offsets[prefix] = self.layer_offset if layer_offset is None else layer_offset
         for name, module in model.named_modules():
+            name = prefix + name if name or not prefix else ""
             module.register_forward_pre_hook(self._pre_hook(name))
             module.register_forward_hook(self._post_hook(name))
 
@@ -112,8 +118,12 @@ class Attribution:
             # to overlap the two directions; the message still goes to a pipeline neighbour.
             phase = self.pipeline_phase(call)
             group, size = self.group_name(self._pipeline_group())
+        offset = self.layer_offset
+        for prefix, first in self.chunk_offsets.items():
+            if module.startswith(prefix):
+                module, offset = module.removeprefix(prefix), first
         match = _LAYER.search(module)
-        layer = int(match.group(1)) + self.layer_offset if match else None
+        layer = int(match.group(1)) + offset if match else None
         self.records.append(TraceRecord(
             op=call.op, collective=call.collective, group=group, group_size=size,
             elements=call.elements, bytes=call.bytes, phase=phase, module=module, layer=layer,
@@ -136,7 +146,10 @@ class Attribution:
         import torch.distributed as dist
 
         ranks = dist.get_process_group_ranks(self._pipeline_group())
-        me = ranks.index(self.rank)
+        me, p = ranks.index(self.rank), len(ranks)
+        if self.chunk_offsets:  # interleaved: the last stage's chunk hands on to the first's next
+            # (p > 2: with two stages each is both neighbours, and a message's direction is unknown)
+            return call.peer == ranks[(me + 1) % p] if call.collective == "send" else call.peer == ranks[me - 1]
         if call.collective == "send":
             return me + 1 < len(ranks) and call.peer == ranks[me + 1]
         return me > 0 and call.peer == ranks[me - 1]  # a recv from upstream carries activations

@@ -30,6 +30,13 @@ What it takes to run megatron-core 0.16.1 on a CPU-only torch, and why:
   megatron's ``TopKRouter`` with balanced routing (``BalancedRouter``), so that every
   collective has the sizes the schedule assumes.
 
+Interleaved pipelines (v > 1) and uneven stages: the rank builds one GPT model chunk per
+virtual stage (the parallel state's virtual rank set while each is built, as megatron's
+``training.get_model`` does), each in its own ``DistributedDataParallel`` (bucketing off for
+chunks after the first, as there), and runs megatron's interleaved schedule over the list;
+an uneven layout goes to megatron as its ``pipeline_model_parallel_layout`` string, which
+older releases lack (0.8.0: such a trace is refused).
+
 What one megatron-core release needs beyond that is in ``compat`` (each workaround named;
 the names applied come back in the rank's ``meta``; the MoE ones above are named there
 too, and recorded for the MoE traces that need them).
@@ -270,10 +277,12 @@ def transformer_config(setup: TrainingSetup, applied: list[str] | None = None) -
         gradient_accumulation_fusion=False,
         batch_p2p_comm=False,  # batched p2p would call torch.cuda.synchronize
         recompute_granularity="selective" if setup.recompute else None,
+        **pipeline_config(setup),
         **moe_config(setup),
         **mla_config(setup),
     )
     config_class = MLATransformerConfig if m.is_mla else TransformerConfig
+    options = compat.config_options(config_class, options, dict(pipeline_model_parallel_layout=None))
     if m.is_moe:
         options, workaround = compat.experts_as_wide_as_ffn(config_class, options)
         if applied is not None and workaround:
@@ -284,6 +293,18 @@ def transformer_config(setup: TrainingSetup, applied: list[str] | None = None) -
                        expert_tensor_parallel_size=setup.tp)
         options = compat.config_options(config_class, options, implied)
     return config_class(**options)
+
+
+def pipeline_config(setup: TrainingSetup) -> dict[str, Any]:
+    """The interleaved schedule's and the uneven stages' options (none for the plain 1F1B)."""
+    from ..setup import pipeline_layout
+
+    out: dict[str, Any] = {}
+    if setup.virtual_pipeline > 1:
+        out["virtual_pipeline_model_parallel_size"] = setup.virtual_pipeline
+    if setup.stage_layout is not None:
+        out["pipeline_model_parallel_layout"] = pipeline_layout.text(setup.stage_layout)
+    return out
 
 
 def layer_spec(config: TransformerConfig, layers: int, model=None, first_layer: int = 0,
@@ -389,26 +410,15 @@ def trace_step(setup: TrainingSetup, *, seed: int = 1234) -> tuple[list, dict]:
         return _trace_step(setup, seed)
 
 
-def _ddp(setup: TrainingSetup, config, model) -> DistributedDataParallel:
-    """The model wrapped as the schedule trains it: the distributed optimizer's buffers, fp32
-    gradient reduces, the gradient buckets as the schedule's options set them (megatron_buckets)."""
-    return DistributedDataParallel(
-        config,
-        DistributedDataParallelConfig(
-            grad_reduce_in_fp32=True, use_distributed_optimizer=True,
-            overlap_grad_reduce=setup.overlap_grad_reduce, bucket_size=setup.ddp_bucket_size,
-            **({"overlap_param_gather": True} if setup.overlap_param_gather else {}),
-        ),
-        model,
-    )
-
-
 def _trace_step(setup: TrainingSetup, seed: int) -> tuple[list, dict]:
     """Build the stage's model in megatron's parallel state, run one step, record its collectives."""
     rank = dist.get_rank()
     reset_moe_state()  # a new model starts a new MoE loss tracker and scale (see compat)
     compat.USED.clear()  # what this setup's step calls (a launch traces several setups)
-    ps.initialize_model_parallel(**compat.parallel_sizes(setup.tp, setup.pp, setup.ep, setup.expert_tp))
+    sizes = compat.parallel_sizes(setup.tp, setup.pp, setup.ep, setup.expert_tp)
+    if setup.virtual_pipeline > 1:
+        sizes["virtual_pipeline_model_parallel_size"] = setup.virtual_pipeline
+    ps.initialize_model_parallel(**sizes)
     applied = list(IMPORT_WORKAROUNDS) + [w for w in (compat.stale_parallel_state(),) if w]
     applied += MOE_WORKAROUNDS if setup.model.is_moe else []
     try:
@@ -416,13 +426,14 @@ def _trace_step(setup: TrainingSetup, seed: int) -> tuple[list, dict]:
         torch.manual_seed(seed)
         config = transformer_config(setup, applied)
         stage = ps.get_pipeline_model_parallel_rank()
-        first, last = ps.is_pipeline_first_stage(), ps.is_pipeline_last_stage()
-        model = _gpt_model(setup, config, stage, first, last, applied)
-        ddp = _ddp(setup, config, model)
-        param_gather, workaround = compat.param_gather(ddp)
-        applied += [workaround] if workaround else []
-        attribution = Attribution(group_namer(), rank=rank, stage=stage, layer_offset=stage * setup.layers_per_stage)
-        attribution.attach(model)
+        chunks = _model_chunks(setup, config, stage, applied)
+        gathers = [compat.param_gather(ddp) for ddp in chunks]
+        applied += sorted({w for _, w in gathers if w})
+        attribution = Attribution(group_namer(), rank=rank, stage=stage,
+                                  layer_offset=setup.chunk_layers(stage, 0).start)
+        for chunk, ddp in enumerate(chunks):
+            prefix = f"chunk{chunk}/" if len(chunks) > 1 else ""
+            attribution.attach(ddp.module, prefix=prefix, layer_offset=setup.chunk_layers(stage, chunk).start)
         collectives.install(attribution.on_call)
 
         def finalize(*args, **kwargs):
@@ -430,20 +441,23 @@ def _trace_step(setup: TrainingSetup, seed: int) -> tuple[list, dict]:
             finalize_model_grads(*args, **kwargs)
 
         config.finalize_model_grads_func = finalize
-        config.no_sync_func = ddp.no_sync
+        config.no_sync_func = [ddp.no_sync for ddp in chunks] if len(chunks) > 1 else chunks[0].no_sync
 
         batches = _batches(setup, seed)
         if setup.overlap_grad_reduce:
-            _warm_up_step(setup, ddp, batches, param_gather, attribution)
-        ddp.zero_grad_buffer()
+            _warm_up_step(setup, chunks, batches, gathers, attribution)
+        for ddp in chunks:
+            ddp.zero_grad_buffer()
         attribution.enabled = True
-        _forward_backward(setup, ddp, batches)
+        _forward_backward(setup, chunks, batches)
         attribution.after_backward = True
         if not setup.overlap_param_gather:
-            param_gather()  # what the distributed optimizer's step issues
+            for gather, _ in gathers:
+                gather()  # what the distributed optimizer's step issues
         attribution.enabled = False
-        padding = _buffer_padding(ddp)
-        parameters = sum(p.numel() for p in model.parameters())
+        paddings = [_buffer_padding(ddp) for ddp in chunks]
+        padding = {group: sum(p[group] for p in paddings) for group in ("DP", "DP_EP")}
+        parameters = sum(p.numel() for ddp in chunks for p in ddp.module.parameters())
         meta = {"rank": rank, "stage": stage, "parameters": parameters, "buffer_padding": padding["DP"],
                 "expert_buffer_padding": padding["DP_EP"],
                 "megatron_core": compat.megatron_version(), "workarounds": applied + sorted(compat.USED)}
@@ -457,13 +471,44 @@ def _trace_step(setup: TrainingSetup, seed: int) -> tuple[list, dict]:
         ps.destroy_model_parallel()
 
 
-def _gpt_model(setup: TrainingSetup, config, stage: int, first: bool, last: bool, applied: list) -> GPTModel:
-    """This pipeline stage's part of the model, as megatron's GPT model."""
+def _model_chunks(setup: TrainingSetup, config, stage: int, applied: list) -> list:
+    """This pipeline stage's model chunks, each in megatron's ``DistributedDataParallel``
+    (one chunk without interleaving); bucketing only in the first, as ``training.get_model``."""
+    v, p = setup.virtual_pipeline, setup.pp
+    chunks = []
+    for chunk in range(v):
+        if v > 1:
+            ps.set_virtual_pipeline_model_parallel_rank(chunk)
+        first, last = stage == 0 and chunk == 0, stage == p - 1 and chunk == v - 1
+        model = _gpt_model(setup, config, stage, chunk, first, last, applied)
+        chunks.append(DistributedDataParallel(
+            config,
+            DistributedDataParallelConfig(
+                grad_reduce_in_fp32=True, use_distributed_optimizer=True,
+                # The gradient buckets as the schedule's options set them (megatron_buckets).
+                overlap_grad_reduce=setup.overlap_grad_reduce, bucket_size=setup.ddp_bucket_size,
+                **({"overlap_param_gather": True} if setup.overlap_param_gather else {}),
+            ),
+            model,
+            **({"disable_bucketing": True} if chunk > 0 else {}),
+        ))
+    if v > 1:
+        ps.set_virtual_pipeline_model_parallel_rank(0)
+    return chunks
+
+
+def _gpt_model(setup: TrainingSetup, config, stage: int, chunk: int, first: bool, last: bool,
+               applied: list) -> GPTModel:
+    """Model chunk ``chunk`` of this pipeline stage, as megatron's GPT model."""
+    import inspect
+
     m = setup.model
+    layers = setup.chunk_layers(stage, chunk)
+    chunk_option = {"vp_stage": chunk} if "vp_stage" in inspect.signature(GPTModel.__init__).parameters else {}
     return GPTModel(
+        **chunk_option,
         config=config,
-        transformer_layer_spec=layer_spec(
-            config, setup.layers_per_stage, m, stage * setup.layers_per_stage, applied),
+        transformer_layer_spec=layer_spec(config, len(layers), m, layers.start, applied),
         vocab_size=setup.padded_vocab,
         max_sequence_length=m.max_position_embeddings,
         pre_process=first,
@@ -487,21 +532,23 @@ def _batches(setup: TrainingSetup, seed: int) -> list[dict]:
     ]
 
 
-def _warm_up_step(setup: TrainingSetup, ddp, batches: list[dict], param_gather, attribution) -> None:
+def _warm_up_step(setup: TrainingSetup, chunks: list, batches: list[dict], gathers: list, attribution) -> None:
     """An untraced step before the traced one, with overlap_grad_reduce: in its first step
     megatron-core issues every bucket's reduce after the backward pass, while it learns which
     parameters get gradients (``param_and_grad_buffer.py``, ``finish_grad_sync`` with
     ``is_first_batch``); from the second on, each bucket's as it fills. With
     overlap_param_gather the parameters are then gathered in the traced step's forward pass
     (the forward pre-hooks), not by its optimizer step."""
-    ddp.zero_grad_buffer()
-    _forward_backward(setup, ddp, batches)
+    for ddp in chunks:
+        ddp.zero_grad_buffer()
+    _forward_backward(setup, chunks, batches)
     if not setup.overlap_param_gather:
-        param_gather()
+        for gather, _ in gathers:
+            gather()
     attribution.after_backward = False
 
 
-def _forward_backward(setup: TrainingSetup, ddp, batches: list[dict]) -> None:
+def _forward_backward(setup: TrainingSetup, chunks: list, batches: list[dict]) -> None:
     """Megatron's forward-backward schedule over ``batches`` (a mean of the logits as loss)."""
     b, s = setup.micro_batch, setup.seq_length
     position_ids = torch.arange(s).unsqueeze(0).expand(b, s)
@@ -520,8 +567,8 @@ def _forward_backward(setup: TrainingSetup, ddp, batches: list[dict]) -> None:
 
     get_forward_backward_func()(
         forward_step_func=forward_step,
-        data_iterator=iter(batches),
-        model=[ddp],
+        data_iterator=[iter(batches) for _ in chunks] if len(chunks) > 1 else iter(batches),
+        model=chunks,
         num_microbatches=setup.num_microbatches,
         seq_length=s,
         micro_batch_size=b,

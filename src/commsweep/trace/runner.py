@@ -68,6 +68,9 @@ def run(setups: Sequence[TrainingSetup], *, timeout: float = 600.0,
         problems = setup.problems()
         if problems:
             raise TraceError(f"cannot trace an invalid setup: {'; '.join(problems)}")
+        if setup.virtual_pipeline > 1 and setup.pp == 2:
+            raise TraceError("cannot trace an interleaved pipeline of 2 stages: each stage is both neighbours of "
+                             "the other, so a traced message's direction is unknown; trace pp 3 or more")
         by_world.setdefault(setup.world_size, []).append(i)
     for world, indices in by_world.items():
         per_setup = _launch(world, [setups[i] for i in indices], timeout=timeout, environment=environment)

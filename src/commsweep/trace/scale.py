@@ -13,12 +13,18 @@ least two per EP rank and k, their number dividing a rank's routed tokens T*k so
 trace's balanced router gives every expert the same tokens (the sequence grows until it
 does); first dense layers (DeepSeek's) become one. MLA models keep MLA (with or without a
 query latent) at latent and head widths of their own.
+
+Interleaved pipelines keep their model chunks (v of them, one layer each, and p micro-batches,
+which megatron's interleaved schedule needs); uneven stages keep their pattern with as few
+layers as tell it apart: each virtual stage gets one layer more than the next-smaller count of
+the layout (7, 9, 9, 7 becomes 1, 2, 2, 1; an empty stage stays empty).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+from ..setup import pipeline_layout
 from ..setup.models import ModelSpec
 from ..setup.training import TrainingSetup
 
@@ -74,7 +80,18 @@ def trace_key(setup: TrainingSetup) -> str:
     key = f"{family(setup.model)}_tp{setup.tp}_pp{setup.pp}_sp{sp}"
     if setup.model.is_moe:
         key += f"_ep{setup.ep}" + (f"_etp{setup.expert_tp}" if setup.expert_tp != setup.tp else "")
+    if setup.virtual_pipeline > 1 and setup.stage_layout is None:
+        key += f"_vpp{setup.virtual_pipeline}"
+    if setup.stage_layout is not None:
+        key += f"_pl{pipeline_layout.key(scaled_layout(setup.stage_layout))}"
     return key
+
+
+def scaled_layout(counts: tuple[int, ...]) -> tuple[int, ...]:
+    """A layout's pattern with few layers: the rank of each count among the distinct counts
+    (an empty stage keeps none)."""
+    distinct = sorted(set(counts) - {0})
+    return tuple(0 if n == 0 else distinct.index(n) + 1 for n in counts)
 
 
 def scaled_setup(setup: TrainingSetup, *, dp: int = 1) -> TrainingSetup:
@@ -106,10 +123,13 @@ def scaled_setup(setup: TrainingSetup, *, dp: int = 1) -> TrainingSetup:
     if m.is_mla:  # distinct widths, so that each latent's collectives are told apart
         mla = dict(q_lora_rank=None if m.q_lora_rank is None else MLA_Q_LORA, kv_lora_rank=MLA_KV_LORA,
                    qk_nope_head_dim=HEAD_DIM, qk_rope_head_dim=MLA_ROPE, v_head_dim=MLA_V)
+    v, layout = setup.virtual_pipeline, setup.stage_layout
+    layout = None if layout is None else scaled_layout(layout)
+    layers = sum(layout) if layout is not None else (v * p if v > 1 else LAYERS_PER_STAGE * p)
     model = dataclasses.replace(
         m,
         name=f"{family(m)}-scaled",
-        num_layers=LAYERS_PER_STAGE * p,
+        num_layers=layers,
         hidden_size=hidden,
         num_attention_heads=heads,
         num_query_groups=t if _gqa(m) else None,
@@ -120,11 +140,11 @@ def scaled_setup(setup: TrainingSetup, *, dp: int = 1) -> TrainingSetup:
         **moe,
         **mla,
     )
-    micro_batches = 2 if p > 1 else 1
+    micro_batches = (p if v > 1 else 2) if p > 1 else 1
     return TrainingSetup(
         model=model, world_size=t * p * dp, tp=t, pp=p, ep=setup.ep if m.is_moe else 1, sp=setup.sp and t > 1,
         micro_batch=MICRO_BATCH, global_batch=MICRO_BATCH * dp * micro_batches, seq_length=seq,
-        etp=setup.etp if m.is_moe else None,
+        etp=setup.etp if m.is_moe else None, virtual_pipeline=v, stage_layout=layout,
         # the buckets' overlap as given (a bucket size is the user's, in the small model's parameters)
         overlap_grad_reduce=setup.overlap_grad_reduce, overlap_param_gather=setup.overlap_param_gather,
         ddp_bucket_size=setup.ddp_bucket_size,
@@ -147,6 +167,7 @@ def trace_setups(setups) -> dict[str, TrainingSetup]:
 
     out: dict[str, TrainingSetup] = {}
     for setup in setups:
-        if not megatron.unsupported(setup):
+        # (an interleaved pipeline of 2 stages: its messages' direction cannot be told, see runner.run)
+        if not megatron.unsupported(setup) and not (setup.virtual_pipeline > 1 and setup.pp == 2):
             out.setdefault(trace_key(setup), setup)
     return out

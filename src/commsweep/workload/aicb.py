@@ -177,6 +177,8 @@ def megatron_only(setup: TrainingSetup) -> list[str]:
         out.append("AICB has no full recomputation (only --recompute_activations); use the megatron schedule")
     if setup.virtual_pipeline > 1:
         out.append("AICB has no interleaved pipeline schedule; use the megatron schedule")
+    if setup.stage_layout is not None:
+        out.append("AICB has no uneven pipeline stages (it splits the layers evenly); use the megatron schedule")
     return out
 
 

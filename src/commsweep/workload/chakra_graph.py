@@ -360,11 +360,11 @@ class Pipeline:
 
 def pipeline_of(schedule) -> Pipeline:
     """The pipeline boundaries of one stage's Megatron schedule (``megatron.Schedule``)."""
-    from .megatron import pipeline_bytes, stage_layers
+    from .megatron import pipeline_bytes
 
     setup = schedule.setup
-    per_chunk = setup.layers_per_chunk
-    chunk_of = {layer: i // per_chunk for i, layer in enumerate(stage_layers(setup, schedule.stage))}
+    chunk_of = {layer: chunk for chunk in range(setup.virtual_pipeline)
+                for layer in setup.chunk_layers(schedule.stage, chunk)}
     last = setup.virtual_pipeline - 1
     segments = []
     for block in schedule.blocks:

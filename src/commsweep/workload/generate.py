@@ -12,8 +12,13 @@ from . import format as wformat
 SCHEDULES = ("aicb", "megatron")
 
 
-def pipeline_stage(value: str | int, pp: int) -> int:
-    """A stage index from ``first``, ``last`` or a number."""
+def pipeline_stage(value: str | int, setup: TrainingSetup) -> int:
+    """A stage index from ``first``, ``last``, ``fullest`` (the first stage holding the most
+    layers: the one that paces an uneven pipeline) or a number."""
+    pp = setup.pp
+    if value == "fullest":
+        counts = [setup.stage_layer_count(stage) for stage in range(pp)]
+        return counts.index(max(counts))
     named = {"first": 0, "last": pp - 1}
     if isinstance(value, str) and value in named:
         return named[value]
@@ -22,7 +27,7 @@ def pipeline_stage(value: str | int, pp: int) -> int:
     except (TypeError, ValueError):
         stage = -1
     if not 0 <= stage < pp:
-        raise ConfigError(f"must be first, last or 0..{pp - 1}, got {value!r}", key="--pp-stage")
+        raise ConfigError(f"must be first, last, fullest or 0..{pp - 1}, got {value!r}", key="--pp-stage")
     return stage
 
 
@@ -40,6 +45,16 @@ def schedule_problems(setup: TrainingSetup, schedule: str, megatron_version: str
 
         return frame_module(setup).unsupported(setup, aiob=aiob)
     return [f"unknown schedule {schedule!r}; expected one of {', '.join(SCHEDULES)}"]
+
+
+def not_interleaved(setup: TrainingSetup) -> TrainingSetup:
+    """The setup as AICB runs it in a sweep: AICB has no interleaved schedule (nor a flag for
+    one), so its workload of an interleaved job is that of the plain 1F1B schedule."""
+    if setup.virtual_pipeline == 1 or setup.stage_layout is not None:
+        return setup
+    from dataclasses import replace
+
+    return replace(setup, virtual_pipeline=1)
 
 
 def ignoring_cp(setup: TrainingSetup) -> TrainingSetup:
@@ -94,7 +109,7 @@ def build(
     if schedule == "megatron":
         from . import megatron
 
-        workload = megatron.schedule(setup, profile, stage=pipeline_stage(pp_stage, setup.pp),
+        workload = megatron.schedule(setup, profile, stage=pipeline_stage(pp_stage, setup),
                                      megatron_version=megatron_version).workload()
     elif schedule == "aicb":
         from .aicb_deepseek import frame_module

@@ -165,9 +165,7 @@ def chunk_tensors(setup: TrainingSetup, stage: int, chunk: int, release: Release
         out.append(Tensor("embedding.word_embeddings.weight", word, shared_embedding=tied))
         if m.position_embedding == "learned":
             out.append(Tensor("embedding.position_embeddings.weight", m.max_position_embeddings * m.hidden_size))
-    per_chunk = setup.layers_per_chunk
-    for i in range(per_chunk):
-        layer = (chunk * p + stage) * per_chunk + i
+    for layer in setup.chunk_layers(stage, chunk):
         out += _norm(setup, "input_layernorm", layer) + _attention(setup, layer, release)
         out += _norm(setup, "pre_mlp_layernorm", layer) + _mlp(setup, layer)
     if last:
@@ -182,10 +180,8 @@ def expert_tensors(setup: TrainingSetup, stage: int, chunk: int) -> list[Tensor]
     entry per MoE layer."""
     if setup.ep == 1:
         return []
-    per_chunk, p = setup.layers_per_chunk, setup.pp
-    layers = [(chunk * p + stage) * per_chunk + i for i in range(per_chunk)]
     return [Tensor("mlp.experts", megatron_moe.expert_parameters(setup), layer)
-            for layer in layers if setup.model.is_moe_layer(layer)]
+            for layer in setup.chunk_layers(stage, chunk) if setup.model.is_moe_layer(layer)]
 
 
 def stage_buckets(setup: TrainingSetup, stage: int, release: Release | None = None, *,

@@ -3,7 +3,8 @@
 megatron-core's ``pipeline_parallel/schedules.py`` (1F1B and the interleaved 1F1B of
 Narayanan et al. 2021) and ``p2p_communication.py``; ``distributed/finalize_model_grads.py``
 for the tied word embedding. Stage i of p holds, with v virtual stages (model chunks),
-chunks i, i+p, ... of L/(p*v) layers each.
+chunks i, i+p, ... of L/(p*v) layers each; with uneven stages (megatron's
+--pipeline-model-parallel-layout, ``setup/pipeline_layout.py``) each chunk its own count.
 
 Pipeline sends (u, or u/t with SP, per micro-batch, model chunk and direction) are carried
 by the header's ``pp_comm`` and ``vpp``, not by rows, so that SimAI's bubble
@@ -22,9 +23,9 @@ SENDS_WHY = "pipeline sends are carried by the header's pp_comm, not by rows"
 
 def stage_layers(setup: TrainingSetup, stage: int) -> list[int]:
     """The global indices of the transformer layers stage ``stage`` holds, in the order of
-    its model chunks: with v virtual stages, chunk c holds layers (c*p + stage)*L/(p*v) on."""
-    per_chunk, p = setup.layers_per_chunk, setup.pp
-    return [(chunk * p + stage) * per_chunk + i for chunk in range(setup.virtual_pipeline) for i in range(per_chunk)]
+    its model chunks: with v virtual stages, chunk c holds layers (c*p + stage)*L/(p*v) on,
+    or, with uneven stages, those of virtual stage c*p + stage (``setup.chunk_layers``)."""
+    return [layer for chunk in range(setup.virtual_pipeline) for layer in setup.chunk_layers(stage, chunk)]
 
 
 def pipeline_bytes(setup: TrainingSetup, *, scatter_gather: bool = False) -> int:

@@ -80,7 +80,9 @@ def draw(workload_path: Path, times: list, setup, output: Path, *, stage: int = 
 
     plt = cv.pyplot()
     workload = wf.read(workload_path)
-    units = audit_mod.segment(workload, setup.layers_per_stage, stage * setup.layers_per_stage)
+    units = audit_mod.segment(workload, setup.stage_layer_count(stage), stage * setup.layers_per_stage,
+                              layer_ids=list(layer for chunk in range(setup.virtual_pipeline)
+                                             for layer in setup.chunk_layers(stage, chunk)))
     events = tl.events(workload, times, units)
     by_lane = None
     if audit_csv is not None:
