@@ -76,7 +76,7 @@ def _worker(rank: int, world: int, store: str, out: str) -> None:
         tm.compat.cpu_rng_tracker()
         torch.manual_seed(1)
         config = tm.transformer_config(s)
-        model = tm._gpt_model(s, config, 0, True, True, []).to(torch.bfloat16)
+        model = tm._gpt_model(s, config, 0, 0, True, True, []).to(torch.bfloat16)
         model.output_layer.__class__ = OutputLayer
         wrapped = fsdp.TorchFullyShardedDataParallel(
             config, TorchFullyShardedDataParallelConfig(), model,
