@@ -105,3 +105,37 @@ def test_snakemake_reads_the_config_as_commsweep_sweep_does(tmp_path):
     result = sweeps.run(tmp_path / "w", "--configfile", str(path), "--dry-run", check=False)
     assert result.returncode != 0
     assert f"{path}:3: sweep.tp: given twice (first at line 2)" in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("text, said", [
+    ("results: /tmp/r2\n", "results: '/tmp/r2' is not a folder relative to the project folder"),
+    ("results: ../r2\n", "results: '../r2' is not a folder relative to the project folder"),
+    ("sweep:\n  model: [gpt 7b]\n", "sweep.model[0]: 'gpt 7b' is not a name of letters, digits"),
+    (f"networks:\n  net A: {NET}\n", "networks: 'net A' is not a name of letters, digits"),
+    ("megatron_core: [latest]\n", "megatron_core[0]: 'latest' is not a release such as 0.12.0"),
+])
+def test_a_value_of_the_wrong_shape_is_told_in_words_not_as_a_regular_expression(tmp_path, text, said):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        configfile.load([path])
+    assert str(info.value).startswith(f"{path}: {said}")
+    assert "^[" not in str(info.value)
+    # RESULTS=DIR of `make run` is read as --config results=DIR, and told the same way.
+    with pytest.raises(ConfigError, match="results: '/abs' is not a folder relative"):
+        configfile.load([write(tmp_path, "{}\n", "ok.yaml")], ["results=/abs"])
+
+
+def test_every_pattern_of_the_schema_has_its_words():
+    from commsweep.setup import config_schema
+
+    def patterns(node):
+        if isinstance(node, dict):
+            if isinstance(node.get("pattern"), str):
+                yield node["pattern"]
+            for value in node.values():
+                yield from patterns(value)
+        elif isinstance(node, list):
+            for value in node:
+                yield from patterns(value)
+
+    assert set(patterns(config_schema.schema())) <= set(config_schema.PATTERN_WORDS)
