@@ -131,6 +131,30 @@ def test_ctrl_c_in_a_command_says_one_line_and_ends_as_interrupted(tmp_path):
     assert (done.returncode, done.stdout, done.stderr) == (-signal.SIGINT, "", "commsweep sweep: interrupted\n")
 
 
+@pytest.mark.parametrize("program", ["commsweep", "python -m commsweep"])
+def test_ctrl_c_while_commsweep_starts_says_one_line(tmp_path, program):
+    """Ctrl-C while the program imports its modules, before its code runs (a real SIGINT, sent
+    when the command table's module is imported): one line and the status of a process SIGINT
+    ended, not a traceback through the imports."""
+    hook = ("import builtins, os, signal\n"
+            "real = builtins.__import__\n"
+            "def hook(name, *args, **kwargs):\n"
+            "    if name == 'stages':\n"
+            "        builtins.__import__ = real\n"
+            "        os.kill(os.getpid(), signal.SIGINT)\n"
+            "    return real(name, *args, **kwargs)\n"
+            "builtins.__import__ = hook\n")
+    if program == "commsweep":  # as the console script .venv/bin/commsweep
+        script = tmp_path / "commsweep"
+        script.write_text(hook + "from commsweep.orchestration.cli import main\nmain(['sweep', 'my.yaml'])\n")
+        argv = [sys.executable, str(script)]
+    else:
+        argv = [sys.executable, "-c", hook + "import runpy\nrunpy.run_module('commsweep', run_name='__main__', alter_sys=True)\n"]
+    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True)
+    assert (done.returncode, done.stdout, done.stderr) == \
+        (-signal.SIGINT, "", "commsweep: interrupted while starting; nothing was changed\n")
+
+
 def test_the_command_line_page_covers_every_command_and_plot_kind():
     """docs/cli.md says it lists every command: each subcommand has its row, and the plot row
     names every kind of figure."""

@@ -6,16 +6,43 @@ need them, so the per-point commands the pipeline runs thousands of times start 
 
 from __future__ import annotations
 
-import argparse
-import contextlib
+import signal
 import sys
-from collections.abc import Sequence
-from pathlib import Path
 
-from ..base.errors import CommsweepError, exit_interrupted
-from ..base.files import emit
-from . import storage
-from .stages import STAGE_COMMANDS
+
+def _interrupted_while_starting(signum, frame) -> None:
+    """Ctrl-C before ``main`` runs (this module's imports take a tenth of a second): one line,
+    ended as Ctrl-C ends a program, nothing written yet. A KeyboardInterrupt there would print a
+    traceback through the imports, or be lost where an import swallows it."""
+    import os
+
+    print("commsweep: interrupted while starting; nothing was changed", file=sys.stderr, flush=True)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
+    os._exit(128 + signal.SIGINT)  # only if the signal could not end the process
+
+
+def _started_as_commsweep() -> bool:
+    """Whether this process is the ``commsweep`` program (its console script or ``python -m
+    commsweep``), not a process that imports this module (Snakemake's job scripts, tests)."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    return (spec is not None and spec.name == "commsweep.__main__") or (
+        spec is None and str(getattr(main, "__file__", "")).rsplit("/", 1)[-1] == "commsweep")
+
+
+if _started_as_commsweep() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    signal.signal(signal.SIGINT, _interrupted_while_starting)
+
+import argparse  # noqa: E402 (after the Ctrl-C handler above, as everything below)
+import contextlib  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from ..base.errors import CommsweepError, exit_interrupted  # noqa: E402
+from ..base.files import emit  # noqa: E402
+from . import storage  # noqa: E402
+from .stages import STAGE_COMMANDS  # noqa: E402
 
 
 # -- commands --------------------------------------------------------------------------
@@ -624,6 +651,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # A job starts with Ctrl-C held back (commsweep.orchestration.interrupts): taken here.
         from .interrupts import accept
 
+        if signal.getsignal(signal.SIGINT) is _interrupted_while_starting:
+            signal.signal(signal.SIGINT, signal.default_int_handler)  # taken below from now on
         accept()
         return _main(argv)
     except KeyboardInterrupt:
