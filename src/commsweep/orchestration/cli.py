@@ -6,8 +6,11 @@ need them, so the per-point commands the pipeline runs thousands of times start 
 
 from __future__ import annotations
 
-import signal
 import sys
+
+# Ctrl-C before ``main`` runs: the C signal module, which imports nothing (``signal`` imports
+# enum and functools, a window of its own).
+import _signal
 
 
 def _interrupted_while_starting(signum, frame) -> None:
@@ -17,9 +20,9 @@ def _interrupted_while_starting(signum, frame) -> None:
     import os
 
     print("commsweep: interrupted while starting; nothing was changed", file=sys.stderr, flush=True)
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGINT)
-    os._exit(128 + signal.SIGINT)  # only if the signal could not end the process
+    _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
+    os.kill(os.getpid(), _signal.SIGINT)
+    os._exit(128 + _signal.SIGINT)  # only if the signal could not end the process
 
 
 def _started_as_commsweep() -> bool:
@@ -31,8 +34,8 @@ def _started_as_commsweep() -> bool:
         spec is None and str(getattr(main, "__file__", "")).rsplit("/", 1)[-1] == "commsweep")
 
 
-if _started_as_commsweep() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-    signal.signal(signal.SIGINT, _interrupted_while_starting)
+if _started_as_commsweep() and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+    _signal.signal(_signal.SIGINT, _interrupted_while_starting)
 
 import argparse  # noqa: E402 (after the Ctrl-C handler above, as everything below)
 import contextlib  # noqa: E402
@@ -651,8 +654,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # A job starts with Ctrl-C held back (commsweep.orchestration.interrupts): taken here.
         from .interrupts import accept
 
-        if signal.getsignal(signal.SIGINT) is _interrupted_while_starting:
-            signal.signal(signal.SIGINT, signal.default_int_handler)  # taken below from now on
+        if _signal.getsignal(_signal.SIGINT) is _interrupted_while_starting:
+            _signal.signal(_signal.SIGINT, _signal.default_int_handler)  # taken below from now on
         accept()
         return _main(argv)
     except KeyboardInterrupt:
