@@ -65,6 +65,7 @@ report: $(BASE) $(COMPILED)
 
 ## compare-sweeps: two sweeps' answers side by side (A=DIR B=DIR, two results folders), to stdout or OUT=FILE
 compare-sweeps: $(BASE) $(COMPILED)
+	@$(if $(and $(A),$(B)),true,echo "make compare-sweeps: give two results folders: make compare-sweeps A=DIR B=DIR" >&2; exit 2)
 	$(BIN)/commsweep compare-sweeps $(A) $(B)$(if $(OUT), -o $(OUT))
 
 ## test: the whole test suite, on TEST_WORKERS pytest-xdist workers (default: one per core)
