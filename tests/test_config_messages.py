@@ -139,3 +139,11 @@ def test_every_pattern_of_the_schema_has_its_words():
                 yield from patterns(value)
 
     assert set(patterns(config_schema.schema())) <= set(config_schema.PATTERN_WORDS)
+
+
+def test_a_bad_results_folder_on_the_command_line_is_told_as_the_option_it_came_from(tmp_path, capsys):
+    """`commsweep sweep FILE --results DIR` (what `make run RESULTS=DIR` runs) names --results."""
+    path = write(tmp_path, "{}\n")
+    assert cli.main(["sweep", "--check", str(path), "--results", "/abs"]) == 2
+    assert capsys.readouterr().err.startswith(
+        f"commsweep sweep: error: {path}, --results: results: '/abs' is not a folder relative to the project folder")

@@ -57,7 +57,7 @@ def cmd_sweep(ns: argparse.Namespace) -> None:
     if ns.results is not None:  # as Snakemake's --config results=DIR: validated with the config
         from ..setup.configfile import load
 
-        config = load([ns.config], [f"results={ns.results}"])
+        config = load([ns.config], [f"results={ns.results}"], given_as="--results")
     else:
         config = sweep.load_config(ns.config)
     if ns.check or ns.todo or ns.run_unless_current or ns.report_with:
