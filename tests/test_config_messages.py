@@ -147,3 +147,17 @@ def test_a_bad_results_folder_on_the_command_line_is_told_as_the_option_it_came_
     assert cli.main(["sweep", "--check", str(path), "--results", "/abs"]) == 2
     assert capsys.readouterr().err.startswith(
         f"commsweep sweep: error: {path}, --results: results: '/abs' is not a folder relative to the project folder")
+
+
+@pytest.mark.parametrize("text, said", [
+    ("sweep: {aiob: [true], tp: [2]}\naiob: {gpu: H1000}\n", "aiob.gpu: unknown GPU type 'H1000'"),
+    ("sweep: {aiob: [true], tp: [2]}\naiob: {backend: file}\n", "aiob.file: the file backend needs the path"),
+    ("sweep: {aiob: [true], tp: [2]}\naiob: {backend: file, file: moved.txt}\n",
+     "aiob.file: 1 of 1 AIOB file(s) not found: moved.txt\n"),
+])
+def test_a_key_checked_after_reading_names_the_file_too(tmp_path, text, said, capsys):
+    """Keys checked once the config is read (a GPU, an AIOB file) are named with their file, as
+    the schema's errors are, and a path without {profile} is not told what {profile} means."""
+    path = write(tmp_path, text)
+    assert cli.main(["sweep", "--check", str(path)]) == 2
+    assert capsys.readouterr().err.startswith(f"commsweep sweep: error: {path}: {said}")

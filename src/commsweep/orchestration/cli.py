@@ -52,6 +52,19 @@ from .stages import STAGE_COMMANDS  # noqa: E402
 
 
 def cmd_sweep(ns: argparse.Namespace) -> None:
+    from ..base.errors import ConfigError
+
+    try:
+        _sweep(ns)
+    except ConfigError as err:
+        if err.source is not None:
+            raise
+        # A key checked after reading (a GPU, an AIOB file, a limit): the file that set it, as
+        # the schema's errors name it.
+        raise ConfigError(err.message, key=err.key, source=ns.config) from None
+
+
+def _sweep(ns: argparse.Namespace) -> None:
     from . import sweep
 
     if ns.results is not None:  # as Snakemake's --config results=DIR: validated with the config
