@@ -8,6 +8,7 @@ README gives it, ``make report``, the commands the messages suggest, run as prin
 from __future__ import annotations
 
 import json
+import re
 import os
 import shlex
 import signal
@@ -153,6 +154,18 @@ def test_ctrl_c_while_commsweep_starts_says_one_line(tmp_path, program):
     done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True)
     assert (done.returncode, done.stdout, done.stderr) == \
         (-signal.SIGINT, "", "commsweep: interrupted while starting; nothing was changed\n")
+
+
+def test_every_commands_help_speaks_to_users(capsys):
+    """`commsweep COMMAND --help` names options, files and pages, not the package's modules."""
+    from commsweep.orchestration import cli
+
+    for name in ["", *cli.COMMANDS]:
+        with pytest.raises(SystemExit) as end:
+            cli.main([name, "--help"] if name else ["--help"])
+        assert end.value.code == 0
+        said = " ".join(capsys.readouterr().out.split())
+        assert not re.search(r"commsweep\.[a-z_]+\.|\b[a-z_]+\.py\b|issue #?\d", said), (name, said)
 
 
 def test_the_command_line_page_covers_every_command_and_plot_kind():

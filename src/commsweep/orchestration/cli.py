@@ -385,7 +385,7 @@ def add_sweep_parser(sub) -> None:
     p.add_argument("--run-unless-current", nargs=argparse.REMAINDER, metavar="COMMAND",
                    help="with --check, last: then run COMMAND (make run: Snakemake) unless nothing it reads or "
                         "writes changed since it last exited 0 in this folder, which it would find has nothing "
-                        "to do (commsweep.orchestration.current)")
+                        "to do (docs/cli.md, How a sweep runs them)")
     p.add_argument("--with-report", action="store_true",
                    help="with --run-unless-current: also make the HTML report of the results (report.html in the "
                         "results folder), in the same Snakemake run, or alone when nothing changed but the report "
@@ -437,8 +437,8 @@ def add_guard_parser(sub) -> None:
     p.add_argument("--provenance", nargs="*", metavar="KEY=CHECKSUM",
                    help="record what made the outputs: commsweep's version, the run's config digest and these "
                         "external inputs' checksums (the pipeline passes them)")
-    p.add_argument("--job", metavar="DIGEST", help="record the task's digest (commsweep.orchestration.batch: what a batch checks "
-                                                   "before it skips the task)")
+    p.add_argument("--job", metavar="DIGEST", help="record the task's digest (what a batch checks before it "
+                                                   "skips the task: docs/workflow.md)")
     p.add_argument("argv", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...: the commsweep command to run")
     p.set_defaults(func=cmd_guard)
 
