@@ -161,3 +161,11 @@ def test_a_key_checked_after_reading_names_the_file_too(tmp_path, text, said, ca
     path = write(tmp_path, text)
     assert cli.main(["sweep", "--check", str(path)]) == 2
     assert capsys.readouterr().err.startswith(f"commsweep sweep: error: {path}: {said}")
+
+
+def test_a_model_of_ones_own_missing_a_field_is_told_a_preset_gives_it(tmp_path):
+    path = write(tmp_path, "models:\n  m: {num_layers: 4}\nsweep: {model: m}\n")
+    with pytest.raises(ConfigError) as info:
+        configfile.load([path])
+    assert str(info.value) == (f"{path}: models.m.hidden_size: missing (a required key); or start from a preset "
+                               "that has it, with `base:` (e.g. base: gpt-7b)")

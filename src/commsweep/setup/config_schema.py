@@ -71,6 +71,8 @@ def _raise_first(errors, *, prefix: str | None = None, source: str | Path | None
         elif err.validator == "required":
             missing = [k for k in err.validator_value if k not in err.instance]
             path, message = [*path, missing[0]], "missing (a required key)"
+            if "then" in err.schema_path and "base" not in err.instance:  # a model of one's own without a base
+                message += "; or start from a preset that has it, with `base:` (e.g. base: gpt-7b)"
     raise ConfigError(message, key=_key([prefix, *path] if prefix else path), source=source)
 
 
