@@ -223,6 +223,7 @@ def test_a_sweep_whose_every_point_is_dropped_says_why_before_any_run(tmp_path):
     config.write_text("sweep:\n  tp: [3]\nskip_invalid: true\n")
     done = subprocess.run([COMMSWEEP, "sweep", str(config)], capture_output=True, text=True)
     assert done.returncode == 2
-    assert done.stderr.startswith("commsweep sweep: error: sweep: no valid sweep point: all 1 combination(s) dropped "
-                                  "(skip_invalid, skip_unfit), e.g. [model=gpt-7b, world_size=16, tp=3,")
+    assert done.stderr.startswith(f"commsweep sweep: error: {config}: sweep: no valid sweep point: all 1 "
+                                  "combination(s) dropped (skip_invalid, skip_unfit), e.g. [model=gpt-7b, "
+                                  "world_size=16, tp=3,")
     assert "tp=3 does not divide the 32 attention heads" in done.stderr
