@@ -227,3 +227,19 @@ def test_a_sweep_whose_every_point_is_dropped_says_why_before_any_run(tmp_path):
                                   "combination(s) dropped (skip_invalid, skip_unfit), e.g. [model=gpt-7b, "
                                   "world_size=16, tp=3,")
     assert "tp=3 does not divide the 32 attention heads" in done.stderr
+
+
+def test_a_table_of_several_rows_per_point_given_as_the_sweep_is_refused(tmp_path, capsys):
+    """`--sweep results/summary.csv` (the summary, several rows per point, where sweep.csv is
+    meant) is refused naming the line, not read as a sweep of repeated points."""
+    from commsweep.orchestration import cli
+
+    config = sweeps.write_config(tmp_path, "two-points")
+    assert cli.main(["sweep", str(config), "--table", str(tmp_path / "sweep.csv")]) == 0
+    header, first, *rest = (tmp_path / "sweep.csv").read_text().splitlines()
+    (tmp_path / "summary.csv").write_text("\n".join([header, first, first, *rest]) + "\n")
+    capsys.readouterr()
+    assert cli.main(["summarize", "--sweep", str(tmp_path / "summary.csv"), "-o", str(tmp_path / "s.csv")]) == 2
+    said = capsys.readouterr().err
+    assert f"summary.csv:3: field 'point': point {first.split(',')[0]} again (first at line 2)" in said
+    assert not (tmp_path / "s.csv").exists()
