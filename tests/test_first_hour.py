@@ -243,3 +243,15 @@ def test_a_table_of_several_rows_per_point_given_as_the_sweep_is_refused(tmp_pat
     said = capsys.readouterr().err
     assert f"summary.csv:3: field 'point': point {first.split(',')[0]} again (first at line 2)" in said
     assert not (tmp_path / "s.csv").exists()
+
+
+def test_make_report_of_a_folder_without_a_run_names_the_command_with_that_folder(tmp_path, capsys, monkeypatch):
+    """`make report CONFIG=my.yaml RESULTS=other` before any run there: the command it names runs
+    the sweep into that folder, RESULTS included."""
+    from commsweep.orchestration import cli
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "my.yaml").write_text(sweeps.text("two-points"))
+    assert cli.main(["sweep", "my.yaml", "--check", "--results", "other", "--made"]) == 2
+    assert capsys.readouterr().err == ("commsweep sweep: error: other/run.json: no run record: run the sweep first "
+                                       "(make run CONFIG=my.yaml RESULTS=other)\n")

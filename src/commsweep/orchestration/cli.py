@@ -121,13 +121,15 @@ def _check_sweep(ns: argparse.Namespace, config: dict) -> None:
         ns.made = ""
     if ns.made is not None:
         ns.made = ns.made or layout.run_record()
+        # The command that makes this sweep's results, in the folder the user gave.
+        make_run = f"make run CONFIG={ns.config}" + (f" RESULTS={ns.results}" if ns.results is not None else "")
         try:
             record = provenance.read_record(ns.made)
         except FileNotFoundError:
-            raise CommsweepError(f"{ns.made}: no run record: run the sweep first (make run CONFIG={ns.config})") from None
+            raise CommsweepError(f"{ns.made}: no run record: run the sweep first ({make_run})") from None
         if record["run"] != run.id:
             files, overrides = record.get("config_files") or [], record.get("config_overrides") or []
-            rerun = f"run this sweep first (make run CONFIG={ns.config})"
+            rerun = f"run this sweep first ({make_run})"
             if record.get("config_digest") == run.config_digest:
                 raise CommsweepError(f"{ns.made} is run {record['run']}, made from the same config, but its external "
                                      f"inputs or commsweep's version changed since, not run {run.id} of {ns.config}: "
@@ -141,7 +143,7 @@ def _check_sweep(ns: argparse.Namespace, config: dict) -> None:
         verdict = Layout(str(Path(ns.made).parent)).verdict()
         if not Path(verdict).exists():  # removed when a run starts, written at its end (the check)
             raise CommsweepError(f"run {run.id} of {ns.config} did not finish (no {verdict}, which its end writes): "
-                                 f"finish it first (make run CONFIG={ns.config})")
+                                 f"finish it first ({make_run})")
     print(f"{ns.config}: {len(points)} point(s), {len(invalid)} combination(s) skipped; run {run.id}")
     ignoring = sum(p.ignores_cp for p in points)
     if ignoring:
