@@ -150,7 +150,8 @@ def test_ctrl_c_while_commsweep_starts_says_one_line(tmp_path, program):
         script.write_text(hook + "from commsweep.orchestration.cli import main\nmain(['sweep', 'my.yaml'])\n")
         argv = [sys.executable, str(script)]
     else:
-        argv = [sys.executable, "-c", hook + "import runpy\nrunpy.run_module('commsweep', run_name='__main__', alter_sys=True)\n"]
+        run = "import runpy\nrunpy.run_module('commsweep', run_name='__main__', alter_sys=True)\n"
+        argv = [sys.executable, "-c", hook + run]
     done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True)
     assert (done.returncode, done.stdout, done.stderr) == \
         (-signal.SIGINT, "", "commsweep: interrupted while starting; nothing was changed\n")

@@ -305,7 +305,8 @@ def check_header(workload: wf.Workload, setup: TrainingSetup, source: str | Path
         ("model_parallel_NPU_group", h.tp, setup.tp, "--tensor_model_parallel_size"),
         ("ep", h.ep, setup.ep, "--expert_model_parallel_size"),
         ("pp", h.pp, setup.pp, "--pipeline_model_parallel"),
-        ("ga", h.ga, setup.num_microbatches, "micro-batches: --global_batch over --micro_batch times the data-parallel size"),
+        ("ga", h.ga, setup.num_microbatches,
+         "micro-batches: --global_batch over --micro_batch times the data-parallel size"),
         ("all_gpus", h.all_gpus, setup.world_size, "--world_size"),
     ):
         if got != want:
