@@ -18,7 +18,8 @@ EXTRAS := $(VENV)/.extras-installed
 # Only when a source file changed since (the stamp is in .snakemake/, which `make clean` removes).
 SOURCES := $(wildcard src/commsweep/*.py src/commsweep/*/*.py src/commsweep/*/*/*.py)
 COMPILED := .snakemake/commsweep/compiled
-COMPILE := $(BIN)/python -m compileall -q src
+# Ctrl-C meanwhile ends it as a signal does, without a traceback (make says "Interrupt").
+COMPILE := $(BIN)/python -c "import _signal; _signal.signal(2, _signal.SIG_DFL); import compileall, sys; sys.exit(not compileall.compile_dir('src', quiet=1))"
 # The sweep as commsweep checks it, and Snakemake's command for it.
 SWEEP := $(CONFIG)$(if $(RESULTS), --results $(RESULTS))
 SNAKEMAKE := $(BIN)/snakemake --cores $(CORES) --configfile $(CONFIG)$(if $(RESULTS), --config results=$(RESULTS))
@@ -64,6 +65,7 @@ report: $(BASE) $(COMPILED)
 
 ## compare-sweeps: two sweeps' answers side by side (A=DIR B=DIR, two results folders), to stdout or OUT=FILE
 compare-sweeps: $(BASE) $(COMPILED)
+	@$(if $(and $(A),$(B)),true,echo "make compare-sweeps: give two results folders: make compare-sweeps A=DIR B=DIR" >&2; exit 2)
 	$(BIN)/commsweep compare-sweeps $(A) $(B)$(if $(OUT), -o $(OUT))
 
 ## test: the whole test suite, on TEST_WORKERS pytest-xdist workers (default: one per core)

@@ -376,6 +376,12 @@ GPT7B_TP2 = ["--model", "gpt-7b", "--world_size=16", "--tensor_model_parallel_si
                                     r"4096 at micro batch 1 and sequence 2048\) where the audited arguments give "
                                     r"20971520 \(hidden size 5120\); .*--model"),
     ([], ["--seq_length", "4096"], r"w.txt:8: the attention moves 16777216-byte activations .*--seq_length"),
+    ([], ["--tensor_model_parallel_size=4"], r"w.txt:1: field 'model_parallel_NPU_group': the workload has 2 where "
+                                             r"the audited arguments give 4 \(--tensor_model_parallel_size\)"),
+    ([], ["--global_batch=16"], r"w.txt:1: field 'ga': the workload has 1 where the audited arguments give 2 "
+                                r"\(micro-batches: --global_batch over --micro_batch"),
+    ([], ["--world_size=32", "--global_batch=16"],
+     r"w.txt:1: field 'all_gpus': the workload has 16 where the audited arguments give 32 \(--world_size\)"),
 ])
 def test_a_workload_audited_with_arguments_it_was_not_made_with_is_refused(tmp_path, capsys, made, audited, message):
     """What the rows tell of the setup (SP, the layers, the activation size) is checked against

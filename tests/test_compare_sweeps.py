@@ -79,3 +79,14 @@ def test_a_folder_that_is_not_a_sweeps_answer_is_named_with_file_line_and_column
         compare_sweeps.read_answer(a)
     done = subprocess.run([COMMSWEEP, "compare-sweeps", str(a), str(a)], capture_output=True, text=True)
     assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_make_compare_sweeps_without_two_folders_says_how_to_give_them(tmp_path):
+    """`make compare-sweeps` typed alone names make's variables, not the command's A and B."""
+    import sweeps
+
+    folder = sweeps.project(tmp_path / "project")
+    done = sweeps.make(folder, "-o", ".snakemake/commsweep/compiled", "compare-sweeps", "A=results", check=False)
+    assert done.returncode == 2
+    assert "make compare-sweeps: give two results folders: make compare-sweeps A=DIR B=DIR" in done.stderr
+    assert "usage:" not in done.stderr

@@ -105,3 +105,67 @@ def test_snakemake_reads_the_config_as_commsweep_sweep_does(tmp_path):
     result = sweeps.run(tmp_path / "w", "--configfile", str(path), "--dry-run", check=False)
     assert result.returncode != 0
     assert f"{path}:3: sweep.tp: given twice (first at line 2)" in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("text, said", [
+    ("results: /tmp/r2\n", "results: '/tmp/r2' is not a folder relative to the project folder"),
+    ("results: ../r2\n", "results: '../r2' is not a folder relative to the project folder"),
+    ("sweep:\n  model: [gpt 7b]\n", "sweep.model[0]: 'gpt 7b' is not a name of letters, digits"),
+    (f"networks:\n  net A: {NET}\n", "networks: 'net A' is not a name of letters, digits"),
+    ("megatron_core: [latest]\n", "megatron_core[0]: 'latest' is not a release such as 0.12.0"),
+])
+def test_a_value_of_the_wrong_shape_is_told_in_words_not_as_a_regular_expression(tmp_path, text, said):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        configfile.load([path])
+    assert str(info.value).startswith(f"{path}: {said}")
+    assert "^[" not in str(info.value)
+    # RESULTS=DIR of `make run` is read as --config results=DIR, and told the same way.
+    with pytest.raises(ConfigError, match="results: '/abs' is not a folder relative"):
+        configfile.load([write(tmp_path, "{}\n", "ok.yaml")], ["results=/abs"])
+
+
+def test_every_pattern_of_the_schema_has_its_words():
+    from commsweep.setup import config_schema
+
+    def patterns(node):
+        if isinstance(node, dict):
+            if isinstance(node.get("pattern"), str):
+                yield node["pattern"]
+            for value in node.values():
+                yield from patterns(value)
+        elif isinstance(node, list):
+            for value in node:
+                yield from patterns(value)
+
+    assert set(patterns(config_schema.schema())) <= set(config_schema.PATTERN_WORDS)
+
+
+def test_a_bad_results_folder_on_the_command_line_is_told_as_the_option_it_came_from(tmp_path, capsys):
+    """`commsweep sweep FILE --results DIR` (what `make run RESULTS=DIR` runs) names --results."""
+    path = write(tmp_path, "{}\n")
+    assert cli.main(["sweep", "--check", str(path), "--results", "/abs"]) == 2
+    assert capsys.readouterr().err.startswith(
+        f"commsweep sweep: error: {path}, --results: results: '/abs' is not a folder relative to the project folder")
+
+
+@pytest.mark.parametrize("text, said", [
+    ("sweep: {aiob: [true], tp: [2]}\naiob: {gpu: H1000}\n", "aiob.gpu: unknown GPU type 'H1000'"),
+    ("sweep: {aiob: [true], tp: [2]}\naiob: {backend: file}\n", "aiob.file: the file backend needs the path"),
+    ("sweep: {aiob: [true], tp: [2]}\naiob: {backend: file, file: moved.txt}\n",
+     "aiob.file: 1 of 1 AIOB file(s) not found: moved.txt\n"),
+])
+def test_a_key_checked_after_reading_names_the_file_too(tmp_path, text, said, capsys):
+    """Keys checked once the config is read (a GPU, an AIOB file) are named with their file, as
+    the schema's errors are, and a path without {profile} is not told what {profile} means."""
+    path = write(tmp_path, text)
+    assert cli.main(["sweep", "--check", str(path)]) == 2
+    assert capsys.readouterr().err.startswith(f"commsweep sweep: error: {path}: {said}")
+
+
+def test_a_model_of_ones_own_missing_a_field_is_told_a_preset_gives_it(tmp_path):
+    path = write(tmp_path, "models:\n  m: {num_layers: 4}\nsweep: {model: m}\n")
+    with pytest.raises(ConfigError) as info:
+        configfile.load([path])
+    assert str(info.value) == (f"{path}: models.m.hidden_size: missing (a required key); or start from a preset "
+                               "that has it, with `base:` (e.g. base: gpt-7b)")

@@ -8,6 +8,7 @@ README gives it, ``make report``, the commands the messages suggest, run as prin
 from __future__ import annotations
 
 import json
+import re
 import os
 import shlex
 import signal
@@ -131,6 +132,43 @@ def test_ctrl_c_in_a_command_says_one_line_and_ends_as_interrupted(tmp_path):
     assert (done.returncode, done.stdout, done.stderr) == (-signal.SIGINT, "", "commsweep sweep: interrupted\n")
 
 
+@pytest.mark.parametrize("program", ["commsweep", "python -m commsweep"])
+def test_ctrl_c_while_commsweep_starts_says_one_line(tmp_path, program):
+    """Ctrl-C while the program imports its modules, before its code runs (a real SIGINT, sent
+    when the command table's module is imported): one line and the status of a process SIGINT
+    ended, not a traceback through the imports."""
+    hook = ("import builtins, os, signal\n"
+            "real = builtins.__import__\n"
+            "def hook(name, *args, **kwargs):\n"
+            "    if name == 'stages':\n"
+            "        builtins.__import__ = real\n"
+            "        os.kill(os.getpid(), signal.SIGINT)\n"
+            "    return real(name, *args, **kwargs)\n"
+            "builtins.__import__ = hook\n")
+    if program == "commsweep":  # as the console script .venv/bin/commsweep
+        script = tmp_path / "commsweep"
+        script.write_text(hook + "from commsweep.orchestration.cli import main\nmain(['sweep', 'my.yaml'])\n")
+        argv = [sys.executable, str(script)]
+    else:
+        run = "import runpy\nrunpy.run_module('commsweep', run_name='__main__', alter_sys=True)\n"
+        argv = [sys.executable, "-c", hook + run]
+    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True)
+    assert (done.returncode, done.stdout, done.stderr) == \
+        (-signal.SIGINT, "", "commsweep: interrupted while starting; nothing was changed\n")
+
+
+def test_every_commands_help_speaks_to_users(capsys):
+    """`commsweep COMMAND --help` names options, files and pages, not the package's modules."""
+    from commsweep.orchestration import cli
+
+    for name in ["", *cli.COMMANDS]:
+        with pytest.raises(SystemExit) as end:
+            cli.main([name, "--help"] if name else ["--help"])
+        assert end.value.code == 0
+        said = " ".join(capsys.readouterr().out.split())
+        assert not re.search(r"commsweep\.[a-z_]+\.|\b[a-z_]+\.py\b|issue #?\d", said), (name, said)
+
+
 def test_the_command_line_page_covers_every_command_and_plot_kind():
     """docs/cli.md says it lists every command: each subcommand has its row, and the plot row
     names every kind of figure."""
@@ -186,6 +224,35 @@ def test_a_sweep_whose_every_point_is_dropped_says_why_before_any_run(tmp_path):
     config.write_text("sweep:\n  tp: [3]\nskip_invalid: true\n")
     done = subprocess.run([COMMSWEEP, "sweep", str(config)], capture_output=True, text=True)
     assert done.returncode == 2
-    assert done.stderr.startswith("commsweep sweep: error: sweep: no valid sweep point: all 1 combination(s) dropped "
-                                  "(skip_invalid, skip_unfit), e.g. [model=gpt-7b, world_size=16, tp=3,")
+    assert done.stderr.startswith(f"commsweep sweep: error: {config}: sweep: no valid sweep point: all 1 "
+                                  "combination(s) dropped (skip_invalid, skip_unfit), e.g. [model=gpt-7b, "
+                                  "world_size=16, tp=3,")
     assert "tp=3 does not divide the 32 attention heads" in done.stderr
+
+
+def test_a_table_of_several_rows_per_point_given_as_the_sweep_is_refused(tmp_path, capsys):
+    """`--sweep results/summary.csv` (the summary, several rows per point, where sweep.csv is
+    meant) is refused naming the line, not read as a sweep of repeated points."""
+    from commsweep.orchestration import cli
+
+    config = sweeps.write_config(tmp_path, "two-points")
+    assert cli.main(["sweep", str(config), "--table", str(tmp_path / "sweep.csv")]) == 0
+    header, first, *rest = (tmp_path / "sweep.csv").read_text().splitlines()
+    (tmp_path / "summary.csv").write_text("\n".join([header, first, first, *rest]) + "\n")
+    capsys.readouterr()
+    assert cli.main(["summarize", "--sweep", str(tmp_path / "summary.csv"), "-o", str(tmp_path / "s.csv")]) == 2
+    said = capsys.readouterr().err
+    assert f"summary.csv:3: field 'point': point {first.split(',')[0]} again (first at line 2)" in said
+    assert not (tmp_path / "s.csv").exists()
+
+
+def test_make_report_of_a_folder_without_a_run_names_the_command_with_that_folder(tmp_path, capsys, monkeypatch):
+    """`make report CONFIG=my.yaml RESULTS=other` before any run there: the command it names runs
+    the sweep into that folder, RESULTS included."""
+    from commsweep.orchestration import cli
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "my.yaml").write_text(sweeps.text("two-points"))
+    assert cli.main(["sweep", "my.yaml", "--check", "--results", "other", "--made"]) == 2
+    assert capsys.readouterr().err == ("commsweep sweep: error: other/run.json: no run record: run the sweep first "
+                                       "(make run CONFIG=my.yaml RESULTS=other)\n")

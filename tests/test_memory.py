@@ -222,11 +222,12 @@ def test_the_moe_sweep_says_which_points_fit_and_keeps_them_when_asked(tmp_path)
 
 
 @pytest.mark.trace
-def test_a_megatron_core_layer_keeps_what_the_model_counts():
+def test_a_megatron_core_layer_keeps_what_the_model_counts(tmp_path):
     """Measured, not derived: one layer of real megatron-core (its local GPT spec, on the
     CPU) keeps for backward what ``layer_activations`` counts without flash attention or
     dropout, to the norms' statistics (two fp32 values per token and norm)."""
     import json
+    import os
     import subprocess
     import sys
 
@@ -238,7 +239,9 @@ def test_a_megatron_core_layer_keeps_what_the_model_counts():
     s, b, h, a, f = 128, 2, 256, 4, 1024
     out = subprocess.run([sys.executable, "-m", "commsweep.trace.activations", "--hidden", str(h), "--heads", str(a),
                           "--ffn", str(f), "--seq", str(s), "--micro-batch", str(b)],
-                         capture_output=True, text=True, timeout=600, check=True)
+                         capture_output=True, text=True, timeout=600, check=True,
+                         env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert not list(tmp_path.glob("commsweep-*"))  # no folder of ours left in the temporary directory
     measured = json.loads(out.stdout.splitlines()[-1])["saved_bytes_16bit"]
     model = ModelSpec(name="layer", num_layers=1, hidden_size=h, num_attention_heads=a, ffn_hidden_size=f,
                       vocab_size=128, max_position_embeddings=s)

@@ -547,6 +547,13 @@ def test_a_failed_packet_point_is_named_by_the_sweep_wide_steps(stand_in, refere
     assert Path("results/packet_difference_by_cause.csv").read_text().count("\n") == 1
     said = capsys.readouterr().err
     assert f"commsweep causes: no packet-level row: failed: {packet}: simulate: " in said
+    # The landing page, where a user reads the answer, names the point and why, not only the log.
+    assert cli.main(["causes", "--sweep", "results/sweep.csv", "-o", "results/difference_by_cause.csv"]) == 0
+    assert cli.main(["answer", "results/difference_by_cause.csv", "--sweep", "results/sweep.csv",
+                     "--packet", "results/packet_difference_by_cause.csv", "-o", "results/answer.md"]) == 0
+    page = Path("results/answer.md").read_text()
+    assert "no packet-level pair to answer with" in page
+    assert f"* `{packet}`: simulate: " in page and "EMPTY ncclFlowModel_EndToEnd.csv" in page
 
 
 def test_packet_points_the_simulator_would_hang_on_are_refused_when_the_sweep_is_checked(tmp_path, monkeypatch, capsys):

@@ -318,6 +318,35 @@ def test_a_job_started_with_ctrl_c_held_back_says_one_line_when_it_takes_it(tmp_
     assert log.read_text() == "batch 1-of-8: interrupted (Ctrl-C)\n"
 
 
+def test_ctrl_c_during_the_run_stops_snakemakes_asyncio_loop_cleanly(tmp_path):
+    """Snakemake's main thread schedules jobs through an asyncio runner: a Ctrl-C forwarded to
+    it meanwhile cancels the runner's coroutine (as asyncio's own SIGINT handler does), and the
+    runner ends with KeyboardInterrupt and closes, rather than a KeyboardInterrupt raised inside
+    the running loop (after which Snakemake's teardown could end in "Cannot close a running
+    event loop")."""
+    script = ("import asyncio, os, signal\n"
+              "from commsweep.orchestration import interrupts\n"
+              "interrupts.begin('reading')\n"
+              "interrupts.during_run()\n"
+              "async def scheduling():\n"
+              "    os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C\n"
+              "    try:\n"
+              "        await asyncio.sleep(60)\n"
+              "    except asyncio.CancelledError:\n"
+              "        print('cancelled', flush=True)\n"
+              "        raise\n"
+              "runner = asyncio.Runner()\n"
+              "try:\n"
+              "    runner.run(scheduling())\n"
+              "except KeyboardInterrupt:\n"
+              "    print('KeyboardInterrupt', flush=True)\n"
+              "runner.close()\n"
+              "print('closed', flush=True)\n")
+    done = subprocess.run([os.sys.executable, "-c", script], capture_output=True, text=True, env=sweeps.env(),
+                          timeout=120)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "cancelled\nKeyboardInterrupt\nclosed\n", "")
+
+
 def session_processes(session: int) -> list[tuple[int, bytes]]:
     """The processes of a session (a `make run` started as from a terminal): PID and command line."""
     found = []

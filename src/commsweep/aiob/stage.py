@@ -151,9 +151,10 @@ class ProfileStage(Stage[ProfileJob]):
         missing = [path for path in files.values() if not Path(path).is_file()]
         if missing:
             shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-            raise ConfigError(f"{len(missing)} of {len(files)} AIOB file(s) not found: {shown} "
-                              f"({{profile}} in {aiob['file']!r} stands for the profile key of "
-                              "results/sweep.csv)", key="aiob.file")
+            key_note = (f" ({{profile}} in {aiob['file']!r} stands for the profile key of results/sweep.csv)"
+                        if "{profile}" in aiob["file"] else "")
+            raise ConfigError(f"{len(missing)} of {len(files)} AIOB file(s) not found: {shown}{key_note}",
+                              key="aiob.file")
         return {"aiob.file": {key: External("aiob.file", path, file_digest(path)) for key, path in files.items()}}
 
     def reads(self, point, config: Mapping) -> tuple[str, ...]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -324,11 +325,12 @@ def _cause_total(rows: list[cz.Row], cause: str) -> tuple[int, int, float | None
 
 
 def packet_blocks(packet_rows: list[cz.Row] | None, points: dict[str, PointRow],
-                  analytical: list[cz.Panel]) -> list[Block]:
+                  analytical: list[cz.Panel], failed: Sequence[str] = ()) -> list[Block]:
     """The answer under packet-level simulation (``packet_difference_by_cause.csv``; None: the
     sweep has no packet-level point): what the AIOB path's dropped all-reduces cost in exposed
     time when SimAI's NS-3 simulator runs both workloads, beside what the analytical model says
-    for the same setting (``analytical``: its panels), then each setting's verdicts."""
+    for the same setting (``analytical``: its panels), then each setting's verdicts. ``failed``:
+    each failed packet-level point and why (``packet.without_pairs``), said where no pair is left."""
     if packet_rows is None:
         return []
     blocks = [Block("h2", "Under packet-level simulation (SimAI_simulator)")]
@@ -345,6 +347,10 @@ def packet_blocks(packet_rows: list[cz.Row] | None, points: dict[str, PointRow],
                "none of its packet-level AICB points has both simulations (`results/status.txt` lists failed "
                "points).")
             + " `config/ns3.yaml` is such a sweep.")))
+        if failed:
+            blocks.append(Block("p", "The packet-level points that failed (the next run retries them):"))
+            blocks.append(Block("ul", items=tuple((f"`{line.split(': ', 1)[0]}`: {line.split(': ', 1)[1]}", ())
+                                                  for line in failed)))
         return blocks
     head = headline(panels)
     if head is not None:
@@ -415,9 +421,10 @@ def headline_blocks(head: cz.Panel, figures: dict[str, str]) -> list[Block]:
 
 def page(rows: list[cz.Row], points: dict[str, PointRow], figures: dict[str, str],
          packet_rows: list[cz.Row] | None = None, skipped: list[Invalid] = (),
-         astra: list[tuple[str, object]] = ()) -> list[Block]:
+         astra: list[tuple[str, object]] = (), packet_failed: Sequence[str] = ()) -> list[Block]:
     """The landing page's blocks (``figures``: caption -> path of a PNG, relative to the page;
-    ``packet_rows``: the packet-level difference by cause, where the sweep has packet-level points;
+    ``packet_rows``: the packet-level difference by cause, where the sweep has packet-level points,
+    and ``packet_failed`` those of its points that failed, with why;
     ``skipped``: the combinations the sweep asked for and could not run)."""
     panels = cz.panels(rows, points)
     blocks = [Block("h1", "The answer: what each AICB path gets wrong, by cause")]
@@ -448,7 +455,7 @@ def page(rows: list[cz.Row], points: dict[str, PointRow], figures: dict[str, str
             "Every row, with its explanation, is in `difference_by_cause.csv`: one row per point, cause, phase, "
             "collective, group and sign; per point the rows add up exactly to its difference from Megatron in "
             f"bytes{' and in exposed time' if timed else ''}.")))
-    blocks += packet_blocks(packet_rows, points, panels)
+    blocks += packet_blocks(packet_rows, points, panels, packet_failed)
     # In two simulators (analysis.astra_answer), where the sweep ran ASTRA-sim.
     blocks += [Block(kind, items=tuple((t, ()) for t in content)) if kind == "ul" else Block(kind, str(content))
                for kind, content in astra]
@@ -517,6 +524,16 @@ FIGURES = {f"{CAPTIONS[name]} ({png})": png
            for name, png in ((n, names.FIGURES[n].png) for n in names.ON_THE_ANSWER_PAGE)}
 
 
+def _packet_failures(points: dict[str, PointRow], results: Path) -> list[str]:
+    """Each failed packet-level point of the sweep, ``point: why``, from its status files in the
+    results folder of ``sweep.csv`` (none where they are not here: a job without a shared
+    filesystem is given only the tables)."""
+    from ..base.paths import PointFiles
+    from .packet import without_pairs
+
+    return without_pairs(list(points.values()), PointFiles.under(results))
+
+
 def write(causes_csv: Path, sweep_csv: Path, markdown: Path, rst: Path | None = None,
           packet_csv: Path | None = None, astra: tuple[Path, Path] | None = None) -> None:
     """Write answer.md (figures linked relative to it) and, if asked, answer.rst (embedded);
@@ -533,7 +550,8 @@ def write(causes_csv: Path, sweep_csv: Path, markdown: Path, rst: Path | None = 
     base = Path(markdown).parent
     figures = {caption: path for caption, path in FIGURES.items() if (base / path).exists()}
     astra_section = astra_lines(*astra, points) if astra is not None else []
-    blocks = page(rows, points, figures, packet_rows, read_skipped(sweep_csv), astra_section)
+    failed = _packet_failures(points, Path(sweep_csv).parent) if packet_rows is not None else []
+    blocks = page(rows, points, figures, packet_rows, read_skipped(sweep_csv), astra_section, failed)
     write_text(markdown, to_markdown(blocks))
     if rst is not None:
         write_text(rst, to_rst(blocks, base))

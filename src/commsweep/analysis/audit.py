@@ -319,16 +319,17 @@ def check_header(workload: wf.Workload, setup: TrainingSetup, source: str | Path
     """The workload must describe the setup the audit compares it with: its header, then what
     its rows tell (``check_rows``)."""
     h = workload.header
-    for key, got, want in (
-        ("model_parallel_NPU_group", h.tp, setup.tp),
-        ("ep", h.ep, setup.ep),
-        ("pp", h.pp, setup.pp),
-        ("ga", h.ga, setup.num_microbatches),
-        ("all_gpus", h.all_gpus, setup.world_size),
+    for key, got, want, flags in (
+        ("model_parallel_NPU_group", h.tp, setup.tp, "--tensor_model_parallel_size"),
+        ("ep", h.ep, setup.ep, "--expert_model_parallel_size"),
+        ("pp", h.pp, setup.pp, "--pipeline_model_parallel"),
+        ("ga", h.ga, setup.num_microbatches,
+         "micro-batches: --global_batch over --micro_batch times the data-parallel size"),
+        ("all_gpus", h.all_gpus, setup.world_size, "--world_size"),
     ):
         if got != want:
             raise InputError(
-                f"the workload has {got} where the audited arguments give {want}; "
+                f"the workload has {got} where the audited arguments give {want} ({flags}); "
                 "audit a workload with the arguments it was made from",
                 file=source, line=1, field=key,
             )

@@ -86,8 +86,8 @@ def read_records(paths: list[str | Path]) -> dict[str, dict[str, str]]:
 def without_pairs(points: list[PointRow], files: paths.PointFiles) -> list[str]:
     """Why ``packet_difference_by_cause.csv`` has no row: each packet-level point of an AICB
     point and its Megatron partner that failed, ``point: cause`` (empty when none did). The
-    table is then its header alone, which the landing page reads (and says the sweep has no
-    pair); this says which points and why, in the step's log."""
+    table is then its header alone; the landing page says the sweep has no pair and lists
+    these, and the step's log says them too."""
     from ..base.status import failures, reasons
 
     out = []

@@ -6,28 +6,71 @@ need them, so the per-point commands the pipeline runs thousands of times start 
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import sys
-from collections.abc import Sequence
-from pathlib import Path
 
-from ..base.errors import CommsweepError, exit_interrupted
-from ..base.files import emit
-from . import storage
-from .stages import STAGE_COMMANDS
+# Ctrl-C before ``main`` runs: the C signal module, which imports nothing (``signal`` imports
+# enum and functools, a window of its own).
+import _signal
+
+
+def _interrupted_while_starting(signum, frame) -> None:
+    """Ctrl-C before ``main`` runs (this module's imports take a tenth of a second): one line,
+    ended as Ctrl-C ends a program, nothing written yet. A KeyboardInterrupt there would print a
+    traceback through the imports, or be lost where an import swallows it."""
+    import os
+
+    print("commsweep: interrupted while starting; nothing was changed", file=sys.stderr, flush=True)
+    _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
+    os.kill(os.getpid(), _signal.SIGINT)
+    os._exit(128 + _signal.SIGINT)  # only if the signal could not end the process
+
+
+def _started_as_commsweep() -> bool:
+    """Whether this process is the ``commsweep`` program (its console script or ``python -m
+    commsweep``), not a process that imports this module (Snakemake's job scripts, tests)."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    return (spec is not None and spec.name == "commsweep.__main__") or (
+        spec is None and str(getattr(main, "__file__", "")).rsplit("/", 1)[-1] == "commsweep")
+
+
+if _started_as_commsweep() and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+    _signal.signal(_signal.SIGINT, _interrupted_while_starting)
+
+import argparse  # noqa: E402 (after the Ctrl-C handler above, as everything below)
+import contextlib  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from ..base.errors import CommsweepError, exit_interrupted  # noqa: E402
+from ..base.files import emit  # noqa: E402
+from . import storage  # noqa: E402
+from .stages import STAGE_COMMANDS  # noqa: E402
 
 
 # -- commands --------------------------------------------------------------------------
 
 
 def cmd_sweep(ns: argparse.Namespace) -> None:
+    from ..base.errors import ConfigError
+
+    try:
+        _sweep(ns)
+    except ConfigError as err:
+        if err.source is not None:
+            raise
+        # A key checked after reading (a GPU, an AIOB file, a limit): the file that set it, as
+        # the schema's errors name it.
+        raise ConfigError(err.message, key=err.key, source=ns.config) from None
+
+
+def _sweep(ns: argparse.Namespace) -> None:
     from . import sweep
 
     if ns.results is not None:  # as Snakemake's --config results=DIR: validated with the config
         from ..setup.configfile import load
 
-        config = load([ns.config], [f"results={ns.results}"])
+        config = load([ns.config], [f"results={ns.results}"], given_as="--results")
     else:
         config = sweep.load_config(ns.config)
     if ns.check or ns.todo or ns.run_unless_current or ns.report_with:
@@ -78,13 +121,15 @@ def _check_sweep(ns: argparse.Namespace, config: dict) -> None:
         ns.made = ""
     if ns.made is not None:
         ns.made = ns.made or layout.run_record()
+        # The command that makes this sweep's results, in the folder the user gave.
+        make_run = f"make run CONFIG={ns.config}" + (f" RESULTS={ns.results}" if ns.results is not None else "")
         try:
             record = provenance.read_record(ns.made)
         except FileNotFoundError:
-            raise CommsweepError(f"{ns.made}: no run record: run the sweep first (make run CONFIG={ns.config})") from None
+            raise CommsweepError(f"{ns.made}: no run record: run the sweep first ({make_run})") from None
         if record["run"] != run.id:
             files, overrides = record.get("config_files") or [], record.get("config_overrides") or []
-            rerun = f"run this sweep first (make run CONFIG={ns.config})"
+            rerun = f"run this sweep first ({make_run})"
             if record.get("config_digest") == run.config_digest:
                 raise CommsweepError(f"{ns.made} is run {record['run']}, made from the same config, but its external "
                                      f"inputs or commsweep's version changed since, not run {run.id} of {ns.config}: "
@@ -98,7 +143,7 @@ def _check_sweep(ns: argparse.Namespace, config: dict) -> None:
         verdict = Layout(str(Path(ns.made).parent)).verdict()
         if not Path(verdict).exists():  # removed when a run starts, written at its end (the check)
             raise CommsweepError(f"run {run.id} of {ns.config} did not finish (no {verdict}, which its end writes): "
-                                 f"finish it first (make run CONFIG={ns.config})")
+                                 f"finish it first ({make_run})")
     print(f"{ns.config}: {len(points)} point(s), {len(invalid)} combination(s) skipped; run {run.id}")
     ignoring = sum(p.ignores_cp for p in points)
     if ignoring:
@@ -348,7 +393,7 @@ def add_sweep_parser(sub) -> None:
     p.add_argument("--run-unless-current", nargs=argparse.REMAINDER, metavar="COMMAND",
                    help="with --check, last: then run COMMAND (make run: Snakemake) unless nothing it reads or "
                         "writes changed since it last exited 0 in this folder, which it would find has nothing "
-                        "to do (commsweep.orchestration.current)")
+                        "to do (docs/cli.md, How a sweep runs them)")
     p.add_argument("--with-report", action="store_true",
                    help="with --run-unless-current: also make the HTML report of the results (report.html in the "
                         "results folder), in the same Snakemake run, or alone when nothing changed but the report "
@@ -400,8 +445,8 @@ def add_guard_parser(sub) -> None:
     p.add_argument("--provenance", nargs="*", metavar="KEY=CHECKSUM",
                    help="record what made the outputs: commsweep's version, the run's config digest and these "
                         "external inputs' checksums (the pipeline passes them)")
-    p.add_argument("--job", metavar="DIGEST", help="record the task's digest (commsweep.orchestration.batch: what a batch checks "
-                                                   "before it skips the task)")
+    p.add_argument("--job", metavar="DIGEST", help="record the task's digest (what a batch checks before it "
+                                                   "skips the task: docs/workflow.md)")
     p.add_argument("argv", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...: the commsweep command to run")
     p.set_defaults(func=cmd_guard)
 
@@ -630,6 +675,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # A job starts with Ctrl-C held back (commsweep.orchestration.interrupts): taken here.
         from .interrupts import accept
 
+        if _signal.getsignal(_signal.SIGINT) is _interrupted_while_starting:
+            _signal.signal(_signal.SIGINT, _signal.default_int_handler)  # taken below from now on
         accept()
         return _main(argv)
     except KeyboardInterrupt:

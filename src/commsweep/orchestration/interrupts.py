@@ -13,9 +13,10 @@ SIGINT back from its jobs until they can take it:
 * each job takes it where its code can say one line (``accepting``, at the top of every
   command and job script): unblocked there, a pending Ctrl-C raises KeyboardInterrupt at once;
 * a thread of Snakemake's waits for SIGINT (``sigwait``) and passes it to the main thread as
-  ``FORWARD``, whose handler is Snakemake's Ctrl-C during the run (KeyboardInterrupt: it stops
-  scheduling and waits for its jobs) and one line before and after it (``quiet``: reading the
-  workflow, making the report);
+  ``FORWARD``, whose handler is Snakemake's Ctrl-C during the run (the main thread's SIGINT
+  handler of the moment: KeyboardInterrupt, or an asyncio runner's, which cancels its coroutine
+  first; Snakemake stops scheduling and waits for its jobs) and one line before and after it
+  (``quiet``: reading the workflow, making the report);
 * `make run` starts Snakemake with SIGINT blocked (``held``), so that Snakemake's own start,
   before the workflow is read, is covered too.
 
@@ -104,10 +105,24 @@ def _end(said: str) -> None:
 
 
 def during_run() -> None:
-    """A forwarded Ctrl-C is Snakemake's own from now on: KeyboardInterrupt in the main
-    thread, which stops the run (the hooks' ``on_start``)."""
-    signal.signal(FORWARD, signal.default_int_handler)
+    """A forwarded Ctrl-C is Snakemake's own from now on: what a SIGINT would do in the main
+    thread (``_as_sigint``), which stops the run (the hooks' ``on_start``)."""
+    signal.signal(FORWARD, _as_sigint)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _as_sigint(signum, frame) -> None:
+    """A forwarded Ctrl-C, handled as the main thread's SIGINT handler of the moment would
+    handle it: KeyboardInterrupt, or, while Snakemake's scheduler runs a coroutine on an asyncio
+    runner (which sets its own handler meanwhile), that handler, which cancels the coroutine and
+    raises KeyboardInterrupt once the loop has stopped. A KeyboardInterrupt raised inside the
+    running loop instead can leave it marked running, and Snakemake's teardown then ends with a
+    traceback ("Cannot close a running event loop")."""
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler):
+        handler(signal.SIGINT, frame)
+    else:
+        raise KeyboardInterrupt
 
 
 def _forward(main: int) -> None:

@@ -32,6 +32,25 @@ def _key(path) -> str:
     return out or "<top level>"
 
 
+# What each of the schema's patterns allows, in words: jsonschema's own message quotes the
+# regular expression. A pattern missing here is quoted as it is (a test keeps this complete).
+PATTERN_WORDS = {
+    "^[A-Za-z0-9][A-Za-z0-9.-]*$": "a name of letters, digits, '.' and '-' that starts with a letter or digit",
+    "^[0-9]+(\\.[0-9]+){1,3}$": "a release such as 0.12.0",
+    "^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*$": (
+        "a folder relative to the project folder, such as results/my-sweep: parts of letters, digits, "
+        "'_', '.' and '-' joined by '/', none starting with '.' (no leading '/', no '..')"
+    ),
+}
+
+
+def _pattern_message(err) -> str | None:
+    """A failed ``pattern`` (of a value or, under ``propertyNames``, of a key) in words."""
+    if err.validator != "pattern" or err.validator_value not in PATTERN_WORDS:
+        return None
+    return f"{err.instance!r} is not {PATTERN_WORDS[err.validator_value]}"
+
+
 def _raise_first(errors, *, prefix: str | None = None, source: str | Path | None = None) -> None:
     """Raise a ConfigError for the first error (in key order), naming its key.
 
@@ -42,7 +61,7 @@ def _raise_first(errors, *, prefix: str | None = None, source: str | Path | None
     if not errors:
         return
     err = errors[0]
-    path, message = list(err.absolute_path), err.message
+    path, message = list(err.absolute_path), _pattern_message(err) or err.message
     if isinstance(err.instance, dict):
         if err.validator == "additionalProperties":
             allowed = err.schema.get("properties", {})
@@ -52,6 +71,8 @@ def _raise_first(errors, *, prefix: str | None = None, source: str | Path | None
         elif err.validator == "required":
             missing = [k for k in err.validator_value if k not in err.instance]
             path, message = [*path, missing[0]], "missing (a required key)"
+            if "then" in err.schema_path and "base" not in err.instance:  # a model of one's own without a base
+                message += "; or start from a preset that has it, with `base:` (e.g. base: gpt-7b)"
     raise ConfigError(message, key=_key([prefix, *path] if prefix else path), source=source)
 
 

@@ -128,9 +128,10 @@ def merge(base: dict, update: dict) -> dict:
     return out
 
 
-def load(files: Sequence[str | Path], overrides: Iterable[str] = ()) -> dict:
+def load(files: Sequence[str | Path], overrides: Iterable[str] = (), *, given_as: str = "--config") -> dict:
     """The sweep config of ``files`` (later ones win) and ``--config`` ``overrides``,
-    validated against the schema, with its defaults filled in."""
+    validated against the schema, with its defaults filled in. ``given_as``: the option an
+    error names for the overrides (``commsweep sweep --results DIR`` is one)."""
     from .config_schema import validate_config
 
     config: dict = {}
@@ -140,7 +141,7 @@ def load(files: Sequence[str | Path], overrides: Iterable[str] = ()) -> dict:
     for entry in overrides:
         key, value = parse_override(entry)
         config = merge(config, {key: value})
-    sources = [str(f) for f in files] + (["--config"] if overrides else [])
+    sources = [str(f) for f in files] + ([given_as] if overrides else [])
     source = ", ".join(sources) or None
     network_given = isinstance(config.get("sweep"), dict) and "network" in config["sweep"]
     validate_config(config, source=source)

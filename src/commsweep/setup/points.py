@@ -375,8 +375,16 @@ def read_points(path: str | Path) -> list[PointRow]:
     reader = csv.DictReader(io.StringIO(read_text(path)))
     if "point" not in (reader.fieldnames or ()):
         raise InputError("not a points table (no 'point' column)", file=path, line=1)
-    return [PointRow.from_cells(r, file=path, line=n) for n, r in enumerate(reader, start=2)
-            if r.get("status", "ok") == "ok"]
+    rows, seen = [], {}
+    for n, r in enumerate(reader, start=2):
+        if r.get("status", "ok") != "ok":
+            continue
+        if r["point"] in seen:  # a table of several rows per point: the summary, say
+            raise InputError(f"point {r['point']} again (first at line {seen[r['point']]}): a points table has one "
+                             "row per point (the sweep's sweep.csv)", file=path, line=n, field="point")
+        seen[r["point"]] = n
+        rows.append(PointRow.from_cells(r, file=path, line=n))
+    return rows
 
 
 def read_skipped(path: str | Path) -> list[Invalid]:

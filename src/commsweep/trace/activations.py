@@ -36,7 +36,12 @@ def measure(setup: TrainingSetup) -> dict[str, int]:
     from . import model as tm  # patches torch.cuda for the CPU; imports megatron
 
     if not dist.is_initialized():
-        store = os.path.join(tempfile.mkdtemp(prefix="commsweep-activations-"), "store")
+        import atexit
+        import shutil
+
+        folder = tempfile.mkdtemp(prefix="commsweep-activations-")
+        atexit.register(shutil.rmtree, folder, True)  # the group's file store, gone with the process
+        store = os.path.join(folder, "store")
         dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
     with tm.CudaFactoriesOnCpu():
         tm.ps.initialize_model_parallel(**tm.compat.parallel_sizes(1, 1, 1, 1))
