@@ -1,9 +1,13 @@
 """The times a new user meets first: `make run` as typed, for a 2-point sweep and the default
 sweep, from an existing .venv with the results removed, and a `make run` with nothing to do.
 
-Each repeat runs in a fresh copy of the project (its workflow files, this checkout's package and
-venv linked, as tests/sweeps.py's ``project`` makes one). A first `make run` there byte-compiles
-the package and runs the sweep once (not timed: a clone's first run); then, timed:
+The .venv is a fresh clone's: what `make run` installs into it on first use (the package and
+its requirements, no extras), made once before the repeats in a temporary folder (not timed),
+or the one given with ``--venv``. (A venv with the extras times more: Snakemake imports every
+executor plugin installed, at each start.) Each repeat runs in a fresh copy of the project
+(its workflow files, this checkout's package linked, as tests/sweeps.py's ``project`` makes
+one). A first `make run` there byte-compiles the package and runs the sweep once (not timed: a
+clone's first run); then, timed:
 
 * ``make run``: ``make run CONFIG=CONFIG`` after ``rm -rf results``: what a user meets typing it
   with the venv in place (the config check, Snakemake, every job, the report in the same
@@ -16,8 +20,8 @@ repeats, and the 1-minute load average before and after each: on a shared machin
 times grow with the load, the CPU times much less. The goals: `make run` of the 2-point sweep
 under 5 s, of the default sweep under 10 s, the no-op under 1.5 s, on 2 cores.
 
-    .venv/bin/python bench/first_hour.py                    # both sweeps, 3 repeats
-    .venv/bin/python bench/first_hour.py --repeats 5 --sweeps two-points
+    python3 bench/first_hour.py                    # both sweeps, 3 repeats, a new base venv
+    python3 bench/first_hour.py --repeats 5 --sweeps two-points --venv /tmp/base-venv
 """
 
 from __future__ import annotations
@@ -34,7 +38,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 SWEEPS = {
     "two-points": REPO / "tests" / "sweeps" / "two-points.yaml",
     "default": REPO / "config" / "config.yaml",
@@ -46,21 +49,32 @@ KEEP = [arg for marker in (".venv/.base-installed", ".venv/.extras-installed", "
         for arg in ("-o", marker)]
 
 
-def project(dest: Path) -> Path:
+def base_venv(dest: Path) -> Path:
+    """A fresh clone's .venv, as `make run` makes it on first use (Makefile: the package and
+    its requirements, editable, no extras); made here if ``dest`` has no Python yet."""
+    python = dest / "bin" / "python"
+    if not python.exists():
+        print(f"making a base venv in {dest} (once, about a minute; not timed)", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(dest)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", "-e", str(REPO)], check=True)
+    return dest
+
+
+def project(dest: Path, venv: Path) -> Path:
     """A folder to run ``make`` in as in a fresh clone (times kept, the venv and sources linked)."""
     dest.mkdir(parents=True)
     for name in ("Snakefile", "Makefile", "pyproject.toml"):
         shutil.copy2(REPO / name, dest / name)
     for name in ("workflow", "profiles", "config"):
         shutil.copytree(REPO / name, dest / name, copy_function=shutil.copy2)
-    (dest / ".venv").symlink_to(Path(sys.prefix))
+    (dest / ".venv").symlink_to(venv)
     (dest / "src").symlink_to(REPO / "src")
     return dest
 
 
 def timed(cmd: list[str], cwd: Path) -> tuple[float, float]:
     """Wall and CPU seconds (user + system, of the command and everything it waited for)."""
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    env = dict(os.environ)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     result = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
@@ -72,9 +86,9 @@ def timed(cmd: list[str], cwd: Path) -> tuple[float, float]:
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def one_repeat(name: str, tmp: Path) -> dict[str, tuple[float, float, float]]:
+def one_repeat(name: str, tmp: Path, venv: Path) -> dict[str, tuple[float, float, float]]:
     """One repeat's timed steps: (wall, CPU, load average before) each."""
-    folder = project(tmp / name)
+    folder = project(tmp / name, venv)
     shutil.copy2(SWEEPS[name], folder / "sweep.yaml")
     make = ["make", *KEEP, "run", "CONFIG=sweep.yaml"]
     timed(make, folder)  # the clone's first run: byte-compiles the package
@@ -90,10 +104,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sweeps", nargs="+", choices=sorted(SWEEPS), default=list(SWEEPS))
+    parser.add_argument("--venv", type=Path, help="the .venv to run with (made here as a fresh clone's if it has "
+                        "no Python yet); default: a new one in a temporary folder")
     args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="commsweep-bench-venv-") as made:
+        venv = base_venv((args.venv or Path(made) / "venv").absolute())
+        measure(args, venv)
+
+
+def measure(args: argparse.Namespace, venv: Path) -> None:
+    """Time each sweep's repeats with ``venv`` and print the medians against the goals."""
     load_before = os.getloadavg()[0]
-    plugins = sorted(p.name.split("-")[0] for p in Path(sys.prefix).glob("lib/python*/site-packages/"
-                                                                          "snakemake_executor_plugin_*-*.dist-info"))
+    plugins = sorted(p.name.split("-")[0] for p in venv.glob("lib/python*/site-packages/"
+                                                             "snakemake_executor_plugin_*-*.dist-info"))
     print(f"{os.cpu_count()} CPUs, load {load_before:.1f}; Snakemake executor plugins installed: "
           f"{', '.join(plugins) or 'none'} (each is imported at every Snakemake start)")
     summary = []
@@ -101,7 +124,7 @@ def main() -> None:
         runs = []
         for _ in range(args.repeats):
             with tempfile.TemporaryDirectory(prefix="commsweep-bench-") as tmp:
-                runs.append(one_repeat(name, Path(tmp)))
+                runs.append(one_repeat(name, Path(tmp), venv))
         print(f"\n{name} ({SWEEPS[name].relative_to(REPO)}), median of {args.repeats}:")
         medians, cpu = {}, {}
         for step in ("make run", "no-op"):

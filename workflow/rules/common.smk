@@ -11,7 +11,7 @@ from commsweep.analysis import timeline
 from commsweep.analysis.figures import names as figure_names
 from commsweep.base import paths, status
 from commsweep.base.errors import CommsweepError
-from commsweep.orchestration import batch, interrupts, pipeline, steps, storage, sweep
+from commsweep.orchestration import batch, exits, interrupts, pipeline, steps, storage, sweep
 from commsweep.setup.arguments import to_commsweep_argv
 from commsweep.simulate.astra import sweep as astra_sweep
 from commsweep.trace.scale import pipeline_dp, trace_setups
@@ -20,6 +20,10 @@ from commsweep.trace.scale import pipeline_dp, trace_setups
 # jobs this process starts hold it back until their code can take it.
 if workflow.is_main_process:
     interrupts.begin("commsweep: interrupted while Snakemake read the workflow; nothing was changed")
+
+# This process ends without a last garbage collection over the objects of Snakemake's modules
+# (commsweep.orchestration.exits: most of a second after the run, for nothing).
+exits.quick()
 
 # The conda environment of every rule, for --software-deployment-method conda (the container
 # image is the Snakefile's): this package and its requirements, installed by pip from the

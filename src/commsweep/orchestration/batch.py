@@ -690,7 +690,9 @@ def run_rule(smk) -> None:
     a shared filesystem it runs from the job's root (``storage.enter``), where the plan's
     paths are those of the job's files."""
     from . import storage
+    from .exits import quick
 
+    quick()
     batch_ = smk.params.plan
     running_dir = os.path.abspath(RUNNING)
     with open(smk.log[0], "w", encoding="utf-8") as log:

@@ -670,6 +670,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None:  # the program itself (not a command run in-process): a quick end (exits.quick)
+        from .exits import quick
+
+        quick()
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         # A job starts with Ctrl-C held back (commsweep.orchestration.interrupts): taken here.

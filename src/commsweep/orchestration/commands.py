@@ -17,8 +17,10 @@ import io
 import sys
 from collections.abc import Sequence
 
-# What the drawing commands import, once, before the workers are forked.
-PRELOAD = ("pandas", "matplotlib.pyplot")
+# What the drawing commands import, once, before the workers are forked (the figures' own
+# modules too: each worker would import them again).
+PRELOAD = ("pandas", "matplotlib.pyplot", "commsweep.analysis.figures.plot", "commsweep.analysis.figures.timeline",
+           "commsweep.analysis.timeline")
 
 
 def header(argv: Sequence[str]) -> str:

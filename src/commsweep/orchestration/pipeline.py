@@ -100,7 +100,10 @@ def run_rule(smk) -> None:
     """
     from . import storage
     from .commands import run_all
+    from .exits import quick
     from .interrupts import accepting
+
+    quick()
 
     said = f"rule {smk.rule}: interrupted (Ctrl-C); the next run does it again"
     with accepting(said, smk.log[0]):
@@ -182,6 +185,7 @@ def on_error() -> None:
 
     interrupts.quiet("commsweep: interrupted; the same command again keeps what is done and does the rest")
     release_holder()
+    stop_rescheduling()
     print("commsweep: the run did not finish (above: why); the same command again keeps what is done and "
           "does the rest", file=sys.stderr, flush=True)
 
@@ -197,6 +201,7 @@ def on_success(layout) -> None:
     interrupts.quiet("commsweep: interrupted after the run (its results are complete)"
                      + (f"; the HTML report: {_RUN['report_command']}" if _RUN["report_command"] else ""))
     release_holder()
+    stop_rescheduling()
     path = Path(layout.verdict())
     text = ""
     if _RUN["checks"]:  # else (e.g. --until volumes) the verdict on file is an earlier run's
@@ -216,6 +221,21 @@ def on_success(layout) -> None:
     sys.stderr.flush()
     if failed:
         raise SystemExit(1)
+
+
+def stop_rescheduling() -> None:
+    """Cancel the timers Snakemake's scheduler left (the run's jobs are over when the hooks run).
+
+    Snakemake's job rate limit (``--max-jobs-per-timespan``, by default 100 a second, and a
+    second at the least) wakes its scheduler a timespan after each round, by a timer thread that
+    is not a daemon: Snakemake's process waits for the last of them before it ends, a second
+    after the run is over (after the report, when it makes one), for nothing."""
+    import threading
+
+    for thread in threading.enumerate():
+        function = getattr(thread, "function", None)
+        if isinstance(thread, threading.Timer) and "_schedule_reevalutation" in getattr(function, "__qualname__", ""):
+            thread.cancel()
 
 
 def _reports_after_run() -> bool:
