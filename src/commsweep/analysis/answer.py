@@ -43,6 +43,8 @@ TOP_CAUSES = 3
 # What megatron's overlapped buckets, FSDP and FP8 parameter gathers change in AICB's difference
 # (AICB has none of them): each setting's verdict names all of these, however small.
 DP_SETTING_CAUSES = ("dp_buckets", *FSDP_CAUSES)
+# What no SimAI workload file can hold (CP's exchange, FSDP's per-layer gathers): bytes, no time.
+UNTIMED_CAUSES = ("cp_attention_exchange_missing", "fsdp_param_gathers_missing")
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,8 @@ def shares(rows: list[cz.Row]) -> list[Share]:
 def _describe(share: Share, both_signs: set[str]) -> str:
     where = f" on {share.group}" if share.cause in both_signs and share.group else ""
     timed = "" if share.exposed_us is None else f" ({ms(share.exposed_us)})"  # no time: the page says why
+    if share.cause in UNTIMED_CAUSES and not share.exposed_us:
+        timed = " (no time: no workload file holds it)"
     return f"`{share.cause}`{where} {gib(share.bytes)}{timed}"
 
 
@@ -138,9 +142,7 @@ def verdict(panel: cz.Panel, path: str) -> str:
     rest = len(found) - TOP_CAUSES
     more = f"; and {rest} smaller" if rest > 0 else ""
     dp = [s for s in shares(rows) if s.cause in DP_SETTING_CAUSES and (s.bytes or abs(s.exposed_us or 0) >= 5)]
-    said = [_describe(s, both) if s.cause != "fsdp_param_gathers_missing" else
-            f"`{s.cause}` {gib(s.bytes)} (no time: no workload file holds them)" for s in dp]
-    sync = f" Of the DP sync: {'; '.join(said)}." if dp else ""
+    sync = f" Of the DP sync: {'; '.join(_describe(s, both) for s in dp)}." if dp else ""
     return f"{PATH_NAMES[path]}: net {net}. Largest: {top}{more}.{sync}"
 
 
@@ -290,8 +292,7 @@ def cp_blocks(panels: list[cz.Panel]) -> list[Block]:
     rows = head.rows[path]
 
     def cause(slug: str) -> str:
-        _, nbytes, us = _cause_total(rows, slug)
-        return f"`{slug}` {gib(nbytes)}{'' if us is None else ' (' + ms(us) + ')'}"
+        return _cause_text(rows, slug)
 
     return [Block("p", (
         "**With context parallelism AICB's workloads miss the attention's CP exchange.** AICB has no context "
@@ -340,8 +341,7 @@ def fsdp_blocks(panels: list[cz.Panel]) -> list[Block]:
             found = [c for c in FSDP_CAUSES if any(r.cause == c for r in rows)]
             kind = (any(c.startswith("fsdp_") for c in found), "fp8_param_gather_in_bf16" in found)
             if found and kind not in quoted:
-                said = "; ".join(f"`{c}` {gib(b)}{'' if us is None else ' (' + ms(us) + ')'}"
-                                 for c in found for _, b, us in (_cause_total(rows, c),))
+                said = "; ".join(_cause_text(rows, c) for c in found)
                 quoted[kind] = f"{panel.label} ({PATH_NAMES[path]}): {said}"
     if not quoted:
         return []
@@ -354,6 +354,14 @@ def fsdp_blocks(panels: list[cz.Panel]) -> list[Block]:
         "input-gradient columns have no DP group, so no workload file holds those all-gathers, Megatron's "
         "included: they are counted in bytes with no time (the Chakra traces carry them). With FP8 gathers "
         "the linear layers' weights are gathered in 1 byte, AICB's in 2. " + "; ".join(quoted.values()) + "."))]
+
+
+def _cause_text(rows: list[cz.Row], cause: str) -> str:
+    """A cause's sum over ``rows`` as the page writes it: bytes, then exposed time (or why none)."""
+    _, nbytes, us = _cause_total(rows, cause)
+    if cause in UNTIMED_CAUSES and not us:
+        return f"`{cause}` {gib(nbytes)} (no time: no workload file holds it)"
+    return f"`{cause}` {gib(nbytes)}{'' if us is None else ' (' + ms(us) + ')'}"
 
 
 def _cause_total(rows: list[cz.Row], cause: str) -> tuple[int, int, float | None]:
