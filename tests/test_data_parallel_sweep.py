@@ -38,15 +38,22 @@ def test_the_data_parallel_sweeps_plan():
                for p in points if p.schedule == "aicb" and p.point_key not in partners)
 
 
+def _page_config() -> dict:
+    from test_causes import config_of
+
+    config = config_of(CONFIG.read_text())
+    config["sweep"].update(cp=[1], seq_length=[8192], aiob=[True], fp8_param_gather=[False])
+    return config
+
+
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
     """The sweep's sequence-8192 points without CP on AICB's AIOB path, made as the rules make
     them, with their difference by cause and landing page."""
     from commsweep.analysis import answer
-    from test_causes import config_of, run_sweep
+    from test_causes import run_sweep
 
-    config = config_of(CONFIG.read_text())
-    config["sweep"].update(cp=[1], seq_length=[8192], aiob=[True], fp8_param_gather=[False])
+    config = _page_config()
     results = tmp_path_factory.mktemp("dp") / "results"
     run_sweep(results, config)
     # Megatron's overlapped points again, simulated as the sweep's rule simulates them (its buckets hidden).
@@ -84,3 +91,25 @@ def test_the_page_says_per_setting_what_overlap_and_fsdp_change(page):
         assert "`fsdp_grad_reducescatters_missing` −59.89 GiB" in fsdp and "0.00 ms" not in fsdp
     assert "**With FSDP or FP8 parameter gathers AICB writes the distributed optimizer's sync in bf16.**" in text
     assert "**With megatron's overlapped buckets AICB counts the DP sync whole.**" in text
+
+
+
+def test_the_audit_table_of_an_fsdp_point_lists_its_gathers(page, tmp_path):
+    """``commsweep audit --format table`` of AICB's FSDP point: its findings, then the per-layer
+    gathers no workload file holds, the bytes the answer page counts as missing."""
+    from commsweep.analysis import causes, volumes
+    from commsweep.base import paths
+    from commsweep.setup.arguments import to_commsweep_argv
+
+    [point] = [p for p in sweep.points_from_config(_page_config())[0] if p.schedule == "aicb"
+               and p.setup.fsdp == "optim_grads_params" and not p.setup.overlap_grad_reduce]
+    out = tmp_path / "audit.txt"
+    assert cli.main(["audit", str(paths.workload_file(page, point.workload_key)), *to_commsweep_argv(point.setup),
+                     "--format", "table", "-o", str(out)]) == 0
+    head, table = out.read_text().split("FSDP's per-layer parameter all-gathers Megatron issues per iteration "
+                                        "(in no workload file):\n")
+    assert "fsdp_param_gathers_missing" in head
+    assert {line.split()[0] for line in table.splitlines()[2:] if line.strip()} == {"fwd", "ig"}
+    missing = sum(r.bytes for r in causes.read_csv(page / "difference_by_cause.csv")
+                  if r.point == point.point_key and r.cause == "fsdp_param_gathers_missing")
+    assert missing < 0 and -missing == sum(v.payload_bytes for v in volumes.fsdp_gathers(point.setup))

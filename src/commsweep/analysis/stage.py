@@ -185,7 +185,7 @@ class AuditStage(Stage[AuditJob]):
         if job.format == "table" and setup.fsdp in ("optim_grads_params", "torch_fsdp2"):
             from . import volumes
 
-            gathers = volumes.fsdp_gathers(setup, pipeline_stage(job.pp_stage, setup.pp), job.megatron_version)
+            gathers = volumes.fsdp_gathers(setup, pipeline_stage(job.pp_stage, setup), job.megatron_version)
             text += "\nFSDP's per-layer parameter all-gathers Megatron issues per iteration (in no workload file):\n"
             text += volumes.to_table(gathers)
         emit(text, job.output)
