@@ -34,11 +34,17 @@ from pathlib import Path
 
 from ..setup.points import AICB_AIOB, AICB_DEFAULT, Invalid, PointRow
 from . import causes as cz
+from .causes.rules import FSDP_CAUSES
 from .figures import names
 
 GiB = 2**30
 PATH_NAMES = {AICB_DEFAULT: "AICB default path", AICB_AIOB: "AICB AIOB path"}
 TOP_CAUSES = 3
+# What megatron's overlapped buckets, FSDP and FP8 parameter gathers change in AICB's difference
+# (AICB has none of them): each setting's verdict names all of these, however small.
+DP_SETTING_CAUSES = ("dp_buckets", *FSDP_CAUSES)
+# What no SimAI workload file can hold (CP's exchange, FSDP's per-layer gathers): bytes, no time.
+UNTIMED_CAUSES = ("cp_attention_exchange_missing", "fsdp_param_gathers_missing")
 
 
 @dataclass(frozen=True)
@@ -115,6 +121,8 @@ def shares(rows: list[cz.Row]) -> list[Share]:
 def _describe(share: Share, both_signs: set[str]) -> str:
     where = f" on {share.group}" if share.cause in both_signs and share.group else ""
     timed = "" if share.exposed_us is None else f" ({ms(share.exposed_us)})"  # no time: the page says why
+    if share.cause in UNTIMED_CAUSES and not share.exposed_us:
+        timed = " (no time: no workload file holds it)"
     return f"`{share.cause}`{where} {gib(share.bytes)}{timed}"
 
 
@@ -133,7 +141,9 @@ def verdict(panel: cz.Panel, path: str) -> str:
     top = "; ".join(_describe(s, both) for s in found[:TOP_CAUSES])
     rest = len(found) - TOP_CAUSES
     more = f"; and {rest} smaller" if rest > 0 else ""
-    return f"{PATH_NAMES[path]}: net {net}. Largest: {top}{more}."
+    dp = [s for s in shares(rows) if s.cause in DP_SETTING_CAUSES and (s.bytes or abs(s.exposed_us or 0) >= 5)]
+    sync = f" Of the DP sync: {'; '.join(_describe(s, both) for s in dp)}." if dp else ""
+    return f"{PATH_NAMES[path]}: net {net}. Largest: {top}{more}.{sync}"
 
 
 def verdicts(panels: list[cz.Panel]) -> Block:
@@ -282,8 +292,7 @@ def cp_blocks(panels: list[cz.Panel]) -> list[Block]:
     rows = head.rows[path]
 
     def cause(slug: str) -> str:
-        _, nbytes, us = _cause_total(rows, slug)
-        return f"`{slug}` {gib(nbytes)}{'' if us is None else ' (' + ms(us) + ')'}"
+        return _cause_text(rows, slug)
 
     return [Block("p", (
         "**With context parallelism AICB's workloads miss the attention's CP exchange.** AICB has no context "
@@ -315,7 +324,44 @@ def bucket_blocks(panels: list[cz.Panel]) -> list[Block]:
         "gradient is ready in the last backward pass, and (with overlap_param_gather) gathers each bucket's "
         "parameters in the next forward pass: the same bytes, hidden behind the compute that remains, the last "
         "buckets' exposed. What AICB's row exposes beyond Megatron's buckets (`dp_buckets`; the bytes AICB's "
-        "parameter count adds are `dp_sync_sized_by_mock_params`'s): " + "; ".join(quoted) + "."))]
+        "parameter count adds are `dp_sync_sized_by_mock_params`'s): " + "; ".join(quoted) + ". On the AIOB "
+        "path that is the time Megatron hides. The default path has no compute times, so nothing hides: "
+        "its reduce-scatter exposes what Megatron's buckets do, and its parameter all-gather runs on TP "
+        "(`dp_allgather_on_tp`), so that its figure is Megatron's bucketed all-gathers on DP, which it lacks."))]
+
+
+def fsdp_blocks(panels: list[cz.Panel]) -> list[Block]:
+    """What AICB's distributed-optimizer workload misses or miscounts with FSDP or FP8
+    parameter gathers (``FSDP_CAUSES``), quoted at the first setting of each (FSDP, FP8)
+    combination, on the AIOB path where there is one (it has compute times)."""
+    quoted: dict[tuple[bool, bool], str] = {}
+    for panel in panels:
+        for path in (AICB_AIOB, AICB_DEFAULT):
+            rows = panel.rows.get(path, [])
+            found = [c for c in FSDP_CAUSES if any(r.cause == c for r in rows)]
+            kind = (any(c.startswith("fsdp_") for c in found), "fp8_param_gather_in_bf16" in found)
+            if found and kind not in quoted:
+                said = "; ".join(_cause_text(rows, c) for c in found)
+                quoted[kind] = f"{panel.label} ({PATH_NAMES[path]}): {said}"
+    if not quoted:
+        return []
+    return [Block("p", (
+        "**With FSDP or FP8 parameter gathers AICB writes the distributed optimizer's sync in bf16.** AICB has "
+        "neither: its workload is the same for every such setting, one gradient reduce-scatter and one "
+        "parameter all-gather of all the rank's parameters per iteration. With megatron-fsdp's "
+        "optim_grads_params Megatron all-gathers each layer's parameters before its forward and again before "
+        "its backward, and reduce-scatters its gradients, in every micro-batch; SimAI's forward and "
+        "input-gradient columns have no DP group, so no workload file holds those all-gathers, Megatron's "
+        "included: they are counted in bytes with no time (the Chakra traces carry them). With FP8 gathers "
+        "the linear layers' weights are gathered in 1 byte, AICB's in 2. " + "; ".join(quoted.values()) + "."))]
+
+
+def _cause_text(rows: list[cz.Row], cause: str) -> str:
+    """A cause's sum over ``rows`` as the page writes it: bytes, then exposed time (or why none)."""
+    _, nbytes, us = _cause_total(rows, cause)
+    if cause in UNTIMED_CAUSES and not us:
+        return f"`{cause}` {gib(nbytes)} (no time: no workload file holds it)"
+    return f"`{cause}` {gib(nbytes)}{'' if us is None else ' (' + ms(us) + ')'}"
 
 
 def _cause_total(rows: list[cz.Row], cause: str) -> tuple[int, int, float | None]:
@@ -436,6 +482,7 @@ def page(rows: list[cz.Row], points: dict[str, PointRow], figures: dict[str, str
         blocks += deepseek_blocks(panels, points)
     blocks += cp_blocks(panels)
     blocks += bucket_blocks(panels)
+    blocks += fsdp_blocks(panels)
     none = sum(r.rows for r in rows if r.cause == "size_in_none_column")
     sized = (f" This sweep's AICB files hold {none:,} `NONE` columns with a size (`size_in_none_column`); "
              "each counts 0." if none else "")

@@ -141,9 +141,12 @@ class AuditStage(Stage[AuditJob]):
         """A point's audit (``inputs``: its workload) against the release the sweep follows, costed
         on its network with the simulation's ratio tables (``run`` takes the network as its flags
         give it: ``as_commanded``)."""
+        from ..workload.generate import sweep_pp_stage
+
         (workload,), (output,) = inputs, outputs
         return AuditJob(workload=workload, setup=point.setup, output=output,
-                        pp_stage=config["generator"]["megatron_pp_stage"], megatron_version=megatron_version(config),
+                        pp_stage=sweep_pp_stage(config["generator"]["megatron_pp_stage"], point.setup),
+                        megatron_version=megatron_version(config),
                         network=point.net, ratio_dir=ratio_dir(config), format="csv")
 
     def run(self, job: AuditJob) -> None:
@@ -182,7 +185,7 @@ class AuditStage(Stage[AuditJob]):
         if job.format == "table" and setup.fsdp in ("optim_grads_params", "torch_fsdp2"):
             from . import volumes
 
-            gathers = volumes.fsdp_gathers(setup, pipeline_stage(job.pp_stage, setup.pp), job.megatron_version)
+            gathers = volumes.fsdp_gathers(setup, pipeline_stage(job.pp_stage, setup), job.megatron_version)
             text += "\nFSDP's per-layer parameter all-gathers Megatron issues per iteration (in no workload file):\n"
             text += volumes.to_table(gathers)
         emit(text, job.output)

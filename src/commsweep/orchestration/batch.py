@@ -79,8 +79,10 @@ def point_argv(point, config: Mapping) -> list[str]:
     """The point's setup as commsweep arguments, and the pipeline stage its workload holds
     (the timeline's command: a sweep-wide step, not a stage)."""
     from ..setup.arguments import to_commsweep_argv
+    from ..workload.generate import sweep_pp_stage
 
-    return to_commsweep_argv(point.setup) + ["--pp-stage", config["generator"]["megatron_pp_stage"]]
+    return to_commsweep_argv(point.setup) + ["--pp-stage", sweep_pp_stage(config["generator"]["megatron_pp_stage"],
+                                                                          point.setup)]
 
 
 # -- tasks and batches ------------------------------------------------------------------------

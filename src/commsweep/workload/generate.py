@@ -31,6 +31,17 @@ def pipeline_stage(value: str | int, setup: TrainingSetup) -> int:
     return stage
 
 
+def sweep_pp_stage(configured: str, setup: TrainingSetup) -> str:
+    """The stage a sweep's point holds, from the sweep's ``generator.megatron_pp_stage``: as
+    configured, except that a point with uneven stages (a pipeline layout) holds its fullest
+    stage under ``first``, the default: SimAI scales the simulated stage's own time by the
+    bubble, so a lighter first stage reads up to a third short of Megatron's schedule (even
+    stages hold the same layers, and keep the first stage, embedding and all)."""
+    if configured == "first" and setup.stage_layout is not None:
+        return "fullest"
+    return configured
+
+
 def schedule_problems(setup: TrainingSetup, schedule: str, megatron_version: str | None = None, *,
                       aiob: bool = False) -> list[str]:
     """Why a schedule cannot generate this setup's workload (empty when it can); the

@@ -194,7 +194,7 @@ class GenerateStage(Stage[GenerateJob]):
         point's setup is the one AICB sees, without CP (``generate.ignoring_cp``): its command
         line is AICB's, whose ``--context-parallel-size`` AICB would ignore. A megatron point
         with CP gets the note its command prints (what its file cannot hold)."""
-        from .generate import ignoring_cp, not_interleaved
+        from .generate import ignoring_cp, not_interleaved, sweep_pp_stage
 
         (profile,), (output,) = inputs, outputs
         megatron = point.schedule == "megatron"
@@ -202,7 +202,7 @@ class GenerateStage(Stage[GenerateJob]):
         m = point.setup.model
         return GenerateJob(
             setup=point.setup if megatron else not_interleaved(ignoring_cp(point.setup)), schedule=point.schedule, output=output, profile=profile,
-            pp_stage=config["generator"]["megatron_pp_stage"] if megatron else "first",
+            pp_stage=sweep_pp_stage(config["generator"]["megatron_pp_stage"], point.setup) if megatron else "first",
             megatron_version=megatron_version(config) if megatron else None, aicb_root=aicb_root or None,
             num_experts=m.num_experts if m.is_moe else None, moe_enable=m.is_moe,
             notes=_megatron_notes(point.setup) if megatron else ())

@@ -94,7 +94,7 @@ def panels(rows: list[Row], points: dict[str, PointRow]) -> list[Panel]:
         panel.rows[p.variant] = by_point.get(p.point, [])
 
     def order(panel: Panel) -> tuple:
-        values = dict(zip((*PANEL_AXES, *CP_AXES, *BUCKET_AXES), panel.setting))
+        values = dict(zip((*PANEL_AXES, *CP_AXES, *FSDP_AXES, *BUCKET_AXES), panel.setting))
         rest = tuple(int(v) if v.isdigit() else v for a, v in values.items() if a not in ("model", "sp", "tp"))
         return (values["model"], values["sp"], int(values["tp"]), rest)
 
