@@ -64,9 +64,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..setup.training import FSDP_STRATEGIES, TrainingSetup
+from .format import Workload
 from .megatron_blocks import BF16, FP32, Block, Build, Comm, Rows, Unexpressed
 
 FP8 = 1
@@ -390,4 +391,139 @@ def micro_batch_rows(build: Build, stage: int, mb: int, segments: Sequence[tuple
         out.blocks += before[pos][::-1]
         out += rows
     out.unexpressed += notes
+    return out
+
+
+# -- a sweep's simulation: the per-layer gathers in a workload's rows ----------------------
+
+
+@dataclass(frozen=True)
+class Gathers:
+    """What pricing a stage's per-layer parameter all-gathers needs: the FSDP (``megatron``:
+    megatron-fsdp's optim_grads_params; ``torch``: torch FSDP2) and one transformer layer's
+    gather bytes (every layer of a stage is the same unit). Its ``text`` is ``simulate``'s
+    ``--fsdp-gathers``, made at planning from a setup (``gathers``) and read back by ``parse``."""
+
+    kind: str
+    layer_bytes: int
+
+    def text(self) -> str:
+        return f"{self.kind}:layer_bytes={self.layer_bytes}"
+
+    @classmethod
+    def parse(cls, text: str) -> Gathers:
+        """``text`` as ``Gathers.text`` writes it; a ValueError saying what is wrong."""
+        kind, _, rest = text.partition(":")
+        name, _, value = rest.partition("=")
+        if kind not in ("megatron", "torch") or name != "layer_bytes" or not value.isdigit() or int(value) < 1:
+            raise ValueError(f"expected megatron:layer_bytes=N or torch:layer_bytes=N, got {text!r}")
+        return cls(kind, int(value))
+
+
+def gathers(s: TrainingSetup, stage: int) -> Gathers | None:
+    """The per-layer gathers of stage ``stage`` (None unless parameters are sharded over more
+    than one rank: optim_grads_params or torch FSDP2 with DP x CP above 1)."""
+    if s.fsdp not in ("optim_grads_params", "torch_fsdp2") or s.dp_cp == 1:
+        return None
+    units = torch_units(s) if s.fsdp == "torch_fsdp2" else stage_buckets(s, stage)
+    per_layer: dict[int, int] = {}
+    for b in units:
+        if b.unit is not None and 0 <= b.unit < OUTPUT:
+            per_layer[b.unit] = per_layer.get(b.unit, 0) + b.gather_bytes()
+    if not per_layer:
+        return None
+    return Gathers("torch" if s.fsdp == "torch_fsdp2" else "megatron", max(per_layer.values()))
+
+
+@dataclass(frozen=True)
+class RowGather:
+    """One layer's all-gather as a simulation adds it: the row whose compute carries its
+    exposed part (the layer's first row forward, its last row for the backward's gather),
+    the phase, the bytes, its time and exposed part in whole ns."""
+
+    row: int
+    name: str
+    phase: str
+    bytes: int
+    time_ns: int
+    exposed_ns: int
+
+
+def layer_runs(workload: Workload) -> list[tuple[int, list[int]]]:
+    """The workload's transformer layers in row order, each occurrence (one layer, one
+    micro-batch) as (layer, its rows' indices): consecutive rows of one layer, a new one
+    where a row of no layer comes between or a row's name comes again (the next micro-batch)."""
+    from .row_names import layer_of
+
+    runs: list[tuple[int, list[int]]] = []
+    names: set[str] = set()
+    for index, row in enumerate(workload.rows):
+        layer = layer_of(row.name)
+        if layer is None:
+            continue
+        last = runs[-1] if runs else None
+        if last is not None and last[0] == layer and last[1][-1] == index - 1 and row.name not in names:
+            last[1].append(index)
+        else:
+            runs.append((layer, [index]))
+            names = set()
+        names.add(row.name)
+    return runs
+
+
+def in_rows(workload: Workload, g: Gathers, gather_ns: int) -> tuple[Workload, list[RowGather]]:
+    """``workload`` (a Megatron workload commsweep wrote for a setup whose gathers are ``g``)
+    with what its per-layer all-gathers expose added to the rows they are issued before, as
+    megatron-fsdp prefetches them (NVIDIA/Megatron-LM core_v0.16.1,
+    ``megatron/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py``:
+    ``_pre_forward_param_unshard`` and ``_pre_backward_param_unshard`` call
+    ``AllGatherPipeline.all_gather_params`` of ``param_and_grad_buffer.py`` with ``prefetch``,
+    which issues the next unit's gather, in forward or backward order, with the unit's own);
+    torch FSDP2 issues the next layer's gather as its forward starts and prefetches the next
+    backward unit (``fully_shard``'s default implicit forward and backward prefetching).
+    ``gather_ns``: one layer's all-gather over DP x CP as the simulation times it.
+
+    Each pass of a micro-batch waits whole for its first layer's gather (forward: the first
+    layer's, before its first row; backward: the last layer's, before its last row, which
+    SimAI's backward runs first); every other layer's hides behind the compute of the layer
+    before it in that pass (forward: its forward compute; backward: its input- and
+    weight-gradient compute), and shows only where it is longer. A phase's gathers are
+    given one exposed time in the table (their mean, whole ns), as a collective's time is one
+    number per point there; the rows' compute takes the true exposed times, less the
+    rounding the mean drops (taken from the first), so both add up to the same."""
+    rows = list(workload.rows)
+    found: list[RowGather] = []
+    added: dict[tuple[int, str], int] = {}
+    runs = layer_runs(workload)
+    for i, (layer, members) in enumerate(runs):
+        fwd_before = runs[i - 1] if i and runs[i - 1][0] == layer - 1 else None
+        fwd_hidden = sum(rows[j].fwd_compute for j in fwd_before[1]) if fwd_before else 0
+        after = runs[i + 1] if i + 1 < len(runs) and runs[i + 1][0] == layer + 1 else None
+        bwd_hidden = sum(rows[j].ig_compute + rows[j].wg_compute for j in after[1]) if after else 0
+        for phase, anchor, hidden, first in (("fwd", members[0], fwd_hidden, fwd_before is None),
+                                             ("ig", members[-1], bwd_hidden, after is None)):
+            exposed = gather_ns if first else max(0, gather_ns - hidden)
+            found.append(RowGather(anchor, rows[anchor].name, phase, g.layer_bytes, gather_ns, exposed))
+            added[(anchor, phase)] = added.get((anchor, phase), 0) + exposed
+    found = _uniform(found, added)
+    for (anchor, phase), ns in added.items():
+        field = f"{phase}_compute"
+        rows[anchor] = replace(rows[anchor], **{field: getattr(rows[anchor], field) + ns})
+    return replace(workload, rows=tuple(rows)), found
+
+
+def _uniform(found: list[RowGather], added: dict[tuple[int, str], int]) -> list[RowGather]:
+    """Each phase's gathers with their mean exposed time; the rounding dropped is taken off
+    the compute of the phase's first gather (``added``, changed in place)."""
+    out = list(found)
+    for phase in ("fwd", "ig"):
+        mine = [k for k, r in enumerate(found) if r.phase == phase]
+        if not mine:
+            continue
+        total = sum(found[k].exposed_ns for k in mine)
+        mean = total // len(mine)
+        first = found[mine[0]]
+        added[(first.row, phase)] -= total - mean * len(mine)
+        for k in mine:
+            out[k] = replace(found[k], exposed_ns=mean)
     return out
