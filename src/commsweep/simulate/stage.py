@@ -186,7 +186,7 @@ class SimulateStage(Stage[SimulateJob]):
         """A point's simulation (``inputs``: its workload) as ``simulator:`` in the config asks,
         into its EndToEnd.csv, collectives and times (``outputs``); the sweep's tp_overlap axis
         first; a Megatron point prices what its workload cannot hold: its CP exchange
-        (``_cp_exchange``) and FSDP's per-layer gathers (``_fsdp_gathers``)."""
+        (``cp_exchange_of``) and FSDP's per-layer gathers (``fsdp_gathers_of``)."""
         (workload,), (endtoend, collectives, times) = inputs, outputs
         sim = config["simulator"]
         net = point.net
@@ -197,7 +197,7 @@ class SimulateStage(Stage[SimulateJob]):
             workload=workload, gpus=point.world_size, gpus_per_server=net.gpus_per_server,
             nics_per_server=net.nics_per_server, nvlink_gbps=str(net.nvlink_gbps), nic_gbps=str(net.nic_gbps),
             prefix=f"{point.point_key}-", **overlap, bucket_overlap=_bucket_overlap(point),
-            cp_exchange=_cp_exchange(point), fsdp_gathers=_fsdp_gathers(point, config),
+            cp_exchange=cp_exchange_of(point), fsdp_gathers=fsdp_gathers_of(point, config),
             simai_bugs=sim["simai_bugs"], backend=sim["backend"],
             strict=True, simai_root=sim["root"] or None, ratio_dir=ratio_dir(config), endtoend=endtoend,
             collectives=collectives, times=times)
@@ -343,7 +343,7 @@ def _bucket_overlap(point) -> str:
     return "grads+params" if s.overlap_param_gather else "grads"
 
 
-def _cp_exchange(point) -> str | None:
+def cp_exchange_of(point) -> str | None:
     """A Megatron point's CP exchange as ``--cp-exchange`` writes it (None without CP, and for
     an AICB point, whose workload has none): the simulation prices what its workload cannot
     hold (``workload.megatron_context_parallel.in_rows``)."""
@@ -355,7 +355,7 @@ def _cp_exchange(point) -> str | None:
     return None if x is None else x.text()
 
 
-def _fsdp_gathers(point, config: Mapping) -> str | None:
+def fsdp_gathers_of(point, config: Mapping) -> str | None:
     """A Megatron point's per-layer FSDP gathers as ``--fsdp-gathers`` writes it (None without
     sharded parameters), for the pipeline stage its workload is (``generator.megatron_pp_stage``)."""
     if point.schedule != "megatron" or point.setup.fsdp not in ("optim_grads_params", "torch_fsdp2"):

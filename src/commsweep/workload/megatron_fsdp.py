@@ -161,6 +161,12 @@ def layer_params(s: TrainingSetup, layer: int) -> list[Param]:
             + _linear("mlp.linear_fc2", h, m.ffn_hidden_size // t, layer, h if bias else None, fp8))
 
 
+def unit_parameters(s: TrainingSetup) -> int:
+    """One FSDP unit's parameters on a rank (a transformer layer's, on one TP rank), for the
+    memory model (``setup.memory.estimate``'s ``fsdp_unit``)."""
+    return sum(p.numel for p in layer_params(s, 0))
+
+
 def stage_params(s: TrainingSetup, stage: int) -> list[Param]:
     """Stage ``stage``'s parameters on one TP rank, in registration order (embedding, layers,
     final norm, output layer), as ``megatron_buckets.chunk_tensors`` lists them."""
