@@ -37,7 +37,9 @@ attention's forward runs again in the backward pass, its CP collectives included
 listed again in the backward phase.
 
 SimAI's workload format has no CP group (a file's groups are TP, DP, EP, DP_EP and PP), so
-every collective here is listed in ``Schedule.unexpressed``, none is written as a row. What
+every collective here is listed in ``Schedule.unexpressed``, none is written as a row; a
+sweep's simulation prices them (``in_rows``: what the attention waits for, added to the core
+attention's compute in the simulation, the file unchanged). What
 CP does change in the rows: each rank holds s/c tokens, so every TP collective, the
 pipeline sends and the cross entropy shrink by c; gradients are reduced over DP x CP
 (``megatron/core/distributed/distributed_data_parallel.py``: ``dp_cp_group``), which is
@@ -50,13 +52,13 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from ..setup.training import TrainingSetup
-from .megatron_blocks import Build, Comm, Unexpressed
 from .format import Workload
+from .megatron_blocks import Build, Comm, Unexpressed
 from .megatron_releases import Release
 
 NOTE = ("context parallelism's collectives (the attention's KV exchange over the CP group) are not in the "
         "workload: SimAI's format has no CP group; the rows carry the rest of CP (s/cp tokens per rank, "
-        "gradients over DP x CP)")
+        "gradients over DP x CP); simulate --cp-exchange prices it")
 WHY = "SimAI's workload format has no context-parallel group"
 
 

@@ -57,7 +57,8 @@ SimAI's rows carry a DP collective in the weight-gradient column only: each per-
 reduce-scatter is a row of its own, written just before the rows of the unit it follows (SimAI
 runs rows backwards in the backward pass). The per-layer all-gathers of the forward and
 backward passes cannot be rows: they are unexpressed, each anchored to the row before whose
-forward (or input-gradient) compute megatron issues it, which the Chakra export follows.
+forward (or input-gradient) compute megatron issues it, which the Chakra export follows, and
+which a sweep's simulation adds their exposed part to (``in_rows``; the file unchanged).
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ from .megatron_blocks import BF16, FP32, Block, Build, Comm, Rows, Unexpressed
 FP8 = 1
 EMBEDDING, OUTPUT = -1, 1 << 30  # positions of the parts outside the transformer layers
 NOTE = ("FSDP's per-layer parameter all-gathers (forward and backward) have no SimAI column: they are "
-        "not in the workload file (see docs/workload.md)")
+        "not in the workload file (see docs/workload.md); simulate --fsdp-gathers prices them")
 
 
 @dataclass(frozen=True)
