@@ -25,13 +25,28 @@ def test_a_layers_gather_is_the_schedules(fsdp):
     layer_gathers = {u.comm.bytes for u in megatron.schedule(s).unexpressed
                      if u.module == "fsdp.unit.param_allgather" and u.layer is not None and u.layer >= 0
                      and u.layer < megatron_fsdp.OUTPUT}
-    assert layer_gathers == {g.layer_bytes}
+    assert layer_gathers == set(g.layer_bytes) and len(g.layer_bytes) == 1
     assert g.kind == ("torch" if fsdp == "torch_fsdp2" else "megatron")
     assert megatron_fsdp.Gathers.parse(g.text()) == g
     for unsharded in ("none", "optim", "optim_grads"):
         assert megatron_fsdp.gathers(tiny(unsharded, world_size=4), 0) is None
     with pytest.raises(ValueError, match="layer_bytes"):
         megatron_fsdp.Gathers.parse("megatron:bytes=3")
+
+
+def test_fp8_parameters_gather_a_layer_in_two_buckets():
+    s = tiny("optim_grads_params", world_size=4, fp8_param_gather=True)
+    g = megatron_fsdp.gathers(s, 0)
+    layer_gathers = sorted(u.comm.bytes for u in megatron.schedule(s).unexpressed
+                           if u.module == "fsdp.unit.param_allgather" and u.layer == 0 and u.micro_batch == 0
+                           and u.phase == "fwd")
+    assert sorted(g.layer_bytes) == layer_gathers and len(layer_gathers) == 2
+    assert megatron_fsdp.Gathers.parse(g.text()) == g
+    # A layer waits for both: what shows is taken from the last bucket's gather back.
+    w = timed(s, 1500, 0)
+    _, gathered = megatron_fsdp.in_rows(w, g, (1000, 1000))
+    assert sum(x.exposed_ns for x in gathered if x.phase == "fwd") == s.num_microbatches * (
+        2000 + (s.model.num_layers - 1) * 500)
 
 
 def timed(s, fwd_ns: int, bwd_ns: int) -> wf.Workload:
@@ -59,7 +74,7 @@ def test_the_prefetch_hides_each_gather_behind_the_layer_before_it(fwd, bwd):
     s = tiny("optim_grads_params", world_size=4, global_batch=8)
     g, w = megatron_fsdp.gathers(s, 0), timed(s, fwd, bwd)
     layers, mbs = s.model.num_layers, s.num_microbatches
-    priced, gathered = megatron_fsdp.in_rows(w, g, 1000)
+    priced, gathered = megatron_fsdp.in_rows(w, g, (1000,))
     want_fwd = mbs * (1000 + (layers - 1) * max(0, 1000 - fwd))
     want_bwd = mbs * (1000 + (layers - 1) * max(0, 1000 - bwd))
     added = [sum(getattr(a, f"{p}_compute") - getattr(b, f"{p}_compute") for a, b in zip(priced.rows, w.rows))
@@ -68,7 +83,7 @@ def test_the_prefetch_hides_each_gather_behind_the_layer_before_it(fwd, bwd):
     # The table: one line per gather, every gather of a phase at its mean, adding up to the rows.
     assert len(gathered) == 2 * layers * mbs
     assert [sum(x.exposed_ns for x in gathered if x.phase == p) for p in ("fwd", "ig")] == added
-    assert {x.time_ns for x in gathered} == {1000} and {x.bytes for x in gathered} == {g.layer_bytes}
+    assert {x.time_ns for x in gathered} == {1000} and {x.bytes for x in gathered} == set(g.layer_bytes)
     # Forward's on each layer's first row, backward's on its last, as the schedule anchors them.
     anchors = {(u.phase, u.anchor) for u in megatron.schedule(s).unexpressed
                if u.module == "fsdp.unit.param_allgather" and u.layer is not None and 0 <= u.layer < 1 << 30}

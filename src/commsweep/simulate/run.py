@@ -217,11 +217,11 @@ def with_fsdp_gathers(workload, spec: str | None, network, ratios):
     from .engine import comm_time_ns
 
     g = fsdp.Gathers.parse(spec)
-    gather_ns = comm_time_ns("ALLGATHER", "wg", g.layer_bytes, workload.header, network, ratios)
+    gather_ns = tuple(comm_time_ns("ALLGATHER", "wg", n, workload.header, network, ratios) for n in g.layer_bytes)
     priced, gathered = fsdp.in_rows(workload, g, gather_ns)
     exposed = [sum(x.exposed_ns for x in gathered if x.phase == phase) for phase in ("fwd", "ig")]
-    note(f"FSDP per-layer gathers ({g.kind}): {len(gathered)} all-gathers of {g.layer_bytes} bytes over DP, "
-         f"{gather_ns / 1000:.0f} us each, exposed {exposed[0] / 1000:.0f} us forward and {exposed[1] / 1000:.0f} "
+    note(f"FSDP per-layer gathers ({g.kind}): {len(gathered)} all-gathers over DP ({sum(g.layer_bytes)} bytes, "
+         f"{sum(gather_ns) / 1000:.0f} us a layer), exposed {exposed[0] / 1000:.0f} us forward and {exposed[1] / 1000:.0f} "
          "us backward, added to the rows they precede (no SimAI column carries them)")
     return priced, gathered
 

@@ -407,24 +407,28 @@ def micro_batch_rows(build: Build, stage: int, mb: int, segments: Sequence[tuple
 @dataclass(frozen=True)
 class Gathers:
     """What pricing a stage's per-layer parameter all-gathers needs: the FSDP (``megatron``:
-    megatron-fsdp's optim_grads_params; ``torch``: torch FSDP2) and one transformer layer's
-    gather bytes (every layer of a stage is the same unit). Its ``text`` is ``simulate``'s
-    ``--fsdp-gathers``, made at planning from a setup (``gathers``) and read back by ``parse``."""
+    megatron-fsdp's optim_grads_params; ``torch``: torch FSDP2) and the bytes of one
+    transformer layer's gathers, one per bucket of the unit (with FP8 parameters its FP8
+    bucket and its bf16 one; every layer of a stage is the same unit). Its ``text`` is
+    ``simulate``'s ``--fsdp-gathers``, made at planning from a setup (``gathers``) and read
+    back by ``parse``."""
 
     kind: str
-    layer_bytes: int
+    layer_bytes: tuple[int, ...]
 
     def text(self) -> str:
-        return f"{self.kind}:layer_bytes={self.layer_bytes}"
+        return f"{self.kind}:layer_bytes={'+'.join(map(str, self.layer_bytes))}"
 
     @classmethod
     def parse(cls, text: str) -> Gathers:
         """``text`` as ``Gathers.text`` writes it; a ValueError saying what is wrong."""
         kind, _, rest = text.partition(":")
         name, _, value = rest.partition("=")
-        if kind not in ("megatron", "torch") or name != "layer_bytes" or not value.isdigit() or int(value) < 1:
-            raise ValueError(f"expected megatron:layer_bytes=N or torch:layer_bytes=N, got {text!r}")
-        return cls(kind, int(value))
+        sizes = value.split("+")
+        if kind not in ("megatron", "torch") or name != "layer_bytes" or not all(x.isdigit() and int(x) > 0
+                                                                                for x in sizes):
+            raise ValueError(f"expected megatron:layer_bytes=N[+N] or torch:layer_bytes=N[+N], got {text!r}")
+        return cls(kind, tuple(map(int, sizes)))
 
 
 def gathers(s: TrainingSetup, stage: int) -> Gathers | None:
@@ -433,13 +437,14 @@ def gathers(s: TrainingSetup, stage: int) -> Gathers | None:
     if s.fsdp not in ("optim_grads_params", "torch_fsdp2") or s.dp_cp == 1:
         return None
     units = torch_units(s) if s.fsdp == "torch_fsdp2" else stage_buckets(s, stage)
-    per_layer: dict[int, int] = {}
+    per_layer: dict[int, tuple[int, ...]] = {}
     for b in units:
         if b.unit is not None and 0 <= b.unit < OUTPUT:
-            per_layer[b.unit] = per_layer.get(b.unit, 0) + b.gather_bytes()
+            per_layer[b.unit] = per_layer.get(b.unit, ()) + (b.gather_bytes(),)
     if not per_layer:
         return None
-    return Gathers("torch" if s.fsdp == "torch_fsdp2" else "megatron", max(per_layer.values()))
+    assert len(set(per_layer.values())) == 1, per_layer  # the stage's layers are one unit each, alike
+    return Gathers("torch" if s.fsdp == "torch_fsdp2" else "megatron", next(iter(per_layer.values())))
 
 
 @dataclass(frozen=True)
@@ -478,7 +483,7 @@ def layer_runs(workload: Workload) -> list[tuple[int, list[int]]]:
     return runs
 
 
-def in_rows(workload: Workload, g: Gathers, gather_ns: int) -> tuple[Workload, list[RowGather]]:
+def in_rows(workload: Workload, g: Gathers, gather_ns: tuple[int, ...]) -> tuple[Workload, list[RowGather]]:
     """``workload`` (a Megatron workload commsweep wrote for a setup whose gathers are ``g``)
     with what its per-layer all-gathers expose added to the rows they are issued before, as
     megatron-fsdp prefetches them (NVIDIA/Megatron-LM core_v0.16.1,
@@ -488,7 +493,8 @@ def in_rows(workload: Workload, g: Gathers, gather_ns: int) -> tuple[Workload, l
     which issues the next unit's gather, in forward or backward order, with the unit's own);
     torch FSDP2 issues the next layer's gather as its forward starts and prefetches the next
     backward unit (``fully_shard``'s default implicit forward and backward prefetching).
-    ``gather_ns``: one layer's all-gather over DP x CP as the simulation times it.
+    ``gather_ns``: each of a layer's all-gathers (``g.layer_bytes``) over DP x CP as the
+    simulation times it; a layer waits for them all, one after the other on the stream.
 
     Each pass of a micro-batch waits whole for its first layer's gather (forward: the first
     layer's, before its first row; backward: the last layer's, before its last row, which
@@ -509,9 +515,13 @@ def in_rows(workload: Workload, g: Gathers, gather_ns: int) -> tuple[Workload, l
         bwd_hidden = sum(rows[j].ig_compute + rows[j].wg_compute for j in after[1]) if after else 0
         for phase, anchor, hidden, first in (("fwd", members[0], fwd_hidden, fwd_before is None),
                                              ("ig", members[-1], bwd_hidden, after is None)):
-            exposed = gather_ns if first else max(0, gather_ns - hidden)
-            found.append(RowGather(anchor, rows[anchor].name, phase, g.layer_bytes, gather_ns, exposed))
+            exposed = sum(gather_ns) if first else max(0, sum(gather_ns) - hidden)
             added[(anchor, phase)] = added.get((anchor, phase), 0) + exposed
+            # What shows is the end of the last gathers: taken from the last bucket back.
+            for nbytes, ns in reversed(list(zip(g.layer_bytes, gather_ns))):
+                share = min(exposed, ns)
+                exposed -= share
+                found.append(RowGather(anchor, rows[anchor].name, phase, nbytes, ns, share))
     found = _uniform(found, added)
     for (anchor, phase), ns in added.items():
         field = f"{phase}_compute"
@@ -520,13 +530,13 @@ def in_rows(workload: Workload, g: Gathers, gather_ns: int) -> tuple[Workload, l
 
 
 def _uniform(found: list[RowGather], added: dict[tuple[int, str], int]) -> list[RowGather]:
-    """Each phase's gathers with their mean exposed time; the rounding dropped is taken off
-    the compute of the phase's first gather (``added``, changed in place)."""
+    """The gathers with one exposed time per phase and size (their mean); the rounding
+    dropped is taken off the compute of the first such gather's row (``added``, in place)."""
     out = list(found)
-    for phase in ("fwd", "ig"):
-        mine = [k for k, r in enumerate(found) if r.phase == phase]
-        if not mine:
-            continue
+    keys: dict[tuple[str, int], list[int]] = {}
+    for k, r in enumerate(found):
+        keys.setdefault((r.phase, r.bytes), []).append(k)
+    for (phase, _), mine in keys.items():
         total = sum(found[k].exposed_ns for k in mine)
         mean = total // len(mine)
         first = found[mine[0]]
