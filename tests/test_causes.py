@@ -30,6 +30,7 @@ GiB = 2**30
 def run_sweep(results: Path, config: dict) -> list[dict[str, str]]:
     """Every per-point result of a sweep, made by the commands the rules run; the points table."""
     from commsweep.setup.config_schema import validate_config
+    from commsweep.simulate.stage import cp_exchange_of, fsdp_gathers_of
 
     validate_config(config)
     points, invalid = sweep.points_from_config(config)
@@ -64,7 +65,9 @@ def run_sweep(results: Path, config: dict) -> list[dict[str, str]]:
         overlap = dict(config["simulator"]["overlap"])
         if p.tp_overlap is not None:
             overlap["tp"] = p.tp_overlap
-        main("simulate", "-w", workload, "-g", p.world_size, *net, "-r", f"{p.point_key}-",
+        priced = [x for flag, spec in (("--cp-exchange", cp_exchange_of(p)),
+                                       ("--fsdp-gathers", fsdp_gathers_of(p, config))) if spec for x in (flag, spec)]
+        main("simulate", "-w", workload, "-g", p.world_size, *net, "-r", f"{p.point_key}-", *priced,
              *(x for name, value in overlap.items() for x in (f"-{name}_o", value)),
              "--endtoend", out / "EndToEnd.csv", "--collectives", out / "collectives.csv", "--times", out / "times.csv")
         main("audit", workload, *to_commsweep_argv(p.setup), "--pp-stage", config["generator"]["megatron_pp_stage"],

@@ -50,6 +50,10 @@ def memory_verdict(setup: TrainingSetup, gpu: str) -> tuple[float, bool | None] 
         moe = dict(expert_parameters={stage: expert_parameters(setup, stage) for stage in stages},
                    moe_layers={stage: sum(map(setup.model.is_moe_layer, stage_layers(setup, stage)))
                                for stage in stages})
+    if setup.fsdp != "none":  # the unit FSDP gathers and reduces whole
+        from ..workload.megatron_fsdp import unit_parameters
+
+        moe["fsdp_unit"] = unit_parameters(setup)
     mem = memory.estimate(setup, params, flash_attention=True, dropout=True, **moe)
     known = {name.lower(): spec for name, spec in gpus.GPUS.items()}
     spec = known.get(gpu.lower())

@@ -52,6 +52,29 @@ has fewer micro-batches. The last stage also keeps the fp32 logits of the cross 
 each stage keeps its own layers' activations (stage i of the 1F1B schedule min(g, p - i)
 micro-batches of them), so any stage may be the fullest: the peak is the largest of all.
 
+**Fully sharded data parallelism** shards the model states over DP x CP (n ranks):
+
+* megatron-fsdp (NVIDIA/Megatron-LM core_v0.16.1, ``megatron/core/distributed/fsdp/src/
+  megatron_fsdp/megatron_fsdp.py``, ``MegatronFSDP``; its buffers in ``param_and_grad_buffer.py``,
+  ``ParamAndGradBuffer``): ``no_shard`` shards nothing (the optimizer whole, as DDP without
+  the distributed optimizer); ``optim`` the optimizer states (master weights and moments,
+  12 bytes, 1/n); ``optim_grads`` and the main gradients (1/n), with one FSDP unit's whole
+  gradient alive while it is reduce-scattered; ``optim_grads_params`` and the weights (1/n),
+  with the gathered weights of the unit running and of those prefetched ahead of it
+  (``AllGatherPipeline.all_gather_params`` prefetches the next units, in forward or backward
+  order, until it holds ``suggested_AG_prefetch_size`` elements beyond the unit's own:
+  ``MegatronFSDP.__init__`` sets it to half of max(10^9, two units) elements, so at least
+  5x10^8; with ``fsdp_double_buffer``, off by default, two units at most).
+* torch FSDP2 (``megatron/core/distributed/torch_fully_sharded_data_parallel.py``,
+  ``TorchFullyShardedDataParallel.__init__``: ``fully_shard`` on each layer, no
+  mixed-precision policy, ``reshard_after_forward``): bf16 weights and gradients and the
+  optimizer's 12 bytes all 1/n; the layer running and the one prefetched (FSDP2 prefetches
+  one unit ahead, forward and backward) gathered whole, and one unit's whole gradient
+  before its reduce-scatter.
+
+A unit is a transformer layer (``fsdp_unit`` parameters on the rank); the embedding and the
+output layer are not counted as units here.
+
 Not counted: the CUDA context and allocator fragmentation, communication buffers and
 temporary tensors; so ``fits`` is a necessary condition, with ``RESERVE_GIB`` kept free.
 """
@@ -68,6 +91,9 @@ FP32 = 4
 # Kept free for the CUDA context, NCCL's buffers and the allocator (about what nvidia-smi
 # shows a PyTorch process holding before any tensor exists, plus NCCL's channels).
 RESERVE_GIB = 2.0
+# megatron-fsdp's smallest all-gather prefetch, in elements (``MegatronFSDP.__init__``:
+# ``suggested_AG_prefetch_size`` = max(10^9, two units) // 2).
+AG_PREFETCH_ELEMENTS = 500_000_000
 
 
 @dataclass(frozen=True)
@@ -173,6 +199,42 @@ def layer_activations(setup: TrainingSetup, *, flash_attention: bool, dropout: b
     return int(whole), int(whole)
 
 
+def gathered_units(setup: TrainingSetup, unit: int, layers: int) -> int:
+    """FSDP units whose weights are gathered at once with sharded parameters: the running
+    one and those prefetched (megatron-fsdp: until the prefetched hold at least
+    ``AG_PREFETCH_ELEMENTS``, or the larger half of two units; torch FSDP2: one), at most the
+    stage's ``layers``."""
+    if setup.fsdp == "torch_fsdp2":
+        ahead = 1
+    else:
+        limit = max(AG_PREFETCH_ELEMENTS, unit)
+        ahead = -(-limit // unit) if unit else 0
+    return max(1, min(layers, 1 + ahead))
+
+
+def fsdp_states(setup: TrainingSetup, params: int, unit: int, layers: int) -> tuple[int, int, int]:
+    """(weights, gradients, optimizer) bytes of a rank holding ``params`` parameters, of which
+    one FSDP unit (a transformer layer) is ``unit`` and the stage has ``layers``, sharded as
+    ``setup.fsdp`` says over DP x CP (the module docstring); ``none`` is not FSDP."""
+    n, grad = setup.dp * setup.cp, FP32 if setup.grad_reduce_in_fp32 else HALF
+
+    def shard(nbytes: int) -> int:
+        return -(-nbytes // n)
+
+    if setup.fsdp == "torch_fsdp2":
+        alive = gathered_units(setup, unit, layers)
+        return shard(HALF * params) + HALF * unit * alive, shard(HALF * params) + HALF * unit, shard(12 * params)
+    if setup.fsdp == "no_shard":
+        return HALF * params, grad * params, 12 * params
+    if setup.fsdp == "optim":
+        return HALF * params, grad * params, shard(12 * params)
+    if setup.fsdp == "optim_grads":
+        return HALF * params, shard(grad * params) + grad * unit, shard(12 * params)
+    assert setup.fsdp == "optim_grads_params", setup.fsdp
+    alive = gathered_units(setup, unit, layers)
+    return shard(HALF * params) + HALF * unit * alive, shard(grad * params) + grad * unit, shard(12 * params)
+
+
 def in_flight(setup: TrainingSetup, stage: int) -> float:
     """Micro-batches whose activations stage ``stage`` holds at its peak."""
     p, v, g = setup.pp, setup.virtual_pipeline, setup.num_microbatches
@@ -185,11 +247,13 @@ def in_flight(setup: TrainingSetup, stage: int) -> float:
 
 def estimate(setup: TrainingSetup, parameters: dict[int, int], *, flash_attention: bool = True,
              dropout: bool = True, expert_parameters: dict[int, int] | None = None,
-             moe_layers: dict[int, int] | None = None) -> Memory:
+             moe_layers: dict[int, int] | None = None, fsdp_unit: int = 0) -> Memory:
     """Peak bytes per GPU; ``parameters``: the rank's parameter count per pipeline stage
     (at least the first and the last, ``workload.megatron.local_parameters``). For an MoE
     model, ``expert_parameters``: the part of them in routed experts sharded over EP
-    (``workload.megatron.expert_parameters``), and ``moe_layers``: the stage's MoE layers."""
+    (``workload.megatron.expert_parameters``), and ``moe_layers``: the stage's MoE layers.
+    With FSDP (``setup.fsdp``), ``fsdp_unit``: one transformer layer's parameters on the rank
+    (``workload.megatron_fsdp.unit_parameters``), the unit gathered and reduced whole."""
     # Context parallelism: a rank keeps the activations of its s/cp tokens, and the
     # distributed optimizer shards over DP x CP.
     rank = replace(setup, seq_length=setup.seq_per_rank, cp=1, cp_comm_type="p2p", hierarchical_cp=None)
@@ -210,11 +274,13 @@ def estimate(setup: TrainingSetup, parameters: dict[int, int], *, flash_attentio
             activations += moe_working if moe else working
         if stage == setup.pp - 1:  # the cross entropy's fp32 logits and the final norm's input
             activations += FP32 * rank.seq_length * setup.micro_batch * setup.padded_vocab / t + HALF * sbh
-        memory = Memory(
-            weights=HALF * params, gradients=grad * params,
-            optimizer=-(-12 * (params - experts) // dense_share) + -(-12 * experts // expert_share),
-            activations=int(activations), stage=stage,
-        )
+        if setup.fsdp != "none":
+            weights, gradients, optimizer = fsdp_states(setup, params, fsdp_unit, setup.stage_layer_count(stage))
+        else:
+            weights, gradients = HALF * params, grad * params
+            optimizer = -(-12 * (params - experts) // dense_share) + -(-12 * experts // expert_share)
+        memory = Memory(weights=weights, gradients=gradients, optimizer=optimizer,
+                        activations=int(activations), stage=stage)
         if best is None or memory.total > best.total:
             best = memory
     if best is None:

@@ -29,6 +29,32 @@ def number_text(text: str) -> str:
     return text
 
 
+def cp_exchange_text(text: str) -> str:
+    """``--cp-exchange``'s value, checked (``megatron_context_parallel.Exchange.parse``) and kept as typed."""
+    import argparse
+
+    from ..workload.megatron_context_parallel import Exchange
+
+    try:
+        Exchange.parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def fsdp_gathers_text(text: str) -> str:
+    """``--fsdp-gathers``'s value, checked (``megatron_fsdp.Gathers.parse``) and kept as typed."""
+    import argparse
+
+    from ..workload.megatron_fsdp import Gathers
+
+    try:
+        Gathers.parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 def add_gpus_argument(parser, *, required: bool) -> None:
     """SimAI's ``-g``: the GPUs of the run, which set the DP group size."""
     from ..setup.network import GPUS_FLAG
@@ -103,14 +129,7 @@ def run(job) -> None:
     else:
         if not job.simai_root:
             raise ConfigError("the simai backend needs the root of a built SimAI (--simai-root)", key="simai_root")
-        from . import simai
-
-        result = simai.run(Path(job.simai_root), Path(job.workload), network, prefix=job.prefix,
-                           ratio_dir=Path(ratio_dir) if ratio_dir else None, simai_bugs=job.simai_bugs,
-                           timeout=job.timeout, log=sys.stdout)
-        for warning in result.warnings:
-            note(f"warning: {warning}")
-        endtoend_text, collectives_text = result.endtoend_text, result.collectives_csv()
+        endtoend_text, collectives_text = _run_simai(job, network, ratio_dir)
     times_text = None
     if job.times:
         from . import times
@@ -142,14 +161,115 @@ def bucket_network(job, network, ratio_dir: str | None):
     return replace(network, dp_overlap=ratio)
 
 
+def _run_simai(job, network, ratio_dir: str | None) -> tuple[str, str]:
+    """A user's SimAI_analytical on the workload (with ``--cp-exchange``, on the workload with
+    the exchange in its rows, written to a private folder for the run)."""
+    import tempfile
+
+    from ..workload import format as wformat
+    from . import simai
+
+    from .engine import load_ratios
+
+    workload_path, extra = Path(job.workload), ""
+    with tempfile.TemporaryDirectory(prefix="commsweep-priced-") as folder:
+        if job.cp_exchange is not None or job.fsdp_gathers is not None:
+            priced, extra = with_unexpressed(wformat.read(job.workload), job, network, load_ratios(ratio_dir))
+            workload_path = Path(folder) / workload_path.name
+            wformat.write(priced, workload_path)
+        result = simai.run(Path(job.simai_root), workload_path, network, prefix=job.prefix,
+                           ratio_dir=Path(ratio_dir) if ratio_dir else None, simai_bugs=job.simai_bugs,
+                           timeout=job.timeout, log=sys.stdout)
+    for warning in result.warnings:
+        note(f"warning: {warning}")
+    return result.endtoend_text, result.collectives_csv() + extra
+
+
 def _run_builtin(job, network, ratio_dir: str | None) -> tuple[str, str]:
     from ..workload import format as wformat
     from .engine import load_ratios, simulate
 
     ratios = load_ratios(ratio_dir)
     note(f"ratio tables: {ratios.source}")
-    workload = wformat.read(job.workload)
+    workload, extra = with_unexpressed(wformat.read(job.workload), job, network, ratios)
     sim = simulate(workload, network, ratios, prefix=job.prefix, simai_bugs=job.simai_bugs)
     for warning in sim.warnings():
         note(f"warning: {warning}")
-    return sim.endtoend, sim.collectives_csv()
+    return sim.endtoend, sim.collectives_csv() + extra
+
+
+def with_unexpressed(workload, job, network, ratios):
+    """``workload`` with what a Megatron workload cannot hold priced into its rows' compute
+    (``--cp-exchange``, ``--fsdp-gathers``), and those collectives as lines of the
+    per-collective table (after the simulation's own); unchanged and none without them."""
+    workload, exchanged = with_cp_exchange(workload, job.cp_exchange, network)
+    workload, gathered = with_fsdp_gathers(workload, job.fsdp_gathers, network, ratios)
+    return workload, exchange_rows(exchanged) + gather_rows(gathered, workload.header, network)
+
+
+def with_fsdp_gathers(workload, spec: str | None, network, ratios):
+    """``workload`` with what its per-layer FSDP all-gathers expose in the rows they precede,
+    and each gather (``megatron_fsdp.in_rows``), one gather timed as the simulation times an
+    all-gather of its bytes over DP (x CP: SimAI's DP group, ``engine.comm_time_ns``)."""
+    if spec is None:
+        return workload, []
+    from ..workload import megatron_fsdp as fsdp
+    from .engine import comm_time_ns
+
+    g = fsdp.Gathers.parse(spec)
+    gather_ns = tuple(comm_time_ns("ALLGATHER", "wg", n, workload.header, network, ratios) for n in g.layer_bytes)
+    priced, gathered = fsdp.in_rows(workload, g, gather_ns)
+    exposed = [sum(x.exposed_ns for x in gathered if x.phase == phase) for phase in ("fwd", "ig")]
+    note(f"FSDP per-layer gathers ({g.kind}): {len(gathered)} all-gathers over DP ({sum(g.layer_bytes)} bytes, "
+         f"{sum(gather_ns) / 1000:.0f} us a layer), exposed {exposed[0] / 1000:.0f} us forward and {exposed[1] / 1000:.0f} "
+         "us backward, added to the rows they precede (no SimAI column carries them)")
+    return priced, gathered
+
+
+def gather_rows(gathered, header, network) -> str:
+    """FSDP's per-layer gathers as lines of the per-collective table (group DP)."""
+    from ..workload.format import group_sizes
+    from .collectives import CollectiveTime, ns_text, to_csv
+    from .engine import effective_size
+
+    dp = group_sizes(header, int(network.gpus))["DP"] if gathered else 0
+    table = [CollectiveTime(x.row, x.name, x.phase, "allgather", "DP", dp, effective_size(x.phase, x.bytes),
+                            ns_text(x.time_ns), ns_text(x.exposed_ns)) for x in gathered]
+    return to_csv(table).partition("\n")[2] if table else ""
+
+
+# SimAI divides bytes by 2^30 and by its bandwidth flags: its "GB/s" are GiB/s.
+SIMAI_GB = 2**30 / 1e9
+
+
+def with_cp_exchange(workload, spec: str | None, network):
+    """``workload`` with its CP exchange's exposed part in its core attention rows, and each
+    collective of the exchange (``megatron_context_parallel.in_rows``), on the link its CP
+    group runs over: ``-nv``, or the rank's share of ``-nic`` when the group spans servers
+    (SimAI's flags are what NCCL reaches of each link, as the validation's time model takes
+    them). Unchanged, with none, without ``spec``."""
+    if spec is None:
+        return workload, []
+    from ..workload import megatron_context_parallel as cp
+
+    x = cp.Exchange.parse(spec)
+    gbps = cp.link_gbps(x, network.gpus_per_server, network.nics_per_server,
+                        float(network.nvlink_gbps) * SIMAI_GB, float(network.nic_gbps) * SIMAI_GB)
+    priced, exchanged = cp.in_rows(workload, x, gbps)
+    exposed = [sum(e.exposed_ns for e in exchanged if e.phase == phase) for phase in ("fwd", "ig")]
+    note(f"CP exchange ({x.kind}, cp {x.cp}, {gbps:g} GB/s): {len(exchanged)} collectives over the CP group, "
+         f"exposed {exposed[0] / 1000:.0f} us forward and {exposed[1] / 1000:.0f} us backward, added to the core "
+         "attention rows' compute (SimAI's format has no CP group)")
+    return priced, exchanged
+
+
+def exchange_rows(exchanged) -> str:
+    """The CP exchange's collectives as lines of the per-collective table (group CP; the
+    bytes as SimAI would time them), after the simulation's own."""
+    from .collectives import CollectiveTime, ns_text, to_csv
+    from .engine import effective_size
+
+    table = [CollectiveTime(e.row, e.name, e.phase, e.comm.collective, e.comm.group, e.ranks,
+                            effective_size(e.phase, e.comm.bytes),
+                            ns_text(e.time_ns), ns_text(e.exposed_ns)) for e in exchanged]
+    return to_csv(table).partition("\n")[2] if table else ""

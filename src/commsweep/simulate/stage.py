@@ -19,7 +19,7 @@ from typing import ClassVar
 from ..base.jobfields import add_arguments, flag, from_namespace
 from ..base.stage import Resources, Stage
 from ..setup.network import GPUS_FLAG, SERVER_FLAGS, Network
-from .run import number_text, ratio_dir_for
+from .run import cp_exchange_text, fsdp_gathers_text, number_text, ratio_dir_for
 
 # SimAI's overlap ratios and their defaults as its command line writes them, in its flags' order.
 OVERLAPS = (("tp", "0"), ("dp", "0"), ("ep", "0"), ("pp", "1"))
@@ -94,6 +94,16 @@ class SimulateJob:
                                help="a Megatron workload's overlapped buckets (megatron's --overlap-grad-reduce, "
                                     "and --overlap-param-gather for grads+params): the DP overlap ratio becomes "
                                     "what they hide (simulate/overlap.py), in place of --dp_overlap")
+    cp_exchange: str | None = flag("--cp-exchange", metavar="SPEC", type=cp_exchange_text, default=None,
+                                   help="a Megatron workload's context-parallel exchange (KIND:cp=..,inner=..,"
+                                        "outer=..,kv=..,q=..,tp=..[,selective], as a sweep plans it): its exposed "
+                                        "part is added to each core attention row's compute and its collectives "
+                                        "to the tables, group CP (SimAI's format has no CP group)")
+    fsdp_gathers: str | None = flag("--fsdp-gathers", metavar="SPEC", type=fsdp_gathers_text, default=None,
+                                    help="a Megatron workload's per-layer FSDP parameter all-gathers "
+                                         "(megatron|torch:layer_bytes=N, as a sweep plans it): what megatron's "
+                                         "prefetch leaves exposed is added to the rows they precede and the gathers "
+                                         "to the tables, group DP (no SimAI column carries them)")
     simai_bugs: str = flag("--simai-bugs", choices=("fix", "reproduce", "error"), default="fix", when="always",
                            help="where SimAI prints nonsense: fix it and warn (default), reproduce SimAI's output, "
                                 "or fail")
@@ -175,7 +185,8 @@ class SimulateStage(Stage[SimulateJob]):
     def job(self, point, config: Mapping, inputs: tuple, outputs: tuple) -> SimulateJob:
         """A point's simulation (``inputs``: its workload) as ``simulator:`` in the config asks,
         into its EndToEnd.csv, collectives and times (``outputs``); the sweep's tp_overlap axis
-        first."""
+        first; a Megatron point prices what its workload cannot hold: its CP exchange
+        (``cp_exchange_of``) and FSDP's per-layer gathers (``fsdp_gathers_of``)."""
         (workload,), (endtoend, collectives, times) = inputs, outputs
         sim = config["simulator"]
         net = point.net
@@ -186,6 +197,7 @@ class SimulateStage(Stage[SimulateJob]):
             workload=workload, gpus=point.world_size, gpus_per_server=net.gpus_per_server,
             nics_per_server=net.nics_per_server, nvlink_gbps=str(net.nvlink_gbps), nic_gbps=str(net.nic_gbps),
             prefix=f"{point.point_key}-", **overlap, bucket_overlap=_bucket_overlap(point),
+            cp_exchange=cp_exchange_of(point), fsdp_gathers=fsdp_gathers_of(point, config),
             simai_bugs=sim["simai_bugs"], backend=sim["backend"],
             strict=True, simai_root=sim["root"] or None, ratio_dir=ratio_dir(config), endtoend=endtoend,
             collectives=collectives, times=times)
@@ -329,3 +341,27 @@ def _bucket_overlap(point) -> str:
     if point.schedule != "megatron" or not s.overlap_grad_reduce:
         return "none"
     return "grads+params" if s.overlap_param_gather else "grads"
+
+
+def cp_exchange_of(point) -> str | None:
+    """A Megatron point's CP exchange as ``--cp-exchange`` writes it (None without CP, and for
+    an AICB point, whose workload has none): the simulation prices what its workload cannot
+    hold (``workload.megatron_context_parallel.in_rows``)."""
+    if point.schedule != "megatron":
+        return None
+    from ..workload.megatron_context_parallel import exchange
+
+    x = exchange(point.setup)
+    return None if x is None else x.text()
+
+
+def fsdp_gathers_of(point, config: Mapping) -> str | None:
+    """A Megatron point's per-layer FSDP gathers as ``--fsdp-gathers`` writes it (None without
+    sharded parameters), for the pipeline stage its workload is (``generator.megatron_pp_stage``)."""
+    if point.schedule != "megatron" or point.setup.fsdp not in ("optim_grads_params", "torch_fsdp2"):
+        return None
+    from ..workload.generate import pipeline_stage
+    from ..workload.megatron_fsdp import gathers
+
+    g = gathers(point.setup, pipeline_stage(config["generator"]["megatron_pp_stage"], point.setup))
+    return None if g is None else g.text()

@@ -57,22 +57,24 @@ SimAI's rows carry a DP collective in the weight-gradient column only: each per-
 reduce-scatter is a row of its own, written just before the rows of the unit it follows (SimAI
 runs rows backwards in the backward pass). The per-layer all-gathers of the forward and
 backward passes cannot be rows: they are unexpressed, each anchored to the row before whose
-forward (or input-gradient) compute megatron issues it, which the Chakra export follows.
+forward (or input-gradient) compute megatron issues it, which the Chakra export follows, and
+which a sweep's simulation adds their exposed part to (``in_rows``; the file unchanged).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..setup.training import FSDP_STRATEGIES, TrainingSetup
+from .format import Workload
 from .megatron_blocks import BF16, FP32, Block, Build, Comm, Rows, Unexpressed
 
 FP8 = 1
 EMBEDDING, OUTPUT = -1, 1 << 30  # positions of the parts outside the transformer layers
 NOTE = ("FSDP's per-layer parameter all-gathers (forward and backward) have no SimAI column: they are "
-        "not in the workload file (see docs/workload.md)")
+        "not in the workload file (see docs/workload.md); simulate --fsdp-gathers prices them")
 
 
 @dataclass(frozen=True)
@@ -158,6 +160,12 @@ def layer_params(s: TrainingSetup, layer: int) -> list[Param]:
             + _norm(s, "pre_mlp_layernorm", layer)
             + _linear("mlp.linear_fc1", fc1 // t, h, layer, fc1 // t if bias else None, fp8)
             + _linear("mlp.linear_fc2", h, m.ffn_hidden_size // t, layer, h if bias else None, fp8))
+
+
+def unit_parameters(s: TrainingSetup) -> int:
+    """One FSDP unit's parameters on a rank (a transformer layer's, on one TP rank), for the
+    memory model (``setup.memory.estimate``'s ``fsdp_unit``)."""
+    return sum(p.numel for p in layer_params(s, 0))
 
 
 def stage_params(s: TrainingSetup, stage: int) -> list[Param]:
@@ -390,4 +398,149 @@ def micro_batch_rows(build: Build, stage: int, mb: int, segments: Sequence[tuple
         out.blocks += before[pos][::-1]
         out += rows
     out.unexpressed += notes
+    return out
+
+
+# -- a sweep's simulation: the per-layer gathers in a workload's rows ----------------------
+
+
+@dataclass(frozen=True)
+class Gathers:
+    """What pricing a stage's per-layer parameter all-gathers needs: the FSDP (``megatron``:
+    megatron-fsdp's optim_grads_params; ``torch``: torch FSDP2) and the bytes of one
+    transformer layer's gathers, one per bucket of the unit (with FP8 parameters its FP8
+    bucket and its bf16 one; every layer of a stage is the same unit). Its ``text`` is
+    ``simulate``'s ``--fsdp-gathers``, made at planning from a setup (``gathers``) and read
+    back by ``parse``."""
+
+    kind: str
+    layer_bytes: tuple[int, ...]
+
+    def text(self) -> str:
+        return f"{self.kind}:layer_bytes={'+'.join(map(str, self.layer_bytes))}"
+
+    @classmethod
+    def parse(cls, text: str) -> Gathers:
+        """``text`` as ``Gathers.text`` writes it; a ValueError saying what is wrong."""
+        kind, _, rest = text.partition(":")
+        name, _, value = rest.partition("=")
+        sizes = value.split("+")
+        if kind not in ("megatron", "torch") or name != "layer_bytes" or not all(x.isdigit() and int(x) > 0
+                                                                                for x in sizes):
+            raise ValueError(f"expected megatron:layer_bytes=N[+N] or torch:layer_bytes=N[+N], got {text!r}")
+        return cls(kind, tuple(map(int, sizes)))
+
+
+def gathers(s: TrainingSetup, stage: int) -> Gathers | None:
+    """The per-layer gathers of stage ``stage`` (None unless parameters are sharded over more
+    than one rank: optim_grads_params or torch FSDP2 with DP x CP above 1)."""
+    if s.fsdp not in ("optim_grads_params", "torch_fsdp2") or s.dp_cp == 1:
+        return None
+    units = torch_units(s) if s.fsdp == "torch_fsdp2" else stage_buckets(s, stage)
+    per_layer: dict[int, tuple[int, ...]] = {}
+    for b in units:
+        if b.unit is not None and 0 <= b.unit < OUTPUT:
+            per_layer[b.unit] = per_layer.get(b.unit, ()) + (b.gather_bytes(),)
+    if not per_layer:
+        return None
+    assert len(set(per_layer.values())) == 1, per_layer  # the stage's layers are one unit each, alike
+    return Gathers("torch" if s.fsdp == "torch_fsdp2" else "megatron", next(iter(per_layer.values())))
+
+
+@dataclass(frozen=True)
+class RowGather:
+    """One layer's all-gather as a simulation adds it: the row whose compute carries its
+    exposed part (the layer's first row forward, its last row for the backward's gather),
+    the phase, the bytes, its time and exposed part in whole ns."""
+
+    row: int
+    name: str
+    phase: str
+    bytes: int
+    time_ns: int
+    exposed_ns: int
+
+
+def layer_runs(workload: Workload) -> list[tuple[int, list[int]]]:
+    """The workload's transformer layers in row order, each occurrence (one layer, one
+    micro-batch) as (layer, its rows' indices): consecutive rows of one layer, a new one
+    where a row of no layer comes between or a row's name comes again (the next micro-batch)."""
+    from .row_names import layer_of
+
+    runs: list[tuple[int, list[int]]] = []
+    names: set[str] = set()
+    for index, row in enumerate(workload.rows):
+        layer = layer_of(row.name)
+        if layer is None:
+            continue
+        last = runs[-1] if runs else None
+        if last is not None and last[0] == layer and last[1][-1] == index - 1 and row.name not in names:
+            last[1].append(index)
+        else:
+            runs.append((layer, [index]))
+            names = set()
+        names.add(row.name)
+    return runs
+
+
+def in_rows(workload: Workload, g: Gathers, gather_ns: tuple[int, ...]) -> tuple[Workload, list[RowGather]]:
+    """``workload`` (a Megatron workload commsweep wrote for a setup whose gathers are ``g``)
+    with what its per-layer all-gathers expose added to the rows they are issued before, as
+    megatron-fsdp prefetches them (NVIDIA/Megatron-LM core_v0.16.1,
+    ``megatron/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py``:
+    ``_pre_forward_param_unshard`` and ``_pre_backward_param_unshard`` call
+    ``AllGatherPipeline.all_gather_params`` of ``param_and_grad_buffer.py`` with ``prefetch``,
+    which issues the next unit's gather, in forward or backward order, with the unit's own);
+    torch FSDP2 issues the next layer's gather as its forward starts and prefetches the next
+    backward unit (``fully_shard``'s default implicit forward and backward prefetching).
+    ``gather_ns``: each of a layer's all-gathers (``g.layer_bytes``) over DP x CP as the
+    simulation times it; a layer waits for them all, one after the other on the stream.
+
+    Each pass of a micro-batch waits whole for its first layer's gather (forward: the first
+    layer's, before its first row; backward: the last layer's, before its last row, which
+    SimAI's backward runs first); every other layer's hides behind the compute of the layer
+    before it in that pass (forward: its forward compute; backward: its input- and
+    weight-gradient compute), and shows only where it is longer. A phase's gathers are
+    given one exposed time in the table (their mean, whole ns), as a collective's time is one
+    number per point there; the rows' compute takes the true exposed times, less the
+    rounding the mean drops (taken from the first), so both add up to the same."""
+    rows = list(workload.rows)
+    found: list[RowGather] = []
+    added: dict[tuple[int, str], int] = {}
+    runs = layer_runs(workload)
+    for i, (layer, members) in enumerate(runs):
+        fwd_before = runs[i - 1] if i and runs[i - 1][0] == layer - 1 else None
+        fwd_hidden = sum(rows[j].fwd_compute for j in fwd_before[1]) if fwd_before else 0
+        after = runs[i + 1] if i + 1 < len(runs) and runs[i + 1][0] == layer + 1 else None
+        bwd_hidden = sum(rows[j].ig_compute + rows[j].wg_compute for j in after[1]) if after else 0
+        for phase, anchor, hidden, first in (("fwd", members[0], fwd_hidden, fwd_before is None),
+                                             ("ig", members[-1], bwd_hidden, after is None)):
+            exposed = sum(gather_ns) if first else max(0, sum(gather_ns) - hidden)
+            added[(anchor, phase)] = added.get((anchor, phase), 0) + exposed
+            # What shows is the end of the last gathers: taken from the last bucket back.
+            for nbytes, ns in reversed(list(zip(g.layer_bytes, gather_ns))):
+                share = min(exposed, ns)
+                exposed -= share
+                found.append(RowGather(anchor, rows[anchor].name, phase, nbytes, ns, share))
+    found = _uniform(found, added)
+    for (anchor, phase), ns in added.items():
+        field = f"{phase}_compute"
+        rows[anchor] = replace(rows[anchor], **{field: getattr(rows[anchor], field) + ns})
+    return replace(workload, rows=tuple(rows)), found
+
+
+def _uniform(found: list[RowGather], added: dict[tuple[int, str], int]) -> list[RowGather]:
+    """The gathers with one exposed time per phase and size (their mean); the rounding
+    dropped is taken off the compute of the first such gather's row (``added``, in place)."""
+    out = list(found)
+    keys: dict[tuple[str, int], list[int]] = {}
+    for k, r in enumerate(found):
+        keys.setdefault((r.phase, r.bytes), []).append(k)
+    for (phase, _), mine in keys.items():
+        total = sum(found[k].exposed_ns for k in mine)
+        mean = total // len(mine)
+        first = found[mine[0]]
+        added[(first.row, phase)] -= total - mean * len(mine)
+        for k in mine:
+            out[k] = replace(found[k], exposed_ns=mean)
     return out

@@ -59,6 +59,15 @@ def profile_times(profile: AiobProfile | None, recompute: bool, cp: int = 1) -> 
     }
 
 
+def core_attention_ns(row) -> tuple[int, int]:
+    """The core attention's (forward, backward) ns in an ``attention_proj`` row this module
+    timed from a profile (``profile_times``): the forward is flash attention and linear_proj,
+    whose weight gradient is linear_proj's again, so the forward's rest is the attention, and
+    its backward twice that; 0 in a row without compute. ``row``: a ``format.Row``."""
+    forward = max(0, row.fwd_compute - row.wg_compute)
+    return forward, 2 * forward
+
+
 def kernel_times(times: RowTimes) -> dict[str, tuple[int, int, int]]:
     """(fwd, ig, wg) ns per row kind from the kernel model's microseconds."""
     return {kind: (_us_to_ns(f), _us_to_ns(i), _us_to_ns(w)) for kind, (f, i, w) in times.rows.items()}

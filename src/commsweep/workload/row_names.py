@@ -33,6 +33,15 @@ def kind_of(name: str) -> str:
     return match.group(1) if match else name
 
 
+def layer_of(name: str) -> int | None:
+    """A row's transformer layer (``layer3_mlp_fc1`` -> 3), None for a row of no layer."""
+    match = _IN_LAYER_INDEX.match(name)
+    return int(match.group(1)) if match else None
+
+
+_IN_LAYER_INDEX = re.compile(r"layer(\d+)_")
+
+
 def wgrad_gather(kind: str) -> str:
     """The row that re-gathers a column-parallel layer's input for its weight gradient (with SP)."""
     return f"{kind}_wgrad_gather"

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from ...setup.points import PointRow
 from ...workload import format as wf
 from ...workload import row_names as rn
+from ..audit import FSDP_GATHER
 from ..audit_csv import AuditRow
 from . import catalog
 from .simulated import Simulated
@@ -35,7 +36,10 @@ class Part:
 
 def _expected_phase(f: AuditRow) -> str:
     # A DP collective sits in SimAI's weight-gradient column; a finding of kind `group`
-    # carries the found side's phase only.
+    # carries the found side's phase only. FSDP's per-layer all-gathers are in no column:
+    # the simulation prices them in the phase megatron issues them in (forward, backward).
+    if f.expected_name == FSDP_GATHER:
+        return f.phase
     return "wg" if f.expected_group in ("DP", "DP_EP") else f.phase
 
 
