@@ -93,7 +93,7 @@ class SimulateJob:
     bucket_overlap: str = flag("--bucket-overlap", choices=BUCKET_OVERLAPS, default="none", when="changed",
                                help="a Megatron workload's overlapped buckets (megatron's --overlap-grad-reduce, "
                                     "and --overlap-param-gather for grads+params): the DP overlap ratio becomes "
-                                    "what they hide (simulate/overlap.py), in place of --dp_overlap")
+                                    "what they hide (docs/simulate.md), in place of --dp_overlap")
     cp_exchange: str | None = flag("--cp-exchange", metavar="SPEC", type=cp_exchange_text, default=None,
                                    help="a Megatron workload's context-parallel exchange (KIND:cp=..,inner=..,"
                                         "outer=..,kv=..,q=..,tp=..[,selective], as a sweep plans it): its exposed "

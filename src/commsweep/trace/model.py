@@ -282,17 +282,16 @@ def transformer_config(setup: TrainingSetup, applied: list[str] | None = None) -
         **mla_config(setup),
     )
     config_class = MLATransformerConfig if m.is_mla else TransformerConfig
-    options = compat.config_options(config_class, options, dict(pipeline_model_parallel_layout=None))
+    # What a release without the option does: the even split of the layers; for MoE, no
+    # shared expert, every layer MoE, experts split over TP.
+    implied: dict[str, Any] = dict(pipeline_model_parallel_layout=None)
     if m.is_moe:
         options, workaround = compat.experts_as_wide_as_ffn(config_class, options)
         if applied is not None and workaround:
             applied.append(workaround)
-        # What a release without the option does: no shared expert, every layer MoE,
-        # experts split over TP.
-        implied = dict(moe_shared_expert_intermediate_size=None, moe_shared_expert_gate=False, moe_layer_freq=1,
+        implied.update(moe_shared_expert_intermediate_size=None, moe_shared_expert_gate=False, moe_layer_freq=1,
                        expert_tensor_parallel_size=setup.tp)
-        options = compat.config_options(config_class, options, implied)
-    return config_class(**options)
+    return config_class(**compat.config_options(config_class, options, implied))
 
 
 def pipeline_config(setup: TrainingSetup) -> dict[str, Any]:
