@@ -19,7 +19,10 @@ def test_the_data_parallel_sweeps_plan():
     points, invalid = sweep.points_from_config(sweep.load_config(CONFIG))
     assert len(points) == 90 and len(invalid) == 38
     reasons = {r for bad in invalid for r in bad.reasons}
+    # Sequence 32768 without CP fits neither way: 108.2 GiB with the distributed optimizer,
+    # 90.2 GiB with FSDP's sharded weights and gradients.
     assert reasons == {"needs 108.2 GiB per GPU; the H100-SXM has 80 GiB (2 GiB kept free)",
+                       "needs 90.2 GiB per GPU; the H100-SXM has 80 GiB (2 GiB kept free)",
                        "the megatron schedule does not model fp8_param_gather with the distributed "
                        "optimizer's buckets (overlap_grad_reduce)"}
     # Every data-parallel group spans both servers: TP 2 x CP on 8-GPU servers, 16 GPUs.
@@ -87,7 +90,8 @@ def test_the_page_says_per_setting_what_overlap_and_fsdp_change(page):
     assert "Of the DP sync: `dp_buckets` 0 bytes (+" in verdicts[base + "grad-reduce and param-gather overlap"]
     for overlap in ("no DP overlap", "grad-reduce and param-gather overlap"):
         fsdp = verdicts[f"llama3-8b, TP 2, SP on, FSDP optim_grads_params, {overlap}"]
-        assert "`fsdp_param_gathers_missing` −53.04 GiB (no time: no workload file holds it)" in fsdp
+        # The per-layer gathers no workload file holds are priced by the simulation (their exposed part).
+        assert "`fsdp_param_gathers_missing` −53.04 GiB (−" in fsdp and "no time" not in fsdp
         assert "`fsdp_grad_reducescatters_missing` −59.89 GiB" in fsdp and "0.00 ms" not in fsdp
     assert "**With FSDP or FP8 parameter gathers AICB writes the distributed optimizer's sync in bf16.**" in text
     assert "**With megatron's overlapped buckets AICB counts the DP sync whole.**" in text
