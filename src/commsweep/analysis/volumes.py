@@ -87,27 +87,35 @@ def tally(workload: Workload, gpus: int | None = None) -> list[Volume]:
     )
 
 
-def context_parallel(setup, stage: int = 0, megatron_version: str | None = None) -> list[Volume]:
-    """The volumes of the attention's context-parallel exchange in Megatron's schedule of
-    ``setup`` (a ``TrainingSetup``; empty at CP 1): what no workload file holds, per phase,
-    collective and CP group, with the group's size (the a2a+p2p groups: its hierarchical sizes)."""
-    if setup.cp == 1:
-        return []
+def _unexpressed(setup, stage: int, megatron_version: str | None, size_of) -> list[Volume]:
+    """The volumes of the collectives of Megatron's schedule of ``setup`` that no workload file
+    holds, those ``size_of`` (an ``Unexpressed`` -> its group's size, or None) gives a size,
+    per phase, collective and group."""
     from ..workload import megatron
 
-    sizes = {"CP": setup.cp}
-    if setup.hierarchical_cp is not None:
-        sizes.update(CP_A2A=setup.hierarchical_cp[0], CP_P2P=setup.hierarchical_cp[1])
     counts: dict[tuple[str, str, str, int], list[int]] = {}
     for u in megatron.schedule(setup, stage=stage, megatron_version=megatron_version).unexpressed:
-        if u.comm.group in sizes:
-            entry = counts.setdefault((u.phase, u.comm.collective, u.comm.group, sizes[u.comm.group]), [0, 0])
+        size = size_of(u)
+        if size is not None:
+            entry = counts.setdefault((u.phase, u.comm.collective, u.comm.group, size), [0, 0])
             entry[0] += 1
             entry[1] += u.comm.bytes
     return sorted(
         (Volume(phase, coll, group, size, n, payload, round(payload * wire_fraction(coll, size)))
          for (phase, coll, group, size), (n, payload) in counts.items()),
         key=lambda v: (PHASE_ORDER.index(v.phase), GROUP_ORDER.index(v.group), COLLECTIVE_ORDER.index(v.collective)))
+
+
+def context_parallel(setup, stage: int = 0, megatron_version: str | None = None) -> list[Volume]:
+    """The volumes of the attention's context-parallel exchange in Megatron's schedule of
+    ``setup`` (a ``TrainingSetup``; empty at CP 1): what no workload file holds, per phase,
+    collective and CP group, with the group's size (the a2a+p2p groups: its hierarchical sizes)."""
+    if setup.cp == 1:
+        return []
+    sizes = {"CP": setup.cp}
+    if setup.hierarchical_cp is not None:
+        sizes.update(CP_A2A=setup.hierarchical_cp[0], CP_P2P=setup.hierarchical_cp[1])
+    return _unexpressed(setup, stage, megatron_version, lambda u: sizes.get(u.comm.group))
 
 
 def fsdp_gathers(setup, stage: int = 0, megatron_version: str | None = None) -> list[Volume]:
@@ -116,18 +124,8 @@ def fsdp_gathers(setup, stage: int = 0, megatron_version: str | None = None) -> 
     input-gradient columns have no DP group), per phase over DP x CP; empty without them."""
     if setup.fsdp not in ("optim_grads_params", "torch_fsdp2"):
         return []
-    from ..workload import megatron
-
-    counts: dict[tuple[str, str, str, int], list[int]] = {}
-    for u in megatron.schedule(setup, stage=stage, megatron_version=megatron_version).unexpressed:
-        if u.module.startswith("fsdp."):
-            entry = counts.setdefault((u.phase, u.comm.collective, u.comm.group, setup.dp_cp), [0, 0])
-            entry[0] += 1
-            entry[1] += u.comm.bytes
-    return sorted(
-        (Volume(phase, coll, group, size, n, payload, round(payload * wire_fraction(coll, size)))
-         for (phase, coll, group, size), (n, payload) in counts.items()),
-        key=lambda v: (PHASE_ORDER.index(v.phase), GROUP_ORDER.index(v.group), COLLECTIVE_ORDER.index(v.collective)))
+    return _unexpressed(setup, stage, megatron_version,
+                        lambda u: setup.dp_cp if u.module.startswith("fsdp.") else None)
 
 
 def to_csv(volumes: Iterable[Volume]) -> str:

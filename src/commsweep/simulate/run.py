@@ -29,30 +29,29 @@ def number_text(text: str) -> str:
     return text
 
 
-def cp_exchange_text(text: str) -> str:
-    """``--cp-exchange``'s value, checked (``megatron_context_parallel.Exchange.parse``) and kept as typed."""
+def _checked_text(text: str, parse) -> str:
+    """``text`` kept as typed once ``parse`` reads it; its ``ValueError`` as argparse's error."""
     import argparse
 
-    from ..workload.megatron_context_parallel import Exchange
-
     try:
-        Exchange.parse(text)
+        parse(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
     return text
+
+
+def cp_exchange_text(text: str) -> str:
+    """``--cp-exchange``'s value, checked (``megatron_context_parallel.Exchange.parse``) and kept as typed."""
+    from ..workload.megatron_context_parallel import Exchange
+
+    return _checked_text(text, Exchange.parse)
 
 
 def fsdp_gathers_text(text: str) -> str:
     """``--fsdp-gathers``'s value, checked (``megatron_fsdp.Gathers.parse``) and kept as typed."""
-    import argparse
-
     from ..workload.megatron_fsdp import Gathers
 
-    try:
-        Gathers.parse(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    return text
+    return _checked_text(text, Gathers.parse)
 
 
 def add_gpus_argument(parser, *, required: bool) -> None:
