@@ -40,9 +40,9 @@ if not JOB_ROOT:
             runtime=batch_resources("runtime"),
             gpu=batch_resources("gpu"),
         threads: batch_resources("threads")
-        # Before the sweep-wide jobs ready at the start (the sweep table, the run record): the
+        # Before the sweep-wide jobs ready at the start (the sweep table, then the run record): the
         # batches are the longest road to the tables and figures, and those two fit beside them.
-        priority: 1
+        priority: 2
         script:
             "../scripts/batch.py"
 
@@ -77,6 +77,6 @@ else:
                 gpu=batch_resources("gpu", _name),
             threads: batch_resources("threads", _name)
             # Before the sweep-wide jobs ready at the start (rule batch above).
-            priority: 1
+            priority: 2
             script:
                 "../scripts/batch.py"
