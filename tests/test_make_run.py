@@ -34,6 +34,10 @@ def test_make_run_skips_snakemake_only_when_nothing_changed_and_the_report_only_
     assert (first.stdout + first.stderr).count("Using workflow specific profile") == 1
     assert "--report results/report.html --report-after-run" in first.stdout + first.stderr
     assert "the HTML report of these results" not in first.stderr
+    # The two batches start first, side by side: the sweep table and the run record, ready as
+    # early, are not on the road to the tables and figures.
+    started = re.findall(r"^localrule (\w+):", first.stdout + first.stderr, re.M)
+    assert started[:2] == ["batch", "batch"], started
 
     # Nothing to do: Snakemake is not started, and the report stays as it was.
     again = sweeps.make(project, "run", "CONFIG=sweep.yaml")

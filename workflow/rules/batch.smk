@@ -40,6 +40,9 @@ if not JOB_ROOT:
             runtime=batch_resources("runtime"),
             gpu=batch_resources("gpu"),
         threads: batch_resources("threads")
+        # Before the sweep-wide jobs ready at the start (the sweep table, then the run record): the
+        # batches are the longest road to the tables and figures, and those two fit beside them.
+        priority: 2
         script:
             "../scripts/batch.py"
 
@@ -73,5 +76,7 @@ else:
                 runtime=batch_resources("runtime", _name),
                 gpu=batch_resources("gpu", _name),
             threads: batch_resources("threads", _name)
+            # Before the sweep-wide jobs ready at the start (rule batch above).
+            priority: 2
             script:
                 "../scripts/batch.py"

@@ -22,6 +22,9 @@ rule sweep_table:
         mem_mb=512,
         runtime=5,
     threads: 1
+    # After the batches (rule batch), before the run record: the tables read it, only the check
+    # reads the record.
+    priority: 1
     localrule: True
     script:
         "../scripts/write_text.py"
