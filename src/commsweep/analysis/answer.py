@@ -43,7 +43,8 @@ TOP_CAUSES = 3
 # What megatron's overlapped buckets, FSDP and FP8 parameter gathers change in AICB's difference
 # (AICB has none of them): each setting's verdict names all of these, however small.
 DP_SETTING_CAUSES = ("dp_buckets", *FSDP_CAUSES)
-# What no SimAI workload file can hold (CP's exchange, FSDP's per-layer gathers): bytes, no time.
+# What no SimAI workload file can hold (CP's exchange, FSDP's per-layer gathers): the analytical
+# simulation prices their exposed part; a simulation that cannot (packet level) leaves them bytes only.
 UNTIMED_CAUSES = ("cp_attention_exchange_missing", "fsdp_param_gathers_missing")
 
 
@@ -353,7 +354,8 @@ def fsdp_blocks(panels: list[cz.Panel]) -> list[Block]:
         "optim_grads_params Megatron all-gathers each layer's parameters before its forward and again before "
         "its backward, and reduce-scatters its gradients, in every micro-batch; SimAI's forward and "
         "input-gradient columns have no DP group, so no workload file holds those all-gathers, Megatron's "
-        "included: they are counted in bytes with no time (the Chakra traces carry them). With FP8 gathers "
+        "included: the Chakra traces carry them, and the simulation prices the part of each that the "
+        "neighbouring layer's compute does not hide, as compute of the row it precedes. With FP8 gathers "
         "the linear layers' weights are gathered in 1 byte, AICB's in 2. " + "; ".join(quoted.values()) + "."))]
 
 
