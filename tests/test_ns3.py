@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import os
 import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -482,7 +484,10 @@ def test_slurm_runs_the_packet_point_as_a_job_with_its_resources(tmp_path, refer
                         "--dry-run", profile="slurm")
     lines = result.stdout.splitlines()
     at = next(i for i, line in enumerate(lines) if "wildcards: batch=packet-" in line)
-    assert "runtime=35" in lines[at + 1] and "mem_mb=4096" in lines[at + 1]
+    # The job's own lines after its wildcards (its priority, then its resources): the indented ones.
+    job = list(itertools.takewhile(lambda line: line.startswith("    "), lines[at + 1:]))
+    [resources] = [line for line in job if line.lstrip().startswith("resources:")]
+    assert "runtime=35" in resources and "mem_mb=4096" in resources
     assert "rule packet_vs_analytical:" in result.stdout and result.stdout.count("Group job tables") == 1
 
 
@@ -503,6 +508,8 @@ def test_a_failed_packet_run_is_a_named_failed_point(stand_in, reference, monkey
     binary, _, tmp = stand_in
     monkeypatch.setenv("STAND_IN_MODE", "empty")
     monkeypatch.setenv("SIMAI_ROOT", str(binary))
+    # The failed run's folder is kept for its rerun, in the temporary folder: the test's own.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
     config = configfile.load([str(CONFIG_NS3)], [REPLAYED])
     monkeypatch.chdir(tmp)
     points, _ = sweep.points_from_config(config)
@@ -528,6 +535,8 @@ def test_a_failed_packet_point_is_named_by_the_sweep_wide_steps(stand_in, refere
     binary, _, tmp = stand_in
     monkeypatch.setenv("STAND_IN_MODE", "empty")
     monkeypatch.setenv("SIMAI_ROOT", str(binary))
+    # The failed run's folder is kept for its rerun, in the temporary folder: the test's own.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
     config = configfile.load([str(CONFIG_NS3)], [REPLAYED])
     monkeypatch.chdir(tmp)
     points, invalid = sweep.points_from_config(config)
